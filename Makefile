@@ -1,0 +1,47 @@
+# metrics-sched: `make demo` to try it, `make test` to test it. Both install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: deps deps-system deps-python control-plane test test-unit test-e2e lint demo bench bench-quick clean
+
+deps: deps-system deps-python
+
+# Debian's Prometheus (the dev cluster runs it). Go must already be on the machine (>= 1.26).
+deps-system:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  echo "[deps] installing Debian's prometheus package"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v go >/dev/null 2>&1 || { echo "error: Go >= 1.26 is required to build the control plane" >&2; exit 1; }
+
+deps-python: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@echo "[deps] creating $(VENV) and installing metrics-sched with dev extras"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+control-plane: deps
+	@$(BIN)/metrics-sched devcluster build
+
+test: deps control-plane
+	@$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: deps-python
+	@$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+test-e2e: deps control-plane
+	@$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+lint: deps-python
+	@$(BIN)/ruff check metrics_sched adapters tests
+	@$(BIN)/mypy --strict metrics_sched adapters
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,68 @@
+"""The scheduler's configuration, resolved: defaults applied, plugin sets expanded, args checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_SCHEDULER_NAME = "metrics-sched"
+EXTENSION_POINT_NAMES = ("queueSort", "preFilter", "filter", "preScore", "score", "reserve", "bind", "postBind")
+
+
+@dataclass(frozen=True)
+class PluginRef:
+    name: str
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    scheduler_name: str
+    plugins: dict[str, tuple[PluginRef, ...]]
+    plugin_args: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def enabled(self, point: str) -> tuple[PluginRef, ...]:
+        return self.plugins.get(point, ())
+
+
+@dataclass(frozen=True)
+class LeaderElectionConfig:
+    leader_elect: bool = True
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resource_name: str = "metrics-sched"
+    resource_namespace: str = "kube-system"
+
+
+@dataclass(frozen=True)
+class ClientConnectionConfig:
+    qps: float = 0.0  # 0 = no client-side limit (the apiserver's flow control still applies)
+    burst: int = 0
+    watch_read_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    bind_address: str = "0.0.0.0"
+    port: int = 10260
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    profiles: tuple[ProfileConfig, ...]
+    leader_election: LeaderElectionConfig = LeaderElectionConfig()
+    client_connection: ClientConnectionConfig = ClientConnectionConfig()
+    server: ServerConfig = ServerConfig()
+    bind_workers: int = 16
+    pod_initial_backoff: float = 1.0
+    pod_max_backoff: float = 10.0
+    pod_max_in_unschedulable: float = 300.0
+    config_hash: str = ""
+
+    def profile(self, scheduler_name: str) -> ProfileConfig | None:
+        return next((p for p in self.profiles if p.scheduler_name == scheduler_name), None)
+
+    @property
+    def scheduler_names(self) -> frozenset[str]:
+        return frozenset(p.scheduler_name for p in self.profiles)

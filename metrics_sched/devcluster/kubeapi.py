@@ -1,0 +1,135 @@
+"""A small JSON client for the dev cluster's own set-up calls (nodes, CRDs, NodeMetrics, RBAC).
+
+It is deliberately tiny and separate from adapters/kubernetes: the dev cluster must work the same
+whatever state the scheduler's adapter is in.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+
+class KubeAPIError(RuntimeError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Credentials:
+    server: str
+    ca_file: Path
+    token: str
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path) -> Credentials:
+        """Reads the kubeconfig the dev cluster writes (token + CA file)."""
+        config = yaml.safe_load(path.read_text())
+        context_name = config["current-context"]
+        context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+        return cls(server=cluster["server"], ca_file=Path(cluster["certificate-authority"]), token=user["token"])
+
+
+class KubeAPI:
+    def __init__(self, creds: Credentials, *, timeout: float = 30.0, max_connections: int = 32) -> None:
+        self.creds = creds
+        self.client = httpx.Client(
+            base_url=creds.server,
+            verify=str(creds.ca_file),
+            headers={"Authorization": f"Bearer {creds.token}", "Accept": "application/json"},
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> KubeAPI:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str | None = None,
+                params: dict[str, str] | None = None, ok: tuple[int, ...] = ()) -> Any:
+        headers = {"Content-Type": content_type} if content_type else {}
+        resp = self.client.request(method, path, json=body, headers=headers, params=params)
+        if resp.status_code >= 400 and resp.status_code not in ok:
+            try:
+                message = resp.json().get("message", resp.text)
+            except ValueError:
+                message = resp.text
+            raise KubeAPIError(resp.status_code, f"{method} {path}: {message}")
+        if not resp.content:
+            return None
+        return resp.json()
+
+    def get(self, path: str, **params: str) -> Any:
+        return self.request("GET", path, params=params or None)
+
+    def post(self, path: str, body: Any, *, ok: tuple[int, ...] = ()) -> Any:
+        return self.request("POST", path, body, ok=ok)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, body)
+
+    def merge_patch(self, path: str, body: Any) -> Any:
+        return self.request("PATCH", path, body, content_type="application/merge-patch+json")
+
+    def delete(self, path: str, *, ok: tuple[int, ...] = (404,)) -> Any:
+        return self.request("DELETE", path, ok=ok)
+
+    def apply_object(self, obj: dict[str, Any], *, field_manager: str = "metrics-sched-devcluster") -> Any:
+        """Server-side apply of one object (its path derived from apiVersion/kind)."""
+        path = object_path(obj)
+        resp = self.client.patch(
+            path,
+            content=yaml.safe_dump(obj).encode(),
+            params={"fieldManager": field_manager, "force": "true"},
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        if resp.status_code >= 400:
+            raise KubeAPIError(resp.status_code, f"apply {path}: {resp.text[:500]}")
+        return resp.json()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                resp = self.client.get("/readyz", timeout=2.0)
+                if resp.status_code == 200:
+                    return
+                last = f"HTTP {resp.status_code}: {resp.text[-300:]}"
+            except httpx.HTTPError as exc:
+                last = repr(exc)
+            time.sleep(0.2)
+        raise TimeoutError(f"kube-apiserver /readyz not ready after {timeout:.0f}s: {last}")
+
+
+_CLUSTER_SCOPED = {
+    "Namespace", "Node", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+    "PriorityClass", "NodeMetrics", "APIService", "StorageClass",
+}
+_PLURALS = {"NodeMetrics": "nodes", "Ingress": "ingresses", "NetworkPolicy": "networkpolicies",
+            "PriorityClass": "priorityclasses", "StorageClass": "storageclasses"}
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    api_version: str = obj["apiVersion"]
+    kind: str = obj["kind"]
+    name: str = obj["metadata"]["name"]
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    plural = _PLURALS.get(kind, kind.lower() + "s")
+    if kind in _CLUSTER_SCOPED:
+        return f"{prefix}/{plural}/{name}"
+    namespace = obj["metadata"].get("namespace", "default")
+    return f"{prefix}/namespaces/{namespace}/{plural}/{name}"

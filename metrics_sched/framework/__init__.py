@@ -1,0 +1,1 @@
+"""The plugin framework: extension-point interfaces, the registry and the per-profile runtime."""

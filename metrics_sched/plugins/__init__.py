@@ -1,0 +1,26 @@
+"""Built-in plugins, one per module. BUILTIN maps each plugin's name to its class."""
+
+from __future__ import annotations
+
+from metrics_sched.framework.interfaces import Plugin
+from metrics_sched.plugins.default_binder import DefaultBinder
+from metrics_sched.plugins.node_affinity import NodeAffinity
+from metrics_sched.plugins.node_label_filter import NodeLabelFilter
+from metrics_sched.plugins.node_label_score import NodeLabelScore
+from metrics_sched.plugins.node_name import NodeName
+from metrics_sched.plugins.node_ready import NodeReady
+from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
+from metrics_sched.plugins.node_unschedulable import NodeUnschedulable
+from metrics_sched.plugins.priority_sort import PrioritySort
+from metrics_sched.plugins.taint_toleration import TaintToleration
+from metrics_sched.plugins.zone_spread import ZoneSpread
+
+BUILTIN: dict[str, type[Plugin]] = {
+    cls.name: cls
+    for cls in (
+        PrioritySort, NodeResourcesFit, NodeUnschedulable, NodeReady, NodeName, TaintToleration, NodeAffinity,
+        NodeLabelFilter, NodeLabelScore, ZoneSpread, DefaultBinder,
+    )
+}
+
+__all__ = ["BUILTIN"]

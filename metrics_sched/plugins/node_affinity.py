@@ -1,0 +1,86 @@
+"""NodeAffinity: spec.nodeSelector and required node affinity filter; preferred terms score.
+
+Masks depend only on labels, so they are cached per (pod's selector, table labels generation):
+the replicas of one Deployment reuse the same mask until some node's labels change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from metrics_sched.framework.interfaces import (
+    ClusterEvent,
+    CycleState,
+    Filtered,
+    FilterPlugin,
+    ScorePlugin,
+    max_normalize,
+)
+from metrics_sched.plugins.node_selector import selector_mask, term_mask
+from metrics_sched.podinfo import PodInfo
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
+
+_CACHE_SIZE = 256
+
+
+class NodeAffinity(FilterPlugin, ScorePlugin):
+    name = "NodeAffinity"
+    events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
+
+    def __init__(self, args: Mapping[str, Any], handle: Any) -> None:
+        super().__init__(args, handle)
+        self._masks: OrderedDict[tuple[str, int, int], BoolArray] = OrderedDict()
+
+    def _cached(self, kind: str, spec: Any, table: NodeTable, compute: Any) -> Any:
+        key = (kind + json.dumps(spec, sort_keys=True), table.labels_generation, table.capacity)
+        hit = self._masks.get(key)
+        if hit is None:
+            hit = compute()
+            self._masks[key] = hit
+            if len(self._masks) > _CACHE_SIZE:
+                self._masks.popitem(last=False)
+        else:
+            self._masks.move_to_end(key)
+        return hit
+
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        required = ((pod.affinity.get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+        if not pod.node_selector and not required:
+            return Filtered(np.ones(table.capacity, dtype=bool))
+
+        def compute() -> BoolArray:
+            mask = selector_mask(table, pod.node_selector)
+            if required:
+                any_term = np.zeros(table.capacity, dtype=bool)
+                for term in required:
+                    any_term |= term_mask(table, term)
+                mask &= any_term
+            return mask
+
+        mask: BoolArray = self._cached("f", [pod.node_selector, required], table, compute)
+        return Filtered.single(mask.copy(), "node(s) didn't match Pod's node affinity/selector")
+
+    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
+        preferred = (pod.affinity.get("nodeAffinity") or {}).get(
+            "preferredDuringSchedulingIgnoredDuringExecution") or []
+        if not preferred:
+            return np.zeros(rows.shape[0], dtype=np.float64)
+
+        def compute() -> FloatArray:
+            total = np.zeros(table.capacity, dtype=np.float64)
+            for item in preferred:
+                total += float(item.get("weight", 0)) * term_mask(table, item.get("preference") or {})
+            return total
+
+        totals: FloatArray = self._cached("s", preferred, table, compute)
+        result: FloatArray = totals[rows]
+        return result
+
+    def normalize(self, scores: FloatArray) -> FloatArray:
+        return max_normalize(scores)

@@ -1,0 +1,23 @@
+"""NodeName: a pod that names its node (spec.nodeName) fits only there."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metrics_sched.framework.interfaces import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.podinfo import PodInfo
+from metrics_sched.state.node_table import NodeTable
+
+
+class NodeName(FilterPlugin):
+    name = "NodeName"
+    events = frozenset({ClusterEvent.NODE_ADDED})
+
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        if not pod.node_name:
+            return Filtered(np.ones(table.capacity, dtype=bool))
+        feasible = np.zeros(table.capacity, dtype=bool)
+        row = table.index.get(pod.node_name)
+        if row is not None:
+            feasible[row] = True
+        return Filtered.single(feasible, "node(s) didn't match the requested node name")

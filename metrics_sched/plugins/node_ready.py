@@ -1,0 +1,19 @@
+"""NodeReady: only nodes whose Ready condition is True.
+
+kube-scheduler leaves this to the not-ready taints the node lifecycle controller adds; a scheduler
+that may run without that controller (or ahead of it) checks the condition itself.
+"""
+
+from __future__ import annotations
+
+from metrics_sched.framework.interfaces import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.podinfo import PodInfo
+from metrics_sched.state.node_table import NodeTable
+
+
+class NodeReady(FilterPlugin):
+    name = "NodeReady"
+    events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
+
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        return Filtered.single(table.ready.copy(), "node(s) were not ready")

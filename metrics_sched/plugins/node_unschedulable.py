@@ -1,0 +1,21 @@
+"""NodeUnschedulable: cordoned nodes (spec.unschedulable) take only pods that tolerate the cordon taint."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metrics_sched.framework.interfaces import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.podinfo import PodInfo
+from metrics_sched.state.node_table import NodeTable
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+class NodeUnschedulable(FilterPlugin):
+    name = "NodeUnschedulable"
+    events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
+
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        if any(t.tolerates(UNSCHEDULABLE_TAINT, None, "NoSchedule") for t in pod.tolerations):
+            return Filtered(np.ones(table.capacity, dtype=bool))
+        return Filtered.single(~table.unschedulable, "node(s) were unschedulable")

@@ -1,0 +1,121 @@
+"""What the scheduling core needs from the outside world, as small protocols.
+
+adapters/ implements them against the Kubernetes API (and, later, telemetry sources); unit tests use
+in-memory fakes. Objects cross this boundary as the API's own JSON (dicts), never as generated
+models: the hot path reads raw JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+KubeObject = Mapping[str, Any]
+
+
+class ApiError(Exception):
+    """An API call that failed. status is the HTTP status, or None when the outcome is unknown
+    (timeout, connection reset, ...): the request may or may not have taken effect."""
+
+    def __init__(self, status: int | None, message: str, *, reason: str = "") -> None:
+        super().__init__(f"HTTP {status}: {message}" if status is not None else f"no response: {message}")
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+    @property
+    def ambiguous(self) -> bool:
+        return self.status is None or self.status >= 500
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+
+class ClusterEventSink(Protocol):
+    """Receives the cluster's objects as a source lists and watches them."""
+
+    def on_node_event(self, kind: EventType, node: KubeObject) -> None: ...
+
+    def on_pod_event(self, kind: EventType, pod: KubeObject) -> None: ...
+
+    def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
+        """The initial list of `resource` has been delivered (and again after each relist)."""
+        ...
+
+
+class ClusterSource(Protocol):
+    """LIST+WATCH of nodes and of all pods, delivering to a sink from background threads."""
+
+    def start(self, sink: ClusterEventSink) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SchedulingEvent:
+    """An events.k8s.io/v1 Event about a pod, e.g. Scheduled or FailedScheduling."""
+
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    type: Literal["Normal", "Warning"]
+    reason: str
+    action: str
+    note: str
+    reporting_controller: str
+    reporting_instance: str
+
+
+class PodWriter(Protocol):
+    """The writes (and the one re-read) the bind loop makes."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/binding carrying the pod UID. Raises ApiError."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> KubeObject | None:
+        """The pod as the API has it now (None if gone). Raises ApiError."""
+        ...
+
+    def record_event(self, event: SchedulingEvent) -> None: ...
+
+    def set_pod_scheduled_condition(
+        self, namespace: str, name: str, *, status: Literal["True", "False"], reason: str, message: str
+    ) -> None:
+        """Patches pods/status so `kubectl describe pod` shows PodScheduled with reason and message."""
+        ...
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """A coordination.k8s.io/v1 Lease as leader election sees it."""
+
+    namespace: str
+    name: str
+    holder: str | None
+    lease_duration_seconds: int
+    acquire_time: str | None  # RFC3339 with microseconds, as the API stores MicroTime
+    renew_time: str | None
+    lease_transitions: int
+    resource_version: str | None = None
+
+
+class LeaseStore(Protocol):
+    def get(self, namespace: str, name: str) -> LeaseRecord | None: ...
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        """Raises ApiError (409 when someone else created it first)."""
+        ...
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        """Optimistic update on record.resource_version; raises ApiError (409 on a lost race)."""
+        ...

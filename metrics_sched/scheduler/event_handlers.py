@@ -1,0 +1,78 @@
+"""Routes watch events: every bound pod to the cluster state, our pending pods to the queue, and
+changes that may help parked pods to queue moves."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+from metrics_sched.framework.interfaces import ClusterEvent
+from metrics_sched.podinfo import PodInfo, parse_pod
+from metrics_sched.ports import EventType, KubeObject
+from metrics_sched.queue import SchedulingQueue
+from metrics_sched.state.cluster_state import ClusterState
+
+log = logging.getLogger(__name__)
+
+
+class ClusterEventHandlers:
+    def __init__(
+        self,
+        state: ClusterState,
+        queue: SchedulingQueue,
+        scheduler_names: frozenset[str],
+        *,
+        on_node_removed: Callable[[list[str]], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.queue = queue
+        self.scheduler_names = scheduler_names
+        self.on_node_removed = on_node_removed
+        self.synced: set[str] = set()
+
+    def responsible_for(self, pod: PodInfo) -> bool:
+        """Pods we schedule: ours by name, unbound, not being deleted, not finished."""
+        return (pod.scheduler_name in self.scheduler_names and not pod.node_name and not pod.deleting
+                and not pod.terminal)
+
+    def on_node_event(self, kind: EventType, node: KubeObject) -> None:
+        name = (node.get("metadata") or {}).get("name", "")
+        if kind == "DELETED":
+            orphans = self.state.remove_node(name)
+            if orphans and self.on_node_removed:
+                self.on_node_removed([p.uid for p in orphans])
+            return
+        change = self.state.upsert_node(node)
+        if change.added:
+            self.queue.move_all(ClusterEvent.NODE_ADDED)
+            return
+        for flag, event in ((change.allocatable, ClusterEvent.NODE_ALLOCATABLE),
+                            (change.schedulable, ClusterEvent.NODE_SCHEDULABLE),
+                            (change.labels, ClusterEvent.NODE_LABELS),
+                            (change.taints, ClusterEvent.NODE_TAINTS)):
+            if flag:
+                self.queue.move_all(event)
+
+    def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
+        info = parse_pod(pod)
+        if kind == "DELETED" or info.terminal:
+            released = self.state.remove_pod(info.uid)
+            self.queue.delete(info.uid)
+            if released is not None and not released.assumed:
+                self.queue.move_all(ClusterEvent.POD_DELETED)
+            return
+        if info.node_name:
+            self.state.observe_bound_pod(info)
+            self.queue.delete(info.uid)
+            return
+        if info.deleting or info.scheduler_name not in self.scheduler_names:
+            self.queue.delete(info.uid)
+            return
+        if self.state.is_placed(info.uid):
+            return  # assumed by us, bind in flight; the watch has not caught up yet
+        self.queue.add(info)
+
+    def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
+        self.synced.add(resource)
+        log.info("%s synced", resource)

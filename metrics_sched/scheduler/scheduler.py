@@ -1,0 +1,165 @@
+"""Scheduler: the cluster state, the queue, one Framework per profile, the binder, and the loop.
+
+One thread runs scheduling cycles (pop, filter, score, assume, reserve) while holding the state
+lock, so a cycle sees a consistent table; binds and API reporting run on worker pools.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from metrics_sched.config.model import SchedulerConfig
+from metrics_sched.framework.interfaces import ClusterEvent, Code, Plugin
+from metrics_sched.framework.runtime import CycleResult, Framework
+from metrics_sched.podinfo import PodInfo
+from metrics_sched.ports import PodWriter
+from metrics_sched.queue import SchedulingQueue
+from metrics_sched.scheduler.binding import Binder, BindOutcome
+from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
+from metrics_sched.scheduler.handle import SchedulerHandle
+from metrics_sched.scheduler.reporting import PodReporter
+from metrics_sched.state.cluster_state import ClusterState
+
+log = logging.getLogger(__name__)
+
+CycleObserver = Callable[[CycleResult], None]
+BindObserver = Callable[[BindOutcome, CycleResult], None]
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        plugins: dict[str, type[Plugin]],
+        writer: PodWriter,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        services: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.state = ClusterState()
+        self.handle = SchedulerHandle(self.state, {"pod_writer": writer, **(services or {})})
+        self.frameworks = {p.scheduler_name: Framework(p, plugins, self.handle) for p in config.profiles}
+        first = next(iter(self.frameworks.values()))
+        self.queue = SchedulingQueue(
+            first.queue_sort.sort_key,
+            events_of=self._events_of,
+            initial_backoff=config.pod_initial_backoff,
+            max_backoff=config.pod_max_backoff,
+            max_unschedulable=config.pod_max_in_unschedulable,
+        )
+        self.is_leader = is_leader
+        self.reporter = PodReporter(writer, first.name)
+        self.cycle_observers: list[CycleObserver] = []
+        self.bind_observers: list[BindObserver] = []
+        self.binder = Binder(self.state, self.queue, writer, self.reporter, workers=config.bind_workers,
+                             is_leader=is_leader, on_outcome=self._bind_outcome)
+        self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
+                                             on_node_removed=self._nodes_removed)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- wiring ----------------------------------------------------------------------------------
+    def _events_of(self, pod: PodInfo, plugins: set[str]) -> set[ClusterEvent]:
+        framework = self.frameworks.get(pod.scheduler_name)
+        return framework.events_of(plugins) if framework else set(ClusterEvent)
+
+    def _nodes_removed(self, uids: list[str]) -> None:
+        # Their binds check the node before calling the API and requeue the pods.
+        log.info("node removed under %d assumed pod(s)", len(uids))
+
+    def _bind_outcome(self, outcome: BindOutcome, result: CycleResult) -> None:
+        for observer in self.bind_observers:
+            observer(outcome, result)
+
+    def notify(self, event: ClusterEvent) -> int:
+        """An outside change (e.g. a metric crossed a threshold): parked pods it may help move."""
+        return self.queue.move_all(event)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def schedule_one(self, timeout: float = 0.5) -> CycleResult | None:
+        queued = self.queue.pop(timeout)
+        if queued is None:
+            return None
+        pod = queued.info
+        framework = self.frameworks.get(pod.scheduler_name)
+        if framework is None or not self.handlers.responsible_for(pod) or pod.scheduling_gates:
+            self.queue.done(pod.uid)
+            return None
+        if pod.parse_error:
+            result = CycleResult(pod=pod, profile=framework.name)
+            result.status = result.status.__class__(Code.ERROR, pod.parse_error, "PodInfo")
+            # Retrying cannot fix the pod: park it until it is updated (or the periodic flush).
+            self.queue.unschedulable(pod.uid, {"PodInfo"})
+            self.reporter.failed(pod, pod.parse_error, reason="SchedulerError")
+            self._observe(result)
+            return result
+        try:
+            with self.state.lock:
+                if self.state.is_placed(pod.uid):
+                    self.queue.done(pod.uid)  # already assumed or bound; the watch was behind
+                    return None
+                result = framework.schedule(pod, self.state.table)
+                if result.node is not None:
+                    self.state.assume(pod, result.node)
+        except Exception as exc:  # noqa: BLE001 - a plugin bug fails this pod, not the scheduler
+            log.exception("scheduling %s failed", pod.key)
+            result = CycleResult(pod=pod, profile=framework.name)
+            result.status = result.status.__class__(Code.ERROR, repr(exc), "framework")
+            self.queue.retry_later(pod.uid)
+            self.reporter.failed(pod, f"scheduler error: {exc}", reason="SchedulerError")
+            self._observe(result)
+            return result
+
+        if result.node is None:
+            self.queue.unschedulable(pod.uid, result.rejected_by)
+            self.reporter.failed(pod, result.message(), reason="Unschedulable")
+            self._observe(result)
+            return result
+
+        for plugin in framework.reserves:
+            status = plugin.reserve(result.cycle, pod, result.node)
+            if not status.ok:
+                for done in framework.reserves[: framework.reserves.index(plugin) + 1][::-1]:
+                    done.unreserve(result.cycle, pod, result.node)
+                self.state.forget(pod.uid)
+                self.queue.retry_later(pod.uid)
+                result.status = status
+                self._observe(result)
+                return result
+        self._observe(result)
+        self.binder.submit(framework, result)
+        return result
+
+    def _observe(self, result: CycleResult) -> None:
+        for observer in self.cycle_observers:
+            try:
+                observer(result)
+            except Exception:  # noqa: BLE001
+                log.exception("cycle observer failed")
+
+    def run(self) -> None:
+        """Schedules until stop(); only while is_leader() (a standby keeps its caches warm)."""
+        while not self._stop.is_set():
+            if not self.is_leader():
+                self._stop.wait(0.1)
+                continue
+            self.schedule_one()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="scheduling-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, drain_timeout: float = 30.0) -> bool:
+        """Stops taking pods, waits for binds in flight; True if all finished."""
+        self._stop.set()
+        self.queue.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        drained = self.binder.drain(drain_timeout)
+        self.binder.shutdown()
+        self.reporter.shutdown()
+        return drained

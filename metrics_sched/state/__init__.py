@@ -1,0 +1,6 @@
+"""The cluster as the scheduler sees it: nodes in numpy columns, pods and assumed pods."""
+
+from metrics_sched.state.cluster_state import ClusterState, PodRecord
+from metrics_sched.state.node_table import NodeTable, Taint
+
+__all__ = ["ClusterState", "NodeTable", "PodRecord", "Taint"]

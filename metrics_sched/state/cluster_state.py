@@ -1,0 +1,197 @@
+"""Nodes and the pods placed on them (bound, or assumed by us and not yet seen bound).
+
+Every pod that occupies a node counts, whoever scheduled it. An assumed pod counts from the moment
+the scheduler picks its node, before the bind call; it is never expired, only confirmed by the
+watch (same pod, bound) or forgotten on a definite failure. Pods reported on a node the table does
+not know yet are kept aside and counted when the node arrives.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from metrics_sched.podinfo import PodInfo
+from metrics_sched.resources import CPU, MEMORY
+from metrics_sched.state.node_table import IntArray, NodeRecord, NodeTable, parse_node
+
+
+@dataclass
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    vector: IntArray
+    nonzero: tuple[int, int]
+    owner_key: str | None
+    assumed: bool
+    row: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    name: str
+    row: int
+    added: bool
+    # What changed, for requeueing only the pods it may help.
+    allocatable: bool = False
+    schedulable: bool = False
+    labels: bool = False
+    taints: bool = False
+
+
+class ClusterState:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.table = NodeTable()
+        self.pods: dict[str, PodRecord] = {}
+        self._waiting: dict[str, set[str]] = {}
+        self._owner_counts: dict[str, IntArray] = {}
+
+    # -- nodes -----------------------------------------------------------------------------------
+    def upsert_node(self, node: Mapping[str, Any]) -> NodeChange:
+        record = parse_node(node)
+        with self.lock:
+            before = self._record(record.name)
+            row, added = self.table.upsert(record)
+            for uid in self._waiting.pop(record.name, set()):
+                pod = self.pods.get(uid)
+                if pod is not None and pod.row is None:
+                    self._account(pod, row)
+            return NodeChange(
+                name=record.name, row=row, added=added,
+                allocatable=before is None or before.allocatable != record.allocatable,
+                schedulable=before is None or (before.ready, before.unschedulable) != (record.ready,
+                                                                                        record.unschedulable),
+                labels=before is None or before.labels != record.labels,
+                taints=before is None or before.taints != record.taints,
+            )
+
+    def _record(self, name: str) -> NodeRecord | None:
+        row = self.table.index.get(name)
+        return None if row is None else self.table.records[row]
+
+    def remove_node(self, name: str) -> list[PodRecord]:
+        """Removes a node; returns the pods we had assumed there (their binds must not go ahead)."""
+        with self.lock:
+            row = self.table.remove(name)
+            orphans = []
+            for pod in self.pods.values():
+                if pod.node == name:
+                    pod.row = None
+                    if pod.assumed:
+                        orphans.append(pod)
+                    else:
+                        self._waiting.setdefault(name, set()).add(pod.uid)
+            for counts in self._owner_counts.values():
+                if row is not None and row < counts.shape[0]:
+                    counts[row] = 0
+            for pod in orphans:
+                self.pods.pop(pod.uid, None)
+            return orphans
+
+    def has_node(self, name: str) -> bool:
+        with self.lock:
+            return name in self.table.index
+
+    # -- pods ------------------------------------------------------------------------------------
+    def _account(self, pod: PodRecord, row: int, sign: int = 1) -> None:
+        self.table.add_requests(row, pod.vector, pod.nonzero, sign)
+        pod.row = row if sign > 0 else None
+        if pod.owner_key:
+            counts = self._owner_counts.get(pod.owner_key)
+            if counts is None or counts.shape[0] < self.table.capacity:
+                grown = np.zeros(self.table.capacity, dtype=np.int64)
+                if counts is not None:
+                    grown[: counts.shape[0]] = counts
+                counts = self._owner_counts[pod.owner_key] = grown
+            counts[row] += sign
+
+    def _place(self, info: PodInfo, node: str, assumed: bool) -> PodRecord:
+        record = PodRecord(
+            uid=info.uid, namespace=info.namespace, name=info.name, node=node,
+            vector=self.table.vector(info.requests),
+            nonzero=(info.non_zero_requests.get(CPU, 0), info.non_zero_requests.get(MEMORY, 0)),
+            owner_key=info.owner_key, assumed=assumed,
+        )
+        self.pods[info.uid] = record
+        row = self.table.index.get(node)
+        if row is None:
+            self._waiting.setdefault(node, set()).add(info.uid)
+        else:
+            self._account(record, row)
+        return record
+
+    def _release(self, record: PodRecord) -> None:
+        if record.row is not None:
+            self._account(record, record.row, sign=-1)
+        else:
+            waiting = self._waiting.get(record.node)
+            if waiting:
+                waiting.discard(record.uid)
+
+    def observe_bound_pod(self, info: PodInfo) -> str:
+        """A pod the API shows on a node. Returns 'confirmed' (was assumed there), 'moved', 'added' or 'same'."""
+        assert info.node_name
+        with self.lock:
+            existing = self.pods.get(info.uid)
+            if existing is not None:
+                if existing.node == info.node_name:
+                    was_assumed = existing.assumed
+                    existing.assumed = False
+                    return "confirmed" if was_assumed else "same"
+                self._release(existing)
+                del self.pods[info.uid]
+                self._place(info, info.node_name, assumed=False)
+                return "moved"
+            self._place(info, info.node_name, assumed=False)
+            return "added"
+
+    def remove_pod(self, uid: str) -> PodRecord | None:
+        with self.lock:
+            record = self.pods.pop(uid, None)
+            if record is not None:
+                self._release(record)
+            return record
+
+    def assume(self, info: PodInfo, node: str) -> PodRecord:
+        with self.lock:
+            if info.uid in self.pods:
+                raise ValueError(f"pod {info.key} ({info.uid}) is already placed on {self.pods[info.uid].node}")
+            return self._place(info, node, assumed=True)
+
+    def forget(self, uid: str) -> None:
+        """Drops an assumed pod after a definite bind failure (a confirmed pod is left alone)."""
+        with self.lock:
+            record = self.pods.get(uid)
+            if record is not None and record.assumed:
+                self._release(record)
+                del self.pods[uid]
+
+    def is_placed(self, uid: str) -> bool:
+        with self.lock:
+            return uid in self.pods
+
+    def assumed_count(self) -> int:
+        with self.lock:
+            return sum(1 for p in self.pods.values() if p.assumed)
+
+    def owner_counts(self, owner_key: str) -> IntArray:
+        counts = self._owner_counts.get(owner_key)
+        size = self.table.capacity
+        if counts is None:
+            return np.zeros(size, dtype=np.int64)
+        if counts.shape[0] < size:
+            grown = np.zeros(size, dtype=np.int64)
+            grown[: counts.shape[0]] = counts
+            self._owner_counts[owner_key] = counts = grown
+        return counts

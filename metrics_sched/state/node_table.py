@@ -1,0 +1,233 @@
+"""Per-node state as numpy columns, so filters return masks and scores return vectors.
+
+Rows are stable for a node's lifetime (a deleted node's row is marked absent and reused later);
+`generation` increases on any change, which lets callers cache derived arrays. Labels and taints are
+strings: they stay in Python lists, but filters read them through cached per-key columns and
+taint-set ids, so a selector over all nodes is one numpy call, not a loop over nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from metrics_sched.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources, node_allocatable
+
+BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str | None
+    effect: str
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    allocatable: Resources
+    ready: bool
+    unschedulable: bool
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    addresses: Mapping[str, str]
+
+
+def parse_node(node: Mapping[str, Any]) -> NodeRecord:
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    taints = tuple(Taint(t.get("key", ""), t.get("value"), t.get("effect", "")) for t in spec.get("taints") or [])
+    addresses = {a.get("type", ""): a.get("address", "") for a in status.get("addresses") or []}
+    try:
+        allocatable = node_allocatable(node)
+    except ValueError:
+        allocatable = {}  # a node we cannot read offers nothing; it is still tracked
+    return NodeRecord(
+        name=metadata.get("name", ""),
+        allocatable=allocatable,
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+        labels=dict(metadata.get("labels") or {}),
+        taints=taints,
+        addresses=addresses,
+    )
+
+
+class NodeTable:
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self.size = 0  # rows ever used (present or not)
+        self.names: list[str | None] = []
+        self.index: dict[str, int] = {}
+        self.records: list[NodeRecord | None] = []
+        self._free: list[int] = []
+        self.resources: list[str] = list(BASE_RESOURCES)
+        self.resource_index: dict[str, int] = {name: i for i, name in enumerate(self.resources)}
+        self.present: BoolArray = np.zeros(capacity, dtype=bool)
+        self.ready: BoolArray = np.zeros(capacity, dtype=bool)
+        self.unschedulable: BoolArray = np.zeros(capacity, dtype=bool)
+        self.allocatable: IntArray = np.zeros((capacity, len(self.resources)), dtype=np.int64)
+        self.requested: IntArray = np.zeros((capacity, len(self.resources)), dtype=np.int64)
+        # cpu and memory as kube-scheduler scores them (containers without requests count a default).
+        self.nonzero_requested: IntArray = np.zeros((capacity, 2), dtype=np.int64)
+        self.taint_set: npt.NDArray[np.int32] = np.zeros(capacity, dtype=np.int32)
+        self.taint_sets: list[tuple[Taint, ...]] = [()]
+        self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
+        self._label_columns: dict[str, npt.NDArray[np.object_]] = {}
+        self.generation = 0
+        self.labels_generation = 0
+
+    # -- shape -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _grow(self, capacity: int) -> None:
+        def grow(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            shape = (capacity, *array.shape[1:])
+            bigger = np.zeros(shape, dtype=array.dtype)
+            bigger[: self.capacity] = array[: self.capacity]
+            return bigger
+
+        self.present, self.ready, self.unschedulable = grow(self.present), grow(self.ready), grow(self.unschedulable)
+        self.allocatable, self.requested = grow(self.allocatable), grow(self.requested)
+        self.nonzero_requested, self.taint_set = grow(self.nonzero_requested), grow(self.taint_set)
+        self.capacity = capacity
+        self._label_columns.clear()
+
+    def resource_column(self, name: str) -> int:
+        """The column of a resource, added on first sight (e.g. a new extended resource)."""
+        col = self.resource_index.get(name)
+        if col is None:
+            col = len(self.resources)
+            self.resources.append(name)
+            self.resource_index[name] = col
+            pad = np.zeros((self.capacity, 1), dtype=np.int64)
+            self.allocatable = np.hstack([self.allocatable, pad])
+            self.requested = np.hstack([self.requested, pad.copy()])
+        return col
+
+    def vector(self, resources: Mapping[str, int]) -> IntArray:
+        """A resource dict as a row aligned with the table's columns (adding columns as needed)."""
+        for name in resources:
+            self.resource_column(name)
+        row = np.zeros(len(self.resources), dtype=np.int64)
+        for name, amount in resources.items():
+            row[self.resource_index[name]] = amount
+        return row
+
+    # -- updates ---------------------------------------------------------------------------------
+    def upsert(self, record: NodeRecord) -> tuple[int, bool]:
+        """Adds or updates a node; returns (row, added)."""
+        row = self.index.get(record.name)
+        added = row is None
+        if row is None:
+            if self._free:
+                row = self._free.pop()
+            else:
+                if self.size == self.capacity:
+                    self._grow(self.capacity * 2)
+                row = self.size
+                self.size += 1
+                self.names.append(None)
+                self.records.append(None)
+            self.index[record.name] = row
+            self.names[row] = record.name
+            self.requested[row] = 0
+            self.nonzero_requested[row] = 0
+            self.present[row] = True
+        previous = self.records[row]
+        self.records[row] = record
+        self.allocatable[row] = 0
+        for name, amount in record.allocatable.items():
+            col = self.resource_column(name)  # may widen the arrays: look them up after
+            self.allocatable[row, col] = amount
+        self.ready[row] = record.ready
+        self.unschedulable[row] = record.unschedulable
+        taint_id = self._taint_set_ids.get(record.taints)
+        if taint_id is None:
+            taint_id = len(self.taint_sets)
+            self.taint_sets.append(record.taints)
+            self._taint_set_ids[record.taints] = taint_id
+        self.taint_set[row] = taint_id
+        if added or previous is None or previous.labels != record.labels:
+            self._set_labels(row, record.labels, previous.labels if previous else {})
+        self.generation += 1
+        return row, added
+
+    def remove(self, name: str) -> int | None:
+        row = self.index.pop(name, None)
+        if row is None:
+            return None
+        previous = self.records[row]
+        self.present[row] = False
+        self.ready[row] = False
+        self.names[row] = None
+        self.records[row] = None
+        self.allocatable[row] = 0
+        self.requested[row] = 0
+        self.nonzero_requested[row] = 0
+        self.taint_set[row] = 0
+        if previous:
+            self._set_labels(row, {}, previous.labels)
+        self._free.append(row)
+        self.generation += 1
+        return row
+
+    def add_requests(self, row: int, requests: IntArray, nonzero: tuple[int, int], sign: int = 1) -> None:
+        width = requests.shape[0]
+        self.requested[row, :width] += sign * requests
+        self.nonzero_requested[row, 0] += sign * nonzero[0]
+        self.nonzero_requested[row, 1] += sign * nonzero[1]
+        self.generation += 1
+
+    def _set_labels(self, row: int, labels: Mapping[str, str], previous: Mapping[str, str]) -> None:
+        for key in set(previous) | set(labels):
+            column = self._label_columns.get(key)
+            if column is not None:
+                column[row] = labels.get(key)
+        self.labels_generation += 1
+
+    # -- reads -----------------------------------------------------------------------------------
+    def label_column(self, key: str) -> npt.NDArray[np.object_]:
+        """Each row's value of label `key` (None where absent), kept current incrementally."""
+        column = self._label_columns.get(key)
+        if column is None or column.shape[0] != self.capacity:
+            column = np.full(self.capacity, None, dtype=object)
+            for row, record in enumerate(self.records):
+                if record is not None:
+                    column[row] = record.labels.get(key)
+            self._label_columns[key] = column
+        return column
+
+    def label_in(self, key: str, values: Iterable[str]) -> BoolArray:
+        column = self.label_column(key)
+        return np.isin(column, np.array(list(values), dtype=object))
+
+    def label_exists(self, key: str) -> BoolArray:
+        return np.not_equal(self.label_column(key), None)
+
+    def free(self) -> IntArray:
+        return self.allocatable - self.requested
+
+    def rows(self) -> IntArray:
+        return np.flatnonzero(self.present[: self.capacity])
+
+    def name(self, row: int) -> str:
+        name = self.names[row]
+        if name is None:
+            raise KeyError(f"row {row} holds no node")
+        return name
+
+    def names_of(self, rows: Sequence[int] | IntArray) -> list[str]:
+        return [self.name(int(r)) for r in rows]

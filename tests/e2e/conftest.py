@@ -1,0 +1,53 @@
+"""One dev cluster per test session; a fresh namespace per test.
+
+If the cluster cannot start, every e2e test fails with the reason (never a skip).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from metrics_sched.devcluster import DevCluster
+from metrics_sched.devcluster.kubeapi import KubeAPI
+from tests.e2e import kube
+
+E2E_NODES = int(os.environ.get("METRICS_SCHED_E2E_NODES", "50"))
+E2E_GPUS = 8
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    run_dir = Path(tmp_path_factory.mktemp("devcluster"))
+    dev = DevCluster(run_dir, nodes=E2E_NODES, gpus_per_node=E2E_GPUS, seed=7, scrape_interval=2.0,
+                     metrics_api_interval=2.0)
+    try:
+        dev.start()
+    except Exception as exc:
+        pytest.fail(f"the dev cluster could not start: {exc}", pytrace=False)
+    try:
+        yield dev
+    finally:
+        dev.stop()
+        left = dev.leftovers()
+        assert not left, f"processes left behind by the test session: {left}"
+
+
+@pytest.fixture(scope="session")
+def api(cluster: DevCluster) -> Iterator[KubeAPI]:
+    with cluster.api() as client:
+        yield client
+
+
+@pytest.fixture
+def namespace(api: KubeAPI, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{secrets.token_hex(3)}"
+    api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    kube.delete_namespace(api, name)

@@ -1,0 +1,59 @@
+"""Helpers the e2e tests share: pods, polling, namespace clean-up without a controller-manager."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from metrics_sched.devcluster.kubeapi import KubeAPI
+
+T = TypeVar("T")
+
+
+def poll(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
+    """Returns check()'s first truthy result; fails with `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def pod_manifest(name: str, *, scheduler: str | None = None, cpu: str = "100m", memory: str = "500Mi",
+                 gpus: int = 0, **spec: Any) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "test"}},
+        "spec": {
+            "containers": [{"name": "main", "image": "registry.local/pause:3.10",
+                            "resources": {"requests": requests, "limits": limits}}],
+            "terminationGracePeriodSeconds": 0,
+            **spec,
+        },
+    }
+    if scheduler:
+        body["spec"]["schedulerName"] = scheduler
+    return body
+
+
+def list_pods(api: KubeAPI, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    return items
+
+
+def delete_namespace(api: KubeAPI, name: str) -> None:
+    """Deletes pods at once, then the namespace, finalizing it ourselves (there is no namespace controller)."""
+    api.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": "0"}, ok=(404,))
+    api.delete(f"/api/v1/namespaces/{name}")
+    ns = api.request("GET", f"/api/v1/namespaces/{name}", ok=(404,))
+    if ns and ns.get("kind") == "Namespace":
+        ns["spec"]["finalizers"] = []
+        api.request("PUT", f"/api/v1/namespaces/{name}/finalize", ns, ok=(404, 409))

@@ -1,0 +1,141 @@
+"""In-memory implementations of the core's ports for unit tests."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from metrics_sched.ports import ApiError, KubeObject, LeaseRecord, SchedulingEvent
+
+
+class FakeAPI:
+    """Pods, bindings, events and leases held in dicts; binding semantics like the apiserver's."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.events: list[SchedulingEvent] = []
+        self.conditions: dict[str, dict[str, str]] = {}
+        self.annotations: dict[str, dict[str, str]] = {}
+        self.binds: list[tuple[str, str]] = []
+        self.fail_next_binds: list[ApiError] = []
+        self.bind_then_fail: list[ApiError] = []  # bind happens, then the caller sees this error
+        self.leases: dict[tuple[str, str], LeaseRecord] = {}
+        self._rv = 0
+        self.watchers: list[Any] = []
+
+    # PodWriter
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        with self.lock:
+            if self.fail_next_binds:
+                raise self.fail_next_binds.pop(0)
+            pod = self.pods.get(f"{namespace}/{name}")
+            if pod is None:
+                raise ApiError(404, f"pods {name!r} not found")
+            if pod["metadata"]["uid"] != uid:
+                raise ApiError(409, "Precondition failed: UID in precondition does not match")
+            if pod["spec"].get("nodeName"):
+                raise ApiError(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
+            pod["spec"]["nodeName"] = node
+            self.binds.append((f"{namespace}/{name}", node))
+            error = self.bind_then_fail.pop(0) if self.bind_then_fail else None
+        for watcher in self.watchers:
+            watcher.on_pod_event("MODIFIED", copy.deepcopy(pod))
+        if error:
+            raise error
+
+    def get_pod(self, namespace: str, name: str) -> KubeObject | None:
+        with self.lock:
+            pod = self.pods.get(f"{namespace}/{name}")
+            return copy.deepcopy(pod) if pod else None
+
+    def record_event(self, event: SchedulingEvent) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def set_pod_scheduled_condition(self, namespace: str, name: str, *, status: Literal["True", "False"],
+                                    reason: str, message: str) -> None:
+        with self.lock:
+            self.conditions[f"{namespace}/{name}"] = {"status": status, "reason": reason, "message": message}
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        with self.lock:
+            self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
+
+    # test helpers
+    def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        pod.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))
+        pod["metadata"].setdefault("namespace", "default")
+        pod["metadata"].setdefault("creationTimestamp", "2026-11-30T12:00:00Z")
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        with self.lock:
+            self.pods[key] = pod
+        for watcher in self.watchers:
+            watcher.on_pod_event("ADDED", copy.deepcopy(pod))
+        return pod
+
+    def events_for(self, key: str, reason: str | None = None) -> list[SchedulingEvent]:
+        with self.lock:
+            return [e for e in self.events if f"{e.namespace}/{e.pod_name}" == key
+                    and (reason is None or e.reason == reason)]
+
+    # LeaseStore
+    def get(self, namespace: str, name: str) -> LeaseRecord | None:
+        with self.lock:
+            return self.leases.get((namespace, name))
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        with self.lock:
+            if (record.namespace, record.name) in self.leases:
+                raise ApiError(409, "already exists")
+            return self._store(record)
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        with self.lock:
+            current = self.leases.get((record.namespace, record.name))
+            if current is None:
+                raise ApiError(404, "not found")
+            if current.resource_version != record.resource_version:
+                raise ApiError(409, "the object has been modified")
+            return self._store(record)
+
+    def _store(self, record: LeaseRecord) -> LeaseRecord:
+        self._rv += 1
+        stored = LeaseRecord(record.namespace, record.name, record.holder, record.lease_duration_seconds,
+                             record.acquire_time, record.renew_time, record.lease_transitions, str(self._rv))
+        self.leases[(record.namespace, record.name)] = stored
+        return stored
+
+
+def node(name: str, *, cpu: str = "4", memory: str = "16Gi", pods: int = 110, gpus: int = 0,
+         labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
+         ready: bool = True, unschedulable: bool = False) -> dict[str, Any]:
+    alloc = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": "100Gi"}
+    if gpus:
+        alloc["nvidia.com/gpu"] = str(gpus)
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {"allocatable": alloc, "capacity": alloc,
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def pod(name: str, *, cpu: str = "100m", memory: str = "128Mi", gpus: int = 0, scheduler: str = "metrics-sched",
+        namespace: str = "default", node_name: str | None = None, priority: int = 0, **spec: Any) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
+                     "creationTimestamp": "2026-11-30T12:00:00Z"},
+        "spec": {"schedulerName": scheduler, "priority": priority,
+                 "containers": [{"name": "c", "resources": {"requests": requests}}], **spec},
+        "status": {"phase": "Pending"},
+    }
+    if node_name:
+        body["spec"]["nodeName"] = node_name
+    return body
