@@ -94,7 +94,7 @@ class LeaderElector:
             except ApiError as exc:
                 log.warning("leader election: %s", exc)
                 ok = False
-            except Exception:  # noqa: BLE001 - a bug here must not leave a zombie leader binding
+            except Exception:
                 log.exception("leader election failed")
                 ok = False
             if ok and not leading:

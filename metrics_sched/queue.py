@@ -182,7 +182,7 @@ class SchedulingQueue:
 
     # -- after an attempt ------------------------------------------------------------------------
     def backoff_duration(self, attempts: int) -> float:
-        return min(self.max_backoff, self.initial_backoff * 2 ** max(0, attempts - 1))
+        return float(min(self.max_backoff, self.initial_backoff * 2 ** max(0, attempts - 1)))
 
     def _to_active_or_backoff(self, qp: QueuedPod, now: float) -> None:
         qp.backoff_until = qp.enqueued + self.backoff_duration(qp.attempts)

@@ -6,12 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from metrics_sched.cli import devcluster_cmd
+from metrics_sched.cli import config_cmd, devcluster_cmd, run_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="metrics-sched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run_cmd.register(sub)
+    config_cmd.register(sub)
     devcluster_cmd.register(sub)
     return parser
 

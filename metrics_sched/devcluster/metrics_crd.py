@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from metrics_sched.devcluster.kubeapi import KubeAPI
+from metrics_sched.devcluster.kubeapi import KubeAPI, KubeAPIError
 
 CRD_NAME = "nodes.metrics.k8s.io"
 
@@ -56,7 +56,7 @@ def install(api: KubeAPI, timeout: float = 30.0) -> None:
             try:
                 api.get("/apis/metrics.k8s.io/v1beta1/nodes")
                 return
-            except Exception:
+            except KubeAPIError:  # served a moment after Established; retried until the deadline
                 pass
         time.sleep(0.1)
     raise TimeoutError(f"CRD {CRD_NAME} not established after {timeout:.0f}s")

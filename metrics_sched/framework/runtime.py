@@ -112,13 +112,13 @@ class Framework:
         result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
         cycle = result.cycle
         clock = time.perf_counter
-        for plugin in self.pre_filters:
+        for pre_filter in self.pre_filters:
             started = clock()
-            status = plugin.pre_filter(cycle, pod)
-            result.timings.append((plugin.name, "PreFilter", clock() - started, status.code.value))
+            status = pre_filter.pre_filter(cycle, pod)
+            result.timings.append((pre_filter.name, "PreFilter", clock() - started, status.code.value))
             if not status.ok:
-                result.status = Status(status.code, status.reason, plugin.name)
-                result.rejected_by.add(plugin.name)
+                result.status = Status(status.code, status.reason, pre_filter.name)
+                result.rejected_by.add(pre_filter.name)
                 return result
 
         feasible = table.present[: table.capacity].copy()
@@ -130,8 +130,8 @@ class Framework:
             rejected = int(before.sum() - feasible.sum())
             if rejected:
                 result.rejected_by.add(plugin.name)
-                for reason, rows in verdict.reasons.items():
-                    count = int(np.count_nonzero(rows & before))
+                for reason, rejected_rows in verdict.reasons.items():
+                    count = int(np.count_nonzero(rejected_rows & before))
                     if count:
                         result.rejections[reason] += count
             result.timings.append((plugin.name, "Filter", clock() - started,
@@ -139,7 +139,7 @@ class Framework:
             if not feasible.any():
                 break
 
-        rows = np.flatnonzero(feasible)
+        rows: IntArray = np.flatnonzero(feasible).astype(np.int64)
         result.feasible_rows = rows
         if rows.size == 0:
             result.status = Status(Code.UNSCHEDULABLE, "no node fits" if not result.rejections else "",
@@ -153,16 +153,16 @@ class Framework:
 
         total = np.zeros(rows.size, dtype=np.float64)
         weight_sum = np.zeros(rows.size, dtype=np.float64)
-        for plugin, weight in self.scores:
+        for scorer, weight in self.scores:
             started = clock()
-            raw = np.asarray(plugin.score(cycle, pod, table, rows), dtype=np.float64)
-            normalized = np.asarray(plugin.normalize(raw), dtype=np.float64)
+            raw = np.asarray(scorer.score(cycle, pod, table, rows), dtype=np.float64)
+            normalized = np.asarray(scorer.normalize(raw), dtype=np.float64)
             normalized = np.where(np.isfinite(normalized), np.clip(normalized, 0.0, 100.0), np.nan)
-            result.terms.append(ScoreTerm(plugin.name, weight, raw, normalized))
+            result.terms.append(ScoreTerm(scorer.name, weight, raw, normalized))
             present = ~np.isnan(normalized)
             total += np.where(present, normalized * weight, 0.0)
             weight_sum += present * weight
-            result.timings.append((plugin.name, "Score", clock() - started, "Success"))
+            result.timings.append((scorer.name, "Score", clock() - started, "Success"))
         with np.errstate(invalid="ignore", divide="ignore"):
             total = np.where(weight_sum > 0, total / weight_sum, 0.0)
         result.total = total

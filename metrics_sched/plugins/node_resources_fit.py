@@ -87,7 +87,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
             resource = table.resources[col]
             reason = "Too many pods" if resource == PODS else f"Insufficient {resource}"
             reasons[reason] = short[:, i]
-        return Filtered(~short.any(axis=1), reasons)
+        return Filtered(np.asarray(~short.any(axis=1), dtype=bool), reasons)
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         total = np.zeros(rows.shape[0], dtype=np.float64)

@@ -47,7 +47,7 @@ def _expression(table: NodeTable, expr: Mapping[str, Any], *, field: bool = Fals
         return ~table.label_exists(key)
     if operator in ("Gt", "Lt") and len(values) == 1:
         bound = _as_int(values[0])
-        numbers = _to_number(table.label_column(key)).astype(np.float64)
+        numbers = np.asarray(_to_number(table.label_column(key)), dtype=np.float64)
         with np.errstate(invalid="ignore"):
             return numbers > bound if operator == "Gt" else numbers < bound
     return np.zeros(table.capacity, dtype=bool)

@@ -54,5 +54,4 @@ class ZoneSpread(ScorePlugin):
         low, high = float(candidate.min()), float(candidate.max())
         if high == low:
             return np.full(rows.shape[0], 100.0)
-        result: FloatArray = 100.0 * (high - candidate) / (high - low)
-        return result
+        return np.asarray(100.0 * (high - candidate) / (high - low), dtype=np.float64)

@@ -86,7 +86,7 @@ class Binder:
         started = time.perf_counter()
         try:
             outcome = self._bind(framework, result)
-        except Exception as exc:  # noqa: BLE001 - one bad bind must not kill the worker
+        except Exception as exc:
             log.exception("bind of %s failed unexpectedly", result.pod.key)
             self._undo(framework, result)
             self.queue.retry_later(result.pod.uid)
@@ -96,7 +96,7 @@ class Binder:
         if self.on_outcome:
             try:
                 self.on_outcome(outcome, result)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("bind outcome observer failed")
         with self._idle:
             self._in_flight -= 1
@@ -108,7 +108,7 @@ class Binder:
         for plugin in reversed(framework.reserves):
             try:
                 plugin.unreserve(result.cycle, result.pod, result.node)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("unreserve of %s failed", plugin.name)
         self.state.forget(result.pod.uid)
 
@@ -139,7 +139,7 @@ class Binder:
         for plugin in framework.post_binds:
             try:
                 plugin.post_bind(result.cycle, pod, node)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("postBind %s failed", plugin.name)
         if how == "bound":
             self.reporter.scheduled(pod, node, result.cycle.get("summary", ""))

@@ -50,7 +50,7 @@ class PodReporter:
         except ApiError as exc:
             if not exc.not_found:
                 log.warning("reporting to the API failed: %s", exc)
-        except Exception:  # noqa: BLE001 - reporting must never take the scheduler down
+        except Exception:
             log.exception("reporting to the API failed")
         finally:
             with self._idle:

@@ -105,7 +105,7 @@ class Scheduler:
                 result = framework.schedule(pod, self.state.table)
                 if result.node is not None:
                     self.state.assume(pod, result.node)
-        except Exception as exc:  # noqa: BLE001 - a plugin bug fails this pod, not the scheduler
+        except Exception as exc:
             log.exception("scheduling %s failed", pod.key)
             result = CycleResult(pod=pod, profile=framework.name)
             result.status = result.status.__class__(Code.ERROR, repr(exc), "framework")
@@ -138,7 +138,7 @@ class Scheduler:
         for observer in self.cycle_observers:
             try:
                 observer(result)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("cycle observer failed")
 
     def run(self) -> None:

@@ -215,7 +215,8 @@ class NodeTable:
         return np.isin(column, np.array(list(values), dtype=object))
 
     def label_exists(self, key: str) -> BoolArray:
-        return np.not_equal(self.label_column(key), None)
+        result: BoolArray = np.array([v is not None for v in self.label_column(key)], dtype=bool)
+        return result
 
     def free(self) -> IntArray:
         return self.allocatable - self.requested

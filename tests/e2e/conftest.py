@@ -28,7 +28,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
                      metrics_api_interval=2.0)
     try:
         dev.start()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any start failure fails every e2e test with its reason
         pytest.fail(f"the dev cluster could not start: {exc}", pytrace=False)
     try:
         yield dev

@@ -72,8 +72,8 @@ CASES = [
     ),
     ("overhead is added", pod([c("a", cpu="1", memory="1Gi")], overhead={"cpu": "250m", "memory": "120Mi"}),
      {"cpu": 1250, "memory": 2**30 + 120 * 2**20}),
-    ("pod-level requests replace cpu/memory", pod([c("a", cpu="1", memory="1Gi")],
-                                                  resources={"requests": {"cpu": "3"}}), {"cpu": 3000, "memory": 2**30}),
+    ("pod-level requests replace cpu/memory",
+     pod([c("a", cpu="1", memory="1Gi")], resources={"requests": {"cpu": "3"}}), {"cpu": 3000, "memory": 2**30}),
     ("extended resources", pod([c("a", **{"nvidia.com/gpu": "2"})], [c("i", **{"nvidia.com/gpu": "1"})]),
      {"nvidia.com/gpu": 2}),
 ]

@@ -1,0 +1,137 @@
+"""The app factory: the one place where the core meets the adapters.
+
+Builds the Kubernetes adapter (watches, writes, lease), the scheduler core, leader election and the
+HTTP endpoints, and runs them until SIGTERM (drain binds in flight, release the lease, exit 0) or
+until leadership is lost (stop binding at once, exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from metrics_sched.config import SchedulerConfig
+from metrics_sched.framework.registry import Registry
+from metrics_sched.http_server import HTTPServer, Response, text
+from metrics_sched.leader import LeaderElector
+from metrics_sched.ports import ClusterSource
+from metrics_sched.scheduler import Scheduler
+
+log = logging.getLogger("metrics_sched.app")
+
+EXIT_LOST_LEADERSHIP = 1
+
+
+@dataclass
+class App:
+    config: SchedulerConfig
+    scheduler: Scheduler
+    server: HTTPServer
+    elector: LeaderElector | None
+    source: ClusterSource
+    stop: threading.Event = field(default_factory=threading.Event)
+    lost: threading.Event = field(default_factory=threading.Event)
+
+    def synced(self) -> bool:
+        return {"nodes", "pods"} <= self.scheduler.handlers.synced
+
+    def healthz(self, _: dict[str, list[str]]) -> Response:
+        if self.lost.is_set():
+            return text(500, "leadership lost\n")
+        return text(200, "ok\n")
+
+    def readyz(self, _: dict[str, list[str]]) -> Response:
+        if not self.synced():
+            return text(503, "caches not synced\n")
+        return text(200, "ok\n")
+
+    def status(self, _: dict[str, list[str]]) -> Response:
+        body = {
+            "leader": self.elector.is_leader if self.elector else True,
+            "identity": self.elector.identity if self.elector else None,
+            "synced": sorted(self.scheduler.handlers.synced),
+            "queue": self.scheduler.queue.lengths(),
+            "nodes": len(self.scheduler.state.table),
+            "pods_placed": len(self.scheduler.state.pods),
+            "assumed": self.scheduler.state.assumed_count(),
+            "binds_in_flight": self.scheduler.binder.in_flight(),
+            "config_hash": self.config.config_hash,
+        }
+        return 200, "application/json", json.dumps(body).encode()
+
+
+def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, port: int | None = None,
+          identity: str | None = None) -> App:
+    from adapters.kubernetes import (
+        KubeClient,
+        KubeClusterSource,
+        KubeLeaseStore,
+        KubePodWriter,
+        ReflectorOptions,
+        load,
+    )
+
+    kube = load(kubeconfig)
+    client = KubeClient(kube, qps=config.client_connection.qps or None, burst=config.client_connection.burst or None,
+                        max_connections=config.bind_workers + 8)
+    writer = KubePodWriter(client)
+    elector = None
+    if config.leader_election.leader_elect:
+        elector = LeaderElector(KubeLeaseStore(client), config.leader_election,
+                                identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+    scheduler = Scheduler(config, registry.plugins, writer,
+                          is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
+    options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
+    source = KubeClusterSource(client, options=options)
+    server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)
+    app = App(config=config, scheduler=scheduler, server=server, elector=elector, source=source)
+    server.route("/healthz", app.healthz)
+    server.route("/livez", app.healthz)
+    server.route("/readyz", app.readyz)
+    server.route("/status", app.status)
+    return app
+
+
+def run(app: App, *, drain_timeout: float = 30.0) -> int:
+    def on_signal(signum: int, _: FrameType | None) -> None:
+        log.info("signal %s: draining", signal.Signals(signum).name)
+        app.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    app.server.start()
+    log.info("serving /healthz, /readyz on port %d", app.server.port)
+    app.source.start(app.scheduler.handlers)
+    while not app.stop.is_set() and not app.synced():
+        app.stop.wait(0.05)
+    # Schedule only on a full picture: a pod scheduled before all bound pods are known could overcommit.
+    if app.elector is not None:
+        elector = app.elector
+
+        def on_lost() -> None:
+            app.lost.set()
+            app.stop.set()
+
+        threading.Thread(target=elector.run, name="leader-election", daemon=True,
+                         args=(app.stop, lambda: None, on_lost)).start()
+    app.scheduler.start()
+    app.stop.wait()
+
+    if app.lost.is_set():
+        log.error("leadership lost: stopped binding, exiting")
+        app.scheduler.stop(drain_timeout=0)
+        return EXIT_LOST_LEADERSHIP
+    drained = app.scheduler.stop(drain_timeout=drain_timeout)
+    if app.elector is not None:
+        app.elector.release()
+    app.source.stop()
+    app.server.stop()
+    log.info("stopped (binds drained: %s)", drained)
+    return 0

@@ -1,0 +1,104 @@
+"""Runs `metrics-sched run` as a real process against the dev cluster, supervised by it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import yaml
+
+from metrics_sched.devcluster import DevCluster
+from metrics_sched.devcluster.ports import free_port
+from metrics_sched.devcluster.processes import Managed
+from tests.e2e.kube import poll
+
+
+@dataclass
+class SchedulerProcess:
+    name: str
+    identity: str
+    port: int
+    managed: Managed
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(f"{self.url}/status", timeout=2).json()
+        return result
+
+    def alive(self) -> bool:
+        return self.managed.alive()
+
+
+def write_config(cluster: DevCluster, scheduler_name: str, extra: dict[str, Any] | None = None,
+                 leader_elect: bool = True) -> str:
+    config: dict[str, Any] = {
+        "apiVersion": "metrics-sched.io/v1alpha1",
+        "kind": "MetricsSchedulerConfiguration",
+        "profiles": [{"schedulerName": scheduler_name}],
+        "leaderElection": {"leaderElect": leader_elect, "resourceName": scheduler_name,
+                           "resourceNamespace": "default"},
+        "server": {"bindAddress": "127.0.0.1"},
+        **(extra or {}),
+    }
+    path = cluster.run_dir / f"{scheduler_name}-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, replica: int = 0) -> SchedulerProcess:
+    port = free_port()
+    identity = f"{scheduler_name}-{replica}"
+    name = f"{scheduler_name}-{replica}"
+    managed = cluster.group.start(name, [
+        sys.executable, "-m", "metrics_sched.cli", "run", "--config", config_path,
+        "--kubeconfig", str(cluster.kubeconfig), "--port", str(port), "--identity", identity,
+        "--log-format", "text",
+    ])
+    proc = SchedulerProcess(name=name, identity=identity, port=port, managed=managed)
+
+    def ready() -> bool:
+        if not managed.alive():
+            raise AssertionError(managed.describe_exit())
+        try:
+            return httpx.get(f"{proc.url}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    poll(ready, 30, f"scheduler {name} ready")
+    return proc
+
+
+@contextmanager
+def schedulers(cluster: DevCluster, replicas: int = 1, extra: dict[str, Any] | None = None,
+               leader_elect: bool = True) -> Iterator[tuple[str, list[SchedulerProcess]]]:
+    scheduler_name = f"ms-{secrets.token_hex(3)}"
+    config = write_config(cluster, scheduler_name, extra, leader_elect)
+    procs = [start_scheduler(cluster, scheduler_name, config, i) for i in range(replicas)]
+    try:
+        yield scheduler_name, procs
+    finally:
+        for proc in procs:
+            cluster.group.stop(proc.name)
+
+
+def leader_of(cluster: DevCluster, scheduler_name: str) -> str | None:
+    with cluster.api() as api:
+        lease = api.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{scheduler_name}",
+                            ok=(404,))
+    if not lease or lease.get("kind") != "Lease":
+        return None
+    holder: str | None = lease["spec"].get("holderIdentity")
+    return holder
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1)[:2000]

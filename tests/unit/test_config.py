@@ -1,0 +1,96 @@
+"""Config loading: defaults, plugin set merging, and errors that name the field (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metrics_sched.cli import main
+from metrics_sched.config import ConfigError, parse_config
+from metrics_sched.framework.registry import Registry
+
+CATALOG = Registry.default(third_party=False).catalog()
+
+
+def test_defaults() -> None:
+    config = parse_config({}, CATALOG)
+    [profile] = config.profiles
+    assert profile.scheduler_name == "metrics-sched"
+    assert [r.name for r in profile.enabled("filter")] == [
+        "NodeUnschedulable", "NodeReady", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit"]
+    assert config.leader_election.lease_duration == 15 and config.leader_election.renew_deadline == 10
+    assert config.pod_initial_backoff == 1 and config.pod_max_backoff == 10
+    assert config.pod_max_in_unschedulable == 300
+
+
+def test_enabled_disabled_and_weights_merge_like_kube_scheduler() -> None:
+    config = parse_config({
+        "profiles": [{
+            "schedulerName": "gpu",
+            "plugins": {
+                "score": {
+                    "enabled": [{"name": "NodeResourcesFit", "weight": 5}, {"name": "NodeLabelScore", "weight": 2}],
+                    "disabled": [{"name": "ZoneSpread"}],
+                },
+                "filter": {"disabled": [{"name": "*"}], "enabled": [{"name": "NodeResourcesFit"}]},
+            },
+            "pluginConfig": [{"name": "NodeLabelScore", "args": {"labelWeights": {"disk-type": {"ssd": 100}}}}],
+        }],
+        "leaderElection": {"leaseDuration": "20s", "renewDeadline": "15s", "retryPeriod": "2s"},
+    }, CATALOG)
+    profile = config.profiles[0]
+    assert [(r.name, r.weight) for r in profile.enabled("score")] == [
+        ("NodeResourcesFit", 5), ("NodeAffinity", 2), ("TaintToleration", 3), ("NodeLabelScore", 2)]
+    assert [r.name for r in profile.enabled("filter")] == ["NodeResourcesFit"]
+    assert config.leader_election.lease_duration == 20
+
+
+BAD: list[tuple[dict[str, Any], str]] = [
+    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "NodeResourcesFit", "weight": -1}]}}}]},
+     "profiles[0].plugins.score.enabled[0].weight"),
+    ({"profiles": [{"plugins": {"filter": {"enabled": [{"name": "Nope"}]}}}]},
+     "profiles[0].plugins.filter.enabled[0].name"),
+    ({"profiles": [{"plugins": {"queueSort": {"enabled": [{"name": "NodeReady"}]}}}]},
+     "profiles[0].plugins.queueSort.enabled[0].name"),
+    ({"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]}, "profiles[1].schedulerName"),
+    ({"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "Nope"}}}]}]},
+     "profiles[0].pluginConfig[0].args.scoringStrategy.type"),
+    ({"profiles": [{"pluginConfig": [{"name": "NodeLabelScore", "args": {"labelWeights": {"d": {"ssd": 300}}}}]}]},
+     "profiles[0].pluginConfig[0].args.labelWeights.d.ssd"),
+    ({"leaderElection": {"leaseDuration": "10s", "renewDeadline": "15s"}}, "leaderElection.renewDeadline"),
+    ({"leaderElection": {"retryPeriod": "soon"}}, "leaderElection.retryPeriod"),
+    ({"bindWorkers": 0}, "bindWorkers"),
+    ({"profilez": []}, "profilez"),
+    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "NodeLabelScore"}]}}}]},
+     "profiles[0].pluginConfig"),
+]
+
+
+@pytest.mark.parametrize(("data", "field"), BAD, ids=[b[1] for b in BAD])
+def test_errors_name_the_field(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, CATALOG)
+    assert info.value.field == field
+    assert str(info.value).startswith(field + ":")
+
+
+def test_check_config_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("apiVersion: metrics-sched.io/v1alpha1\nkind: MetricsSchedulerConfiguration\n")
+    assert main(["check-config", str(good)]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "profiles:\n- plugins:\n    score:\n      enabled:\n      - name: NodeResourcesFit\n        weight: 0\n"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-config", str(bad)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profiles[0].plugins.score.enabled[0].weight" in err[0]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("profiles: [\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-config", str(broken)])
+    assert exit_info.value.code == 2
