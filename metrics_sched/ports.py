@@ -119,3 +119,60 @@ class LeaseStore(Protocol):
     def update(self, record: LeaseRecord) -> LeaseRecord:
         """Optimistic update on record.resource_version; raises ApiError (409 on a lost race)."""
         ...
+
+
+# -- telemetry ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeDirectory:
+    """What a metric source may need to map its series to nodes and to turn usage into utilisation."""
+
+    names: frozenset[str]
+    by_internal_ip: Mapping[str, str]  # InternalIP -> node name
+    cpu_allocatable: Mapping[str, float]  # cores
+    memory_allocatable: Mapping[str, float]  # bytes
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one configured metric for one node, stamped with when it was measured."""
+
+    metric: str
+    node: str
+    value: float
+    observed_at: float  # unix seconds, from the sample's own timestamp, not from when we asked
+
+
+@dataclass
+class FetchResult:
+    samples: list[Sample]
+    # Values refused, by reason: nan, inf, negative, sentinel, malformed, unknown_node, ...
+    dropped: dict[str, int]
+    # Per metric that failed this round (the others still count): metric -> error message.
+    errors: dict[str, str]
+    queries: int = 0
+    unmatched_series: int = 0
+
+
+class MetricSource(Protocol):
+    """A telemetry source, refreshed by the metric cache in the background, never on the scheduling path."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def interval(self) -> float:
+        """Seconds between refreshes."""
+        ...
+
+    def metrics(self) -> list[str]:
+        """The metric names this source provides."""
+        ...
+
+    def fetch(self, nodes: NodeDirectory) -> FetchResult:
+        """One refresh of every metric; may block (bounded by the source's own timeouts). Must not raise
+        for a per-metric failure: report it in FetchResult.errors. May raise for a whole-source failure."""
+        ...
+
+    def close(self) -> None: ...

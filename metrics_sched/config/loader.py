@@ -27,6 +27,7 @@ from metrics_sched.config.model import (
     SchedulerConfig,
     ServerConfig,
 )
+from metrics_sched.telemetry.contract import parse_contract
 
 API_VERSIONS = ("metrics-sched.io/v1alpha1", "kubescheduler.config.k8s.io/v1")
 KINDS = ("MetricsSchedulerConfiguration", "KubeSchedulerConfiguration")
@@ -50,13 +51,14 @@ DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
     "filter": (
         PluginRef("NodeUnschedulable"), PluginRef("NodeReady"), PluginRef("NodeName"),
         PluginRef("TaintToleration"), PluginRef("NodeAffinity"), PluginRef("NodeResourcesFit"),
+        PluginRef("GPUTemperature"),
     ),
     "preScore": (),
     "score": (
         PluginRef("NodeResourcesFit", 1), PluginRef("NodeAffinity", 2), PluginRef("TaintToleration", 3),
-        PluginRef("ZoneSpread", 2),
+        PluginRef("ZoneSpread", 1), PluginRef("GPUTemperature", 3), PluginRef("NodeLoad", 2), PluginRef("Cost", 2),
     ),
-    "reserve": (),
+    "reserve": (PluginRef("InFlightLedger"),),
     "bind": (PluginRef("DefaultBinder"),),
     "postBind": (),
 }
@@ -208,7 +210,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     data = _mapping(data, "")
     _known_keys(data, {"apiVersion", "kind", "profiles", "leaderElection", "clientConnection", "server",
                        "bindWorkers", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
-                       "podMaxInUnschedulablePodsDuration"}, "")
+                       "podMaxInUnschedulablePodsDuration", "metrics", "sources"}, "")
     if data.get("apiVersion", API_VERSIONS[0]) not in API_VERSIONS:
         raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
     if data.get("kind", KINDS[0]) not in KINDS:
@@ -239,6 +241,18 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     maximum = parse_duration(data.get("podMaxBackoffSeconds", 10), "podMaxBackoffSeconds")
     if maximum < initial:
         raise ConfigError("podMaxBackoffSeconds", "must be >= podInitialBackoffSeconds")
+    contracts = {
+        str(name): parse_contract(_mapping(spec, f"metrics.{name}"), f"metrics.{name}")
+        for name, spec in _mapping(data.get("metrics"), "metrics").items()
+    }
+    sources: list[dict[str, Any]] = []
+    for i, spec in enumerate(_list(data.get("sources"), "sources")):
+        spec = _mapping(spec, f"sources[{i}]")
+        _string(spec.get("name"), f"sources[{i}].name")
+        _string(spec.get("type"), f"sources[{i}].type")
+        if spec["name"] in {s["name"] for s in sources}:
+            raise ConfigError(f"sources[{i}].name", f"duplicate source name {spec['name']!r}")
+        sources.append(dict(spec))
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
     return SchedulerConfig(
         profiles=profiles,
@@ -250,6 +264,8 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         pod_max_backoff=maximum,
         pod_max_in_unschedulable=parse_duration(data.get("podMaxInUnschedulablePodsDuration", 300),
                                                 "podMaxInUnschedulablePodsDuration"),
+        metrics=contracts,
+        sources=tuple(sources),
         config_hash=hashlib.sha256(canonical).hexdigest()[:12],
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from metrics_sched.telemetry.contract import FreshnessContract
+
 DEFAULT_SCHEDULER_NAME = "metrics-sched"
 EXTENSION_POINT_NAMES = ("queueSort", "preFilter", "filter", "preScore", "score", "reserve", "bind", "postBind")
 
@@ -58,6 +60,8 @@ class SchedulerConfig:
     pod_initial_backoff: float = 1.0
     pod_max_backoff: float = 10.0
     pod_max_in_unschedulable: float = 300.0
+    metrics: dict[str, FreshnessContract] = field(default_factory=dict)
+    sources: tuple[dict[str, Any], ...] = ()  # validated by the source adapters at wiring time
     config_hash: str = ""
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:

@@ -104,6 +104,14 @@ class Plugin:
             raise ArgsError(str(key), f"{cls.name} takes no args")
 
 
+class MetricAwarePlugin(Plugin):
+    """A plugin whose filter depends on telemetry: told after each refresh, it answers whether a node
+    may have become admissible (then the queue moves the pods it parked, at once)."""
+
+    def metrics_changed(self, table: NodeTable) -> bool:
+        raise NotImplementedError
+
+
 class QueueSortPlugin(Plugin):
     def sort_key(self, pod: PodInfo) -> tuple[Any, ...]:
         raise NotImplementedError

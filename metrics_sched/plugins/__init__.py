@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from metrics_sched.framework.interfaces import Plugin
+from metrics_sched.plugins.cost import Cost
+from metrics_sched.plugins.custom_metric import CustomMetric
 from metrics_sched.plugins.default_binder import DefaultBinder
+from metrics_sched.plugins.gpu_temperature import GPUTemperature
+from metrics_sched.plugins.in_flight_ledger import InFlightLedger
 from metrics_sched.plugins.node_affinity import NodeAffinity
 from metrics_sched.plugins.node_label_filter import NodeLabelFilter
 from metrics_sched.plugins.node_label_score import NodeLabelScore
+from metrics_sched.plugins.node_load import NodeLoad
 from metrics_sched.plugins.node_name import NodeName
 from metrics_sched.plugins.node_ready import NodeReady
 from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
@@ -19,7 +24,8 @@ BUILTIN: dict[str, type[Plugin]] = {
     cls.name: cls
     for cls in (
         PrioritySort, NodeResourcesFit, NodeUnschedulable, NodeReady, NodeName, TaintToleration, NodeAffinity,
-        NodeLabelFilter, NodeLabelScore, ZoneSpread, DefaultBinder,
+        NodeLabelFilter, NodeLabelScore, ZoneSpread, DefaultBinder, GPUTemperature, NodeLoad, Cost, CustomMetric,
+        InFlightLedger,
     )
 }
 

@@ -12,16 +12,18 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics_sched.config.model import SchedulerConfig
-from metrics_sched.framework.interfaces import ClusterEvent, Code, Plugin
+from metrics_sched.framework.interfaces import ClusterEvent, Code, MetricAwarePlugin, Plugin
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.podinfo import PodInfo
-from metrics_sched.ports import PodWriter
+from metrics_sched.ports import NodeDirectory, PodWriter
 from metrics_sched.queue import SchedulingQueue
 from metrics_sched.scheduler.binding import Binder, BindOutcome
 from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
 from metrics_sched.scheduler.handle import SchedulerHandle
 from metrics_sched.scheduler.reporting import PodReporter
 from metrics_sched.state.cluster_state import ClusterState
+from metrics_sched.telemetry.cache import MetricCache
+from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,10 @@ class Scheduler:
     ) -> None:
         self.config = config
         self.state = ClusterState()
-        self.handle = SchedulerHandle(self.state, {"pod_writer": writer, **(services or {})})
+        services = dict(services or {})
+        self.metrics: MetricCache = services.setdefault("metrics", MetricCache(config.metrics))
+        self.ledger: InFlightLedgerStore = services.setdefault("ledger", InFlightLedgerStore())
+        self.handle = SchedulerHandle(self.state, {"pod_writer": writer, **services})
         self.frameworks = {p.scheduler_name: Framework(p, plugins, self.handle) for p in config.profiles}
         first = next(iter(self.frameworks.values()))
         self.queue = SchedulingQueue(
@@ -61,6 +66,7 @@ class Scheduler:
                                              on_node_removed=self._nodes_removed)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.metrics.on_update(self.metrics_updated)
 
     # -- wiring ----------------------------------------------------------------------------------
     def _events_of(self, pod: PodInfo, plugins: set[str]) -> set[ClusterEvent]:
@@ -74,6 +80,29 @@ class Scheduler:
     def _bind_outcome(self, outcome: BindOutcome, result: CycleResult) -> None:
         for observer in self.bind_observers:
             observer(outcome, result)
+
+    def metrics_updated(self, metrics: set[str]) -> None:
+        """After a telemetry refresh: if a metric filter may admit a node now, parked pods retry at once."""
+        with self.state.lock:
+            admitted = False
+            for framework in self.frameworks.values():
+                for plugin in framework.filters:
+                    if isinstance(plugin, MetricAwarePlugin) and plugin.metrics_changed(self.state.table):
+                        admitted = True
+        if admitted:
+            self.queue.move_all(ClusterEvent.METRIC_CHANGED)
+
+    def node_directory(self) -> NodeDirectory:
+        """Node names, InternalIPs and allocatable cpu/memory, for the metric sources (built off the hot path)."""
+        with self.state.lock:
+            table = self.state.table
+            records = [r for r in table.records if r is not None]
+        return NodeDirectory(
+            names=frozenset(r.name for r in records),
+            by_internal_ip={r.addresses["InternalIP"]: r.name for r in records if r.addresses.get("InternalIP")},
+            cpu_allocatable={r.name: r.allocatable.get("cpu", 0) / 1000.0 for r in records},
+            memory_allocatable={r.name: float(r.allocatable.get("memory", 0)) for r in records},
+        )
 
     def notify(self, event: ClusterEvent) -> int:
         """An outside change (e.g. a metric crossed a threshold): parked pods it may help move."""

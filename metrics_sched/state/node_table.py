@@ -87,6 +87,7 @@ class NodeTable:
         self._label_columns: dict[str, npt.NDArray[np.object_]] = {}
         self.generation = 0
         self.labels_generation = 0
+        self.rows_generation = 0  # changes only when a node takes or leaves a row
 
     # -- shape -----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -146,6 +147,7 @@ class NodeTable:
             self.requested[row] = 0
             self.nonzero_requested[row] = 0
             self.present[row] = True
+            self.rows_generation += 1
         previous = self.records[row]
         self.records[row] = record
         self.allocatable[row] = 0
@@ -182,6 +184,7 @@ class NodeTable:
             self._set_labels(row, {}, previous.labels)
         self._free.append(row)
         self.generation += 1
+        self.rows_generation += 1
         return row
 
     def add_requests(self, row: int, requests: IntArray, nonzero: tuple[int, int], sign: int = 1) -> None:

@@ -1,0 +1,240 @@
+"""MetricCache: the latest value of every metric for every node, with when it was measured
+(observed_at), when we got it (fetched_at) and from which source.
+
+Each source refreshes on its own interval in its own thread; the scheduling path only reads
+numpy columns built from the store (rebuilt once per change, not per pod). A failed metric drops
+only itself; a failed source keeps its last values until their ttl runs out and shows as down.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from metrics_sched.ports import FetchResult, MetricSource, NodeDirectory
+from metrics_sched.state.node_table import BoolArray, FloatArray, NodeTable
+from metrics_sched.telemetry.contract import FreshnessContract
+
+log = logging.getLogger(__name__)
+
+SENTINEL_LIMIT = 1e15
+
+
+@dataclass
+class SourceHealth:
+    name: str
+    interval: float
+    metrics: list[str]
+    up: bool = False
+    last_success: float | None = None  # unix time
+    last_attempt: float | None = None
+    last_duration: float = 0.0
+    consecutive_failures: int = 0
+    last_error: str = ""
+    queries: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    errors_by_reason: dict[str, int] = field(default_factory=dict)
+    unmatched_series: int = 0
+    coverage: dict[str, float] = field(default_factory=dict)  # metric -> share of nodes with a fresh value
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """One metric over the table's rows: value (NaN where none), ages, and which values are usable."""
+
+    metric: str
+    values: FloatArray
+    observed_at: FloatArray
+    fetched_at: FloatArray
+    fresh: BoolArray
+    sources: tuple[str, ...]
+    contract: FreshnessContract
+
+
+@dataclass
+class _Entry:
+    value: float
+    observed_at: float
+    fetched_at: float
+    source: str
+
+
+class MetricCache:
+    def __init__(self, contracts: Mapping[str, FreshnessContract] | None = None,
+                 *, clock: Callable[[], float] = time.time) -> None:
+        self.contracts = dict(contracts or {})
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._store: dict[str, dict[str, _Entry]] = {}
+        self._sources: dict[str, MetricSource] = {}
+        self.health: dict[str, SourceHealth] = {}
+        self.generation = 0
+        self._columns: dict[str, tuple[tuple[int, int, int], MetricColumn, float]] = {}
+        self._listeners: list[Callable[[set[str]], None]] = []
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._directory: Callable[[], NodeDirectory] | None = None
+
+    def contract(self, metric: str) -> FreshnessContract:
+        return self.contracts.get(metric, FreshnessContract())
+
+    def add_source(self, source: MetricSource) -> None:
+        self._sources[source.name] = source
+        self.health[source.name] = SourceHealth(source.name, source.interval, list(source.metrics()))
+
+    def on_update(self, listener: Callable[[set[str]], None]) -> None:
+        """listener(metrics) runs after each ingest that changed values (in the source's thread)."""
+        self._listeners.append(listener)
+
+    # -- background refresh ----------------------------------------------------------------------
+    def start(self, directory: Callable[[], NodeDirectory]) -> None:
+        self._directory = directory
+        for source in self._sources.values():
+            thread = threading.Thread(target=self._loop, args=(source,), name=f"source-{source.name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for source in self._sources.values():
+            try:
+                source.close()
+            except Exception:
+                log.exception("closing source %s", source.name)
+
+    def _loop(self, source: MetricSource) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.refresh(source.name)
+            self._stop.wait(max(0.0, source.interval - (time.monotonic() - started)))
+
+    def refresh(self, name: str) -> None:
+        """One refresh of one source (its own thread calls this; tests may call it directly)."""
+        source = self._sources[name]
+        health = self.health[name]
+        assert self._directory is not None, "start() the cache (or set a directory) before refreshing"
+        directory = self._directory()
+        started_wall, started = self._clock(), time.monotonic()
+        health.last_attempt = started_wall
+        try:
+            result = source.fetch(directory)
+        except Exception as exc:  # noqa: BLE001 - a failing source degrades scoring, never stops binding
+            health.up = False
+            health.consecutive_failures += 1
+            health.last_error = f"{type(exc).__name__}: {exc}"[:500]
+            reason = type(exc).__name__
+            health.errors_by_reason[reason] = health.errors_by_reason.get(reason, 0) + 1
+            health.last_duration = time.monotonic() - started
+            log.warning("source %s failed: %s", name, health.last_error)
+            self._update_coverage(directory)
+            return
+        health.last_duration = time.monotonic() - started
+        self.ingest(name, result, fetched_at=self._clock(), directory=directory)
+
+    def set_directory(self, directory: Callable[[], NodeDirectory]) -> None:
+        self._directory = directory
+
+    def ingest(self, name: str, result: FetchResult, *, fetched_at: float,
+               directory: NodeDirectory | None = None) -> None:
+        health = self.health[name]
+        health.queries += result.queries
+        health.unmatched_series = result.unmatched_series
+        for reason, count in result.dropped.items():
+            health.dropped[reason] = health.dropped.get(reason, 0) + count
+        for metric, error in result.errors.items():
+            health.errors_by_reason["metric_error"] = health.errors_by_reason.get("metric_error", 0) + 1
+            log.warning("source %s: metric %s failed: %s", name, metric, error)
+        health.up = len(result.errors) < max(1, len(health.metrics)) or not health.metrics
+        if health.up:
+            health.last_success = fetched_at
+            health.consecutive_failures = 0
+            health.last_error = "; ".join(f"{m}: {e}" for m, e in result.errors.items())[:500]
+        else:
+            health.consecutive_failures += 1
+            health.last_error = "; ".join(f"{m}: {e}" for m, e in result.errors.items())[:500]
+        changed: set[str] = set()
+        bad = 0
+        with self._lock:
+            for sample in result.samples:
+                value = sample.value
+                if not math.isfinite(value) or abs(value) > SENTINEL_LIMIT or not math.isfinite(sample.observed_at):
+                    bad += 1  # the adapters drop these already; the cache never trusts them either
+                    continue
+                per_node = self._store.setdefault(sample.metric, {})
+                per_node[sample.node] = _Entry(value, sample.observed_at, fetched_at, name)
+                changed.add(sample.metric)
+            if changed:
+                self.generation += 1
+        if bad:
+            health.dropped["invalid"] = health.dropped.get("invalid", 0) + bad
+        if directory is not None:
+            self._update_coverage(directory)
+        if changed:
+            for listener in self._listeners:
+                try:
+                    listener(changed)
+                except Exception:
+                    log.exception("metric listener failed")
+
+    def _update_coverage(self, directory: NodeDirectory) -> None:
+        now = self._clock()
+        nodes = directory.names
+        for health in self.health.values():
+            for metric in health.metrics:
+                contract = self.contract(metric)
+                with self._lock:
+                    entries = self._store.get(metric, {})
+                    fresh = sum(
+                        1 for node in nodes
+                        if (e := entries.get(node)) is not None and e.source == health.name
+                        and now - e.observed_at <= contract.max_age and now - e.fetched_at <= contract.ttl
+                    )
+                health.coverage[metric] = fresh / len(nodes) if nodes else 0.0
+
+    # -- reads on the scheduling path ------------------------------------------------------------
+    def column(self, metric: str, table: NodeTable) -> MetricColumn:
+        """The metric over the table's rows; freshness evaluated now (cheap), values cached per change."""
+        key = (self.generation, table.rows_generation, table.capacity)
+        cached = self._columns.get(metric)
+        if cached is None or cached[0] != key:
+            values = np.full(table.capacity, np.nan)
+            observed = np.full(table.capacity, -np.inf)
+            fetched = np.full(table.capacity, -np.inf)
+            sources: set[str] = set()
+            with self._lock:
+                for node, entry in self._store.get(metric, {}).items():
+                    row = table.index.get(node)
+                    if row is not None:
+                        values[row] = entry.value
+                        observed[row] = entry.observed_at
+                        fetched[row] = entry.fetched_at
+                        sources.add(entry.source)
+            contract = self.contract(metric)
+            column = MetricColumn(metric, values, observed, fetched, np.zeros(table.capacity, dtype=bool),
+                                  tuple(sorted(sources)), contract)
+            self._columns[metric] = (key, column, 0.0)
+        else:
+            column = cached[1]
+        now = self._clock()
+        contract = column.contract
+        fresh = (~np.isnan(column.values)) & (now - column.observed_at <= contract.max_age) & (
+            now - column.fetched_at <= contract.ttl)
+        return MetricColumn(column.metric, column.values, column.observed_at, column.fetched_at, fresh,
+                            column.sources, contract)
+
+    def value(self, metric: str, node: str) -> tuple[float, float, float, str] | None:
+        """(value, observed_at, fetched_at, source) of one node, for audit and tests."""
+        with self._lock:
+            entry = self._store.get(metric, {}).get(node)
+        return None if entry is None else (entry.value, entry.observed_at, entry.fetched_at, entry.source)
