@@ -179,9 +179,11 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
     out_dir.mkdir(parents=True)
     names = ", ".join(binary for _, binary in component.tools)
     progress(f"{component.name} v{component.version}: compiling {names} (go build, cached packages reused)")
-    cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *component.ldflags)),
-           "-o", str(out_dir) + "/", *(package for package, _ in component.tools)]
-    _stream_build(cmd, build_dir, env, component, progress)
+    for package, binary in component.tools:
+        # One binary at a time, named explicitly: go would call go.etcd.io/etcd/server/v3 "server".
+        cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *component.ldflags)),
+               "-o", str(out_dir / binary), package]
+        _stream_build(cmd, build_dir, env, component, progress)
 
     if component.name == "kwok":
         _write_kwok_stages(build_dir, env, out_dir)

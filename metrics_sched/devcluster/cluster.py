@@ -26,7 +26,7 @@ import yaml
 from metrics_sched.devcluster import metrics_crd, prometheus
 from metrics_sched.devcluster.build import ControlPlaneBinaries, ensure_built
 from metrics_sched.devcluster.certs import ClusterPKI, generate_pki
-from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI
+from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI, tls_context
 from metrics_sched.devcluster.nodes import NodeSpec, create_nodes, delete_nodes, fleet
 from metrics_sched.devcluster.ports import free_port, free_ports
 from metrics_sched.devcluster.processes import ProcessError, ProcessGroup, kill_leftovers, leftovers, tail
@@ -219,8 +219,9 @@ class DevCluster:
             f"--service-account-key-file={pki.sa_public_key}",
             f"--service-account-signing-key-file={pki.sa_private_key}",
             "--service-cluster-ip-range=10.96.0.0/16",
-            # No controller-manager creates default ServiceAccounts here.
-            "--disable-admission-plugins=ServiceAccount",
+            # No controller-manager here: nothing would create default ServiceAccounts, and nothing would
+            # lift the not-ready taint TaintNodesByCondition puts on every new node.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             # A single-tenant loopback cluster: no flow control between our own clients.
@@ -240,7 +241,8 @@ class DevCluster:
         token = (self.run_dir / "admin-token").read_text()
 
         def ready() -> bool:
-            resp = httpx.get(f"https://127.0.0.1:{port}/readyz", verify=str(self._pki.ca_cert) if self._pki else True,
+            assert self._pki is not None
+            resp = httpx.get(f"https://127.0.0.1:{port}/readyz", verify=tls_context(self._pki.ca_cert),
                              headers={"Authorization": f"Bearer {token}"}, timeout=2)
             return resp.status_code == 200
 
@@ -353,8 +355,9 @@ class DevCluster:
         self.progress(f"starting {name}")
         self.group.start(name, argv)
         url = f"https://127.0.0.1:{port}"
-        _wait(lambda: httpx.get(f"{url}/healthz", verify=str(self._pki.ca_cert) if self._pki else True,
-                                timeout=1).status_code == 200, 60, name, self._alive(name))
+        verify = tls_context(self._pki.ca_cert)
+        _wait(lambda: httpx.get(f"{url}/healthz", verify=verify, timeout=1).status_code == 200, 60, name,
+              self._alive(name))
         self.endpoints.kube_scheduler = url
         return url
 

@@ -6,6 +6,7 @@ whatever state the scheduler's adapter is in.
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,11 @@ from typing import Any
 
 import httpx
 import yaml
+
+
+def tls_context(ca_file: Path) -> ssl.SSLContext:
+    """Verification against the dev cluster's own CA (never disabled)."""
+    return ssl.create_default_context(cafile=str(ca_file))
 
 
 class KubeAPIError(RuntimeError):
@@ -43,7 +49,7 @@ class KubeAPI:
         self.creds = creds
         self.client = httpx.Client(
             base_url=creds.server,
-            verify=str(creds.ca_file),
+            verify=tls_context(creds.ca_file),
             headers={"Authorization": f"Bearer {creds.token}", "Accept": "application/json"},
             timeout=timeout,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
