@@ -82,11 +82,11 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     client = KubeClient(kube, qps=config.client_connection.qps or None, burst=config.client_connection.burst or None,
                         max_connections=config.bind_workers + 8)
     writer = KubePodWriter(client)
+    identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     elector = None
     if config.leader_election.leader_elect:
-        elector = LeaderElector(KubeLeaseStore(client), config.leader_election,
-                                identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
-    scheduler = Scheduler(config, registry.plugins, writer,
+        elector = LeaderElector(KubeLeaseStore(client), config.leader_election, identity)
+    scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
                           is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
     source = KubeClusterSource(client, options=options)

@@ -50,7 +50,7 @@ def install(api: KubeAPI, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
-        conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+        conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
         if conditions.get("Established") == "True":
             # Established can precede discovery/serving by a moment.
             try:

@@ -141,8 +141,8 @@ class Binder:
                 plugin.post_bind(result.cycle, pod, node)
             except Exception:
                 log.exception("postBind %s failed", plugin.name)
-        if how == "bound":
-            self.reporter.scheduled(pod, node, result.cycle.get("summary", ""))
+        # "already_bound": our bind answered ambiguously and the re-read shows the pod on our node: it was ours.
+        self.reporter.scheduled(pod, node, result.cycle.get("summary", ""))
         return BindOutcome(pod, node, how)
 
     def _reread(self, pod: PodInfo) -> KubeObject | None:

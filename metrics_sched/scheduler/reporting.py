@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -17,12 +18,17 @@ from metrics_sched.ports import ApiError, PodWriter, SchedulingEvent
 
 log = logging.getLogger(__name__)
 
+RETRY_ATTEMPTS = 6
+RETRY_INITIAL = 0.5  # seconds, doubling: gives up after ~15 s
+
 
 class PodReporter:
-    def __init__(self, writer: PodWriter, scheduler_name: str, *, workers: int = 4) -> None:
+    def __init__(self, writer: PodWriter, scheduler_name: str, *, instance: str | None = None,
+                 workers: int = 8) -> None:
         self.writer = writer
         self.controller = scheduler_name
-        self.instance = f"{scheduler_name}-{socket.gethostname()}"
+        # Which replica acted: the leader-election identity when there is one.
+        self.instance = instance or f"{scheduler_name}-{socket.gethostname()}"
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="report")
         self._pending = 0
         self._idle = threading.Condition()
@@ -45,11 +51,21 @@ class PodReporter:
         self._submit(self.writer.record_event, event)
 
     def _safely(self, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        delay = RETRY_INITIAL
         try:
-            fn(*args, **kwargs)
-        except ApiError as exc:
-            if not exc.not_found:
-                log.warning("reporting to the API failed: %s", exc)
+            for attempt in range(RETRY_ATTEMPTS):
+                try:
+                    fn(*args, **kwargs)
+                    return
+                except ApiError as exc:
+                    if exc.not_found:
+                        return  # the pod is gone: nobody to tell
+                    if not exc.ambiguous or attempt == RETRY_ATTEMPTS - 1:
+                        log.warning("reporting to the API failed: %s", exc)
+                        return
+                    # The API is restarting or overloaded: an event lost now is an unexplained pod later.
+                    time.sleep(delay)
+                    delay *= 2
         except Exception:
             log.exception("reporting to the API failed")
         finally:

@@ -40,6 +40,7 @@ class Scheduler:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         services: dict[str, Any] | None = None,
+        instance: str | None = None,
     ) -> None:
         self.config = config
         self.state = ClusterState()
@@ -57,7 +58,7 @@ class Scheduler:
             max_unschedulable=config.pod_max_in_unschedulable,
         )
         self.is_leader = is_leader
-        self.reporter = PodReporter(writer, first.name)
+        self.reporter = PodReporter(writer, first.name, instance=instance)
         self.cycle_observers: list[CycleObserver] = []
         self.bind_observers: list[BindObserver] = []
         self.binder = Binder(self.state, self.queue, writer, self.reporter, workers=config.bind_workers,

@@ -29,7 +29,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     try:
         dev.start()
     except Exception as exc:  # noqa: BLE001 - any start failure fails every e2e test with its reason
-        pytest.fail(f"the dev cluster could not start: {exc}", pytrace=False)
+        pytest.fail(f"the dev cluster could not start: {type(exc).__name__}: {exc}", pytrace=False)
     try:
         yield dev
     finally:

@@ -27,10 +27,12 @@ def create_pods(api: KubeAPI, namespace: str, names: list[str], scheduler: str, 
                                          kube.pod_manifest(n, scheduler=scheduler, **spec)), names))
 
 
-def scheduled_events(api: KubeAPI, namespace: str, controller: str) -> collections.Counter[str]:
+def scheduled_events(api: KubeAPI, namespace: str, controller: str,
+                     instance: str | None = None) -> collections.Counter[str]:
     events = api.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
     return collections.Counter(e["regarding"]["name"] for e in events
-                               if e.get("reason") == "Scheduled" and e.get("reportingController") == controller)
+                               if e.get("reason") == "Scheduled" and e.get("reportingController") == controller
+                               and (instance is None or e.get("reportingInstance") == instance))
 
 
 def all_bound(api: KubeAPI, namespace: str, count: int) -> list[dict[str, Any]] | None:
@@ -134,12 +136,15 @@ def test_pods_not_ours_are_never_touched(cluster: DevCluster, api: KubeAPI, name
         touched = {e["regarding"]["name"] for e in events if e.get("reportingController") == name}
         assert touched == {"sentinel"}
         for untouched in ("theirs", "gated"):
-            assert not any(c["type"] == "PodScheduled" for c in pods[untouched]["status"].get("conditions", []))
+            # (the apiserver itself marks a gated pod PodScheduled=False/SchedulingGated; that one is fine)
+            ours = [c for c in pods[untouched]["status"].get("conditions", [])
+                    if c["type"] == "PodScheduled" and c.get("reason") in ("Unschedulable", "SchedulerError")]
+            assert not ours, ours
 
 
 def test_leader_killed_mid_burst_the_standby_binds_the_rest(cluster: DevCluster, api: KubeAPI,
                                                              namespace: str) -> None:
-    with node_pool(cluster, 10, cpu="4") as (pool, _), schedulers(cluster, replicas=2) as (name, procs):
+    with node_pool(cluster, 10, cpu="4", memory="64Gi") as (pool, _), schedulers(cluster, replicas=2) as (name, procs):
         leader_id = kube.poll(lambda: leader_of(cluster, name), 20, "a leader")
         leader = next(p for p in procs if p.identity == leader_id)
         standby = next(p for p in procs if p.identity != leader_id)
@@ -150,19 +155,33 @@ def test_leader_killed_mid_burst_the_standby_binds_the_rest(cluster: DevCluster,
                   "the burst under way")
         os.kill(leader.managed.pid, signal.SIGKILL)
         killed = time.monotonic()
+        time.sleep(1)  # binds the dead leader had on the wire land (or not) by now
+        bound_by_leader = {p["metadata"]["name"] for p in kube.list_pods(api, namespace) if p["spec"].get("nodeName")}
         creator.join()
-        kube.poll(lambda: all_bound(api, namespace, 300), 45, "all pods bound after the leader died")
+        try:
+            kube.poll(lambda: all_bound(api, namespace, 300), 45, "all pods bound after the leader died")
+        except AssertionError as exc:
+            bound = sum(1 for p in kube.list_pods(api, namespace) if p["spec"].get("nodeName"))
+            raise AssertionError(f"{exc}; {bound}/300 bound; standby log:\n{cluster.log_tail(standby.name, 60)}") from None
         assert time.monotonic() - killed < 30 + 5, "the standby took too long"
         assert leader_of(cluster, name) == standby.identity
-        counts = kube.poll(lambda: (c := scheduled_events(api, namespace, name)) and sum(c.values()) >= 300 and c,
-                           20, "a Scheduled event per pod")
-        assert set(counts) == set(names)
-        assert max(counts.values()) == 1, f"bound twice: {[n for n, c in counts.items() if c > 1]}"
+        # The killed leader may die between a bind and its (asynchronous) Scheduled event, so pods it bound can
+        # lack one. Every other pod was bound by the standby, which reports each exactly once; no pod may have
+        # two Scheduled events (two replicas binding it).
+        by_standby = set(names) - bound_by_leader
+        counts = kube.poll(lambda: (c := scheduled_events(api, namespace, name, standby.identity)) and
+                           set(c) >= by_standby and c, 20, "a Scheduled event from the standby for each of its pods")
+        assert not set(counts) & bound_by_leader, "the standby reported binding a pod the leader had bound"
+        everyone = scheduled_events(api, namespace, name)
+        assert max(everyone.values()) == 1, f"bound twice: {[n for n, c in everyone.items() if c > 1]}"
         assert standby.alive()
 
 
 def test_watch_expiry_and_apiserver_restart_miss_nothing(cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
-    with node_pool(cluster, 10, cpu="8") as (pool, _), schedulers(cluster) as (name, procs):
+    # One replica without leader election: an apiserver down longer than renewDeadline would (rightly) make a
+    # leader exit, and this test is about the watches.
+    with node_pool(cluster, 10, cpu="8", memory="64Gi") as (pool, _), \
+            schedulers(cluster, leader_elect=False) as (name, procs):
         create_pods(api, namespace, [f"a{i:03d}" for i in range(100)], name, **in_pool(pool))
         # Compact etcd to its current revision so the restarted apiserver answers old resourceVersions with 410.
         assert cluster.endpoints is not None
@@ -175,7 +194,10 @@ def test_watch_expiry_and_apiserver_restart_miss_nothing(cluster: DevCluster, ap
             api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod_name}",
                         params={"gracePeriodSeconds": "0"}, ok=(404,))
         create_pods(api, namespace, [f"b{i:03d}" for i in range(100)], name, **in_pool(pool))
-        pods = kube.poll(lambda: all_bound(api, namespace, 190), 60, "190 pods bound after the restart")
+        try:
+            pods = kube.poll(lambda: all_bound(api, namespace, 190), 60, "190 pods bound after the restart")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{cluster.log_tail(procs[0].name, 40)}") from None
         expected = {f"a{i:03d}" for i in range(90)} | {f"b{i:03d}" for i in range(100)}
         assert {p["metadata"]["name"] for p in pods} == expected
         counts = kube.poll(lambda: (c := scheduled_events(api, namespace, name)) and

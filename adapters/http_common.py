@@ -1,0 +1,334 @@
+"""What the telemetry adapters share: secrets read from files, scrubbing, health records, config readers.
+
+Secrets (tokens, passwords) live in files so they can be rotated and never sit in a config dump. Their
+values never appear in a repr, a log line, an exception message or health(): every error text an
+adapter keeps or logs goes through `scrub` first.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import math
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from metrics_sched.config import ConfigError
+from metrics_sched.config.durations import parse_duration
+
+SECRET_REFRESH_SECONDS = 60.0
+MAX_TIMEOUT_SECONDS = 2.0
+REDACTED = "<redacted>"
+# Keys the caller's source list puts in every source spec; they are not this adapter's to validate.
+CALLER_KEYS = frozenset({"name", "type"})
+_INSECURE_KEYS = frozenset({"insecure", "insecureSkipVerify", "insecure_skip_verify", "insecure-skip-tls-verify",
+                            "verify", "skipVerify"})
+_AUTH_HEADER = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)[^'\",}\r\n]+")
+
+
+class SourceError(RuntimeError):
+    """A whole-source failure (unreachable, circuit open, ...); the message is already scrubbed."""
+
+
+class SecretFileError(ValueError):
+    """A secret file that cannot be used; the message names the file, never its content."""
+
+
+# -- secrets -------------------------------------------------------------------------------------------
+
+
+class SecretFile:
+    """A token or password in a file, re-read at most `max_age` apart so a rotated secret is picked up."""
+
+    def __init__(self, path: Path, *, max_age: float = SECRET_REFRESH_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._max_age = max_age
+        self._clock = clock
+        self._lock = threading.Lock()
+        # Eager: a missing or empty file is a config error, not a surprise at the first refresh.
+        self._value = self._read()
+        self._read_at = clock()
+
+    def _read(self) -> str:
+        try:
+            value = self.path.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise SecretFileError(f"cannot read {self.path}: {reason}") from None
+        if not value:
+            raise SecretFileError(f"{self.path} is empty")
+        return value
+
+    def value(self) -> str:
+        with self._lock:
+            if self._clock() - self._read_at >= self._max_age:
+                self._read_at = self._clock()
+                # A rotation swaps the file; a failed read mid-swap should not drop a secret that may
+                # well still be valid.
+                with contextlib.suppress(SecretFileError):
+                    self._value = self._read()
+            return self._value
+
+    def __repr__(self) -> str:
+        return f"SecretFile(path={str(self.path)!r})"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How to fill the Authorization header: `<scheme> <token>` or HTTP basic auth."""
+
+    kind: Literal["token", "basic"]
+    scheme: str = "Bearer"
+    token: SecretFile | None = None
+    username: str = ""
+    password: SecretFile | None = None
+
+    def authorization(self) -> str:
+        if self.kind == "token":
+            assert self.token is not None
+            return f"{self.scheme} {self.token.value()}"
+        assert self.password is not None
+        return f"Basic {_basic(self.username, self.password.value())}"
+
+    def secrets(self) -> list[str]:
+        """Every form in which a secret could show up in a text, for `scrub`."""
+        if self.kind == "token":
+            assert self.token is not None
+            return [self.token.value()]
+        assert self.password is not None
+        password = self.password.value()
+        return [password, _basic(self.username, password)]
+
+
+def _basic(username: str, password: str) -> str:
+    return base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with every known secret and anything that looks like an Authorization header value removed."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def clean_message(text: str, secrets: Iterable[str] = (), *, limit: int = 300) -> str:
+    """`text` on one line, scrubbed and bounded: fit for errors, logs and health()."""
+    text = scrub(" ".join(text.split()), secrets)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_error(exc: BaseException, secrets: Iterable[str] = (), *, limit: int = 300) -> str:
+    text = str(exc)
+    return clean_message(f"{type(exc).__name__}: {text}" if text.strip() else type(exc).__name__, secrets,
+                         limit=limit)
+
+
+# -- health --------------------------------------------------------------------------------------------
+
+
+class HealthTracker:
+    """What /sources shows about one source: when it last worked, how often it has failed since."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.last_attempt: float | None = None
+        self.last_success: float | None = None
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
+
+    def success(self, partial_error: str | None = None) -> None:
+        """A refresh that delivered; `partial_error` keeps the latest per-metric error visible."""
+        with self._lock:
+            now = self._clock()
+            self.last_attempt = self.last_success = now
+            self.consecutive_failures = 0
+            if partial_error is not None:
+                self.last_error = partial_error
+
+    def failure(self, error: str) -> None:
+        with self._lock:
+            self.last_attempt = self._clock()
+            self.consecutive_failures += 1
+            self.last_error = error
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"last_attempt": self.last_attempt, "last_success": self.last_success,
+                    "consecutive_failures": self.consecutive_failures, "last_error": self.last_error}
+
+
+# -- time ----------------------------------------------------------------------------------------------
+
+
+def parse_rfc3339(text: str) -> float:
+    """Unix seconds from an RFC 3339 timestamp ("2024-05-01T10:00:00Z", fractions, offsets); naive is UTC."""
+    stamp = datetime.fromisoformat(text.strip())
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+# -- config readers ------------------------------------------------------------------------------------
+# `where` is the path of the mapping being read, relative to the source spec ("" at the top).
+
+
+def field_name(where: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    return f"{where}.{key}" if where else key
+
+
+def check_keys(spec: Mapping[str, Any], known: Collection[str], where: str) -> None:
+    """Rejects typos instead of silently ignoring them, and refuses any option that disables TLS checks."""
+    for key in spec:
+        if key in _INSECURE_KEYS:
+            raise ConfigError(field_name(where, str(key)),
+                              "TLS is always verified; give tls.caFile to trust a private CA instead")
+        if key not in known:
+            raise ConfigError(field_name(where, str(key)), f"unknown field; known: {', '.join(sorted(known))}")
+
+
+def mapping(value: object, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(field, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def read_str(spec: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = spec.get(key, default)
+    if value is None:
+        raise ConfigError(field_name(where, key), "is required")
+    if not isinstance(value, str):
+        raise ConfigError(field_name(where, key), f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def read_float(spec: Mapping[str, Any], key: str, where: str, default: float, *,
+               positive: bool = False) -> float:
+    value = spec.get(key, default)
+    field = field_name(where, key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(field, f"must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ConfigError(field, f"must be > 0, got {value!r}")
+    return float(value)
+
+
+def read_int(spec: Mapping[str, Any], key: str, where: str, default: int, *, minimum: int,
+             maximum: int) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ConfigError(field_name(where, key), f"must be an integer in {minimum}..{maximum}, got {value!r}")
+    return value
+
+
+def read_bool(spec: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = spec.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(field_name(where, key), f"must be true or false, got {value!r}")
+    return value
+
+
+def read_duration(spec: Mapping[str, Any], key: str, where: str, default: float, *,
+                  maximum: float | None = None) -> float:
+    """Seconds, from a number or a Go-style duration ("15s", "1m30s", "500ms"); must be > 0."""
+    field = field_name(where, key)
+    seconds = parse_duration(spec.get(key, default), field)
+    if seconds <= 0:
+        raise ConfigError(field, "must be > 0")
+    if maximum is not None and seconds > maximum:
+        raise ConfigError(field, f"must be at most {maximum:g}s, got {seconds:g}s")
+    return seconds
+
+
+def read_timeout(spec: Mapping[str, Any], where: str, default: float = MAX_TIMEOUT_SECONDS,
+                 maximum: float = MAX_TIMEOUT_SECONDS) -> float:
+    return read_duration(spec, "timeout", where, default, maximum=maximum)
+
+
+def read_url(spec: Mapping[str, Any], where: str, key: str = "url") -> str:
+    field = field_name(where, key)
+    url = read_str(spec, key, where).strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(field, f"must be an http:// or https:// URL, got {url!r}")
+    if parts.username is not None or parts.password is not None:
+        # Credentials in a URL end up in logs and error messages; they belong in files.
+        raise ConfigError(field, "must not contain credentials; use auth with a token or password file")
+    if parts.fragment:
+        raise ConfigError(field, "must not contain a #fragment")
+    return url
+
+
+def resolve_path(base_dir: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
+def read_tls(spec: Mapping[str, Any], where: str, base_dir: Path, url: str) -> Path | None:
+    """tls.caFile: a PEM bundle to verify the server with (None: the system trust store)."""
+    if "tls" not in spec or spec["tls"] is None:
+        return None
+    tls_where = field_name(where, "tls")
+    tls = mapping(spec["tls"], tls_where)
+    check_keys(tls, {"caFile"}, tls_where)
+    if "caFile" not in tls:
+        return None
+    ca = resolve_path(base_dir, read_str(tls, "caFile", tls_where))
+    if not ca.is_file():
+        raise ConfigError(field_name(tls_where, "caFile"), f"{ca} is not a readable file")
+    if not url.startswith("https://"):
+        raise ConfigError(field_name(tls_where, "caFile"), "is only used with an https:// url")
+    try:
+        ssl.create_default_context(cafile=str(ca))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(field_name(tls_where, "caFile"), f"{ca} holds no usable PEM certificates: {exc}") from None
+    return ca
+
+
+def read_auth(spec: Mapping[str, Any], where: str, base_dir: Path, *, token_key: str,
+              schemes: Collection[str] | None = None, default_scheme: str = "Bearer") -> Credentials | None:
+    """auth: {<token_key>: file[, scheme]} or {basicAuth: {username, passwordFile}}; None without auth."""
+    if spec.get("auth") is None:
+        return None
+    auth_where = field_name(where, "auth")
+    auth = mapping(spec["auth"], auth_where)
+    check_keys(auth, {token_key, "basicAuth", *(("scheme",) if schemes else ())}, auth_where)
+    if (token_key in auth) == ("basicAuth" in auth):
+        raise ConfigError(auth_where, f"needs exactly one of {token_key} or basicAuth")
+    if token_key in auth:
+        scheme = default_scheme
+        if schemes:
+            scheme = read_str(auth, "scheme", auth_where, default_scheme)
+            if scheme not in schemes:
+                raise ConfigError(field_name(auth_where, "scheme"), f"must be one of {', '.join(schemes)}")
+        token = _secret(auth, token_key, auth_where, base_dir)
+        return Credentials(kind="token", scheme=scheme, token=token)
+    if "scheme" in auth:
+        raise ConfigError(field_name(auth_where, "scheme"), "only applies to a token")
+    basic_where = field_name(auth_where, "basicAuth")
+    basic = mapping(auth["basicAuth"], basic_where)
+    check_keys(basic, {"username", "passwordFile"}, basic_where)
+    username = read_str(basic, "username", basic_where)
+    if not username or ":" in username:
+        raise ConfigError(field_name(basic_where, "username"), "must be non-empty and contain no ':'")
+    return Credentials(kind="basic", username=username, password=_secret(basic, "passwordFile", basic_where, base_dir))
+
+
+def _secret(spec: Mapping[str, Any], key: str, where: str, base_dir: Path) -> SecretFile:
+    path = resolve_path(base_dir, read_str(spec, key, where))
+    try:
+        return SecretFile(path)
+    except SecretFileError as exc:
+        raise ConfigError(field_name(where, key), str(exc)) from None

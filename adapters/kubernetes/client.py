@@ -1,0 +1,231 @@
+"""KubeClient: raw-JSON HTTP access to the API server, with errors as metrics_sched.ports.ApiError.
+
+Two connection pools: long-lived LIST/WATCH streams get their own, so a slow list or a dozen idle
+watches can never take a connection the bind loop is waiting for (and vice versa).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from adapters.kubernetes.config import KubeConfig
+from adapters.kubernetes.rate_limit import TokenBucket
+from metrics_sched.ports import ApiError
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "metrics-sched/0.1"
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+class WatchTimeout(ApiError):
+    """Nothing arrived on a watch within the client read timeout: the connection may be silently dead."""
+
+
+class KubeClient:
+    def __init__(
+        self,
+        config: KubeConfig,
+        *,
+        max_connections: int = 16,
+        qps: float | None = None,
+        burst: int | None = None,
+        request_timeout: float = 30.0,
+        list_timeout: float = 120.0,
+        connect_timeout: float = 5.0,
+        watch_read_timeout: float = 60.0,
+        max_watch_connections: int = 8,
+        user_agent: str = USER_AGENT,
+        transport: httpx.BaseTransport | None = None,
+        watch_transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """max_connections: the request pool (set it to the bind concurrency). qps/burst: client-side
+        limit on that pool, unlimited when qps is None (burst defaults to 2 x qps). transport (and optionally
+        a separate watch_transport) replaces the network, for tests."""
+        self.config = config
+        self.request_timeout = request_timeout
+        self.list_timeout = list_timeout
+        self.connect_timeout = connect_timeout
+        self.watch_read_timeout = watch_read_timeout
+        self.limiter = TokenBucket(qps, burst or max(1, int(2 * qps))) if qps else None
+        # Only built for real connections: a test transport needs no CA on disk.
+        tls = config.ssl_context() if transport is None else None
+        headers = {"Accept": JSON, "User-Agent": user_agent}
+        common: dict[str, Any] = {"base_url": config.server, "headers": headers, "auth": config.auth(),
+                                  "trust_env": False, "follow_redirects": False}
+        self._http = httpx.Client(
+            **common,
+            verify=tls or True,
+            transport=transport,
+            timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+        self._watch_http = httpx.Client(
+            **common,
+            verify=tls or True,
+            transport=watch_transport or transport,
+            timeout=httpx.Timeout(list_timeout, connect=connect_timeout, read=watch_read_timeout),
+            limits=httpx.Limits(max_connections=max_watch_connections,
+                                max_keepalive_connections=max_watch_connections),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+        self._watch_http.close()
+
+    def __enter__(self) -> KubeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"KubeClient(server={self.config.server!r})"
+
+    # -- requests --------------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: Any = None, *, params: Mapping[str, str] | None = None,
+                content_type: str = JSON, rate_limited: bool = True) -> dict[str, Any]:
+        """One call on the request pool; the response body decoded as a JSON object. Raises ApiError.
+
+        rate_limited=False skips the QPS bucket: for lease renewals, which must not queue behind a burst of
+        binds (kube-scheduler gives leader election its own client for the same reason)."""
+        response = self._call(self._http, method, path, body, params, content_type, limited=rate_limited)
+        return _decode(method, path, response)
+
+    def send(self, method: str, path: str, body: Any = None, *, params: Mapping[str, str] | None = None,
+             content_type: str = JSON, rate_limited: bool = True) -> int:
+        """Like request() but only the status code: for writes whose reply nobody needs to parse."""
+        return self._call(self._http, method, path, body, params, content_type, limited=rate_limited).status_code
+
+    def list(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+        """One LIST page, on the watch pool (big, slow, and not subject to the write rate limit)."""
+        response = self._call(self._watch_http, "GET", path, None, params, JSON, limited=False,
+                              timeout=httpx.Timeout(self.list_timeout, connect=self.connect_timeout))
+        return _decode("GET", path, response)
+
+    @contextlib.contextmanager
+    def watch(self, path: str, params: Mapping[str, str], *, read_timeout: float | None = None,
+              ) -> Iterator[WatchStream]:
+        """Opens a watch stream (HTTP errors, including 410 Gone, raise ApiError before it is yielded)."""
+        timeout = httpx.Timeout(self.list_timeout, connect=self.connect_timeout,
+                                read=read_timeout if read_timeout is not None else self.watch_read_timeout)
+        request = self._watch_http.build_request("GET", path, params={**params, "watch": "true"}, timeout=timeout)
+        try:
+            response = self._watch_http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise self._transport_error("WATCH", path, exc) from exc
+        try:
+            if response.status_code >= 400:
+                try:
+                    response.read()
+                except httpx.HTTPError as exc:
+                    raise self._transport_error("WATCH", path, exc) from exc
+                raise self._status_error("WATCH", path, response)
+            yield WatchStream(response, path)
+        finally:
+            response.close()
+
+    # -- internals -------------------------------------------------------------------------------
+    def _call(self, http: httpx.Client, method: str, path: str, body: Any, params: Mapping[str, str] | None,
+              content_type: str, *, limited: bool, timeout: httpx.Timeout | None = None) -> httpx.Response:
+        if limited and self.limiter is not None:
+            self.limiter.acquire()
+        headers = {}
+        content = None
+        if body is not None:
+            content = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = content_type
+        try:
+            response = http.request(method, path, content=content, params=params, headers=headers,
+                                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(method, path, exc) from exc
+        if response.status_code >= 400:
+            raise self._status_error(method, path, response)
+        return response
+
+    def _status_error(self, method: str, path: str, response: httpx.Response) -> ApiError:
+        message, reason = "", ""
+        try:
+            status = response.json()
+        except ValueError:
+            message = response.text[:300]
+        else:
+            if isinstance(status, dict):
+                message, reason = str(status.get("message", "")), str(status.get("reason", ""))
+        return ApiError(response.status_code, self._scrub(f"{method} {path}: {message or response.reason_phrase}"),
+                        reason=reason)
+
+    def _transport_error(self, method: str, path: str, exc: Exception) -> ApiError:
+        return ApiError(None, self._scrub(f"{method} {path}: {type(exc).__name__}: {exc}"), reason=type(exc).__name__)
+
+    def _scrub(self, text: str) -> str:
+        # Server messages can echo request content back; a token must not leak through one. (A token of a
+        # few characters would match ordinary words and is no secret anyway: leave the message intact.)
+        if self.config.token is not None:
+            with contextlib.suppress(Exception):
+                token = self.config.token.token()
+                if len(token) >= 8 and token in text:
+                    text = text.replace(token, "<redacted>")
+        return text
+
+
+class WatchStream:
+    """The events of one open watch, decoded line by line."""
+
+    def __init__(self, response: httpx.Response, path: str) -> None:
+        self._response = response
+        self._path = path
+        self._aborted = False
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """Yields watch events until the server ends the stream; returns quietly after abort()."""
+        try:
+            for line in self._response.iter_lines():
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise ApiError(None, f"WATCH {self._path}: malformed event line") from None
+                if not isinstance(event, dict):
+                    raise ApiError(None, f"WATCH {self._path}: event is not an object")
+                yield event
+        except httpx.ReadTimeout as exc:
+            if not self._aborted:
+                raise WatchTimeout(None, f"WATCH {self._path}: no data within the read timeout") from exc
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            if not self._aborted:
+                raise ApiError(None, f"WATCH {self._path}: {type(exc).__name__}: {exc}") from exc
+
+    def abort(self) -> None:
+        """Ends the stream from another thread. Closing alone would leave the reader blocked in recv()
+        until the read timeout; shutting the socket down wakes it at once."""
+        self._aborted = True
+        stream = self._response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                # The plain-socket method: SSLSocket.shutdown would also drop the SSL object under the reader.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        else:
+            self._response.close()
+
+
+def _decode(method: str, path: str, response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        raise ApiError(response.status_code, f"{method} {path}: the reply is not JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(response.status_code, f"{method} {path}: the reply is not a JSON object")
+    return body

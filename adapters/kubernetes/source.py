@@ -1,0 +1,90 @@
+"""KubeClusterSource: the ClusterSource port on reflectors, one per watched resource."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adapters.kubernetes.client import KubeClient
+from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
+from metrics_sched.ports import ClusterEventSink, EventType, KubeObject
+
+
+@dataclass(frozen=True)
+class WatchedResource:
+    """A resource to list and watch, and how its events reach the sink.
+
+    Adding a resource later (e.g. PersistentVolumeClaims, or NodeMetrics) is a new WatchedResource
+    plus the sink method it calls: the reflector itself is resource-agnostic.
+    """
+
+    name: str
+    path: str
+    deliver: Callable[[ClusterEventSink, EventType, KubeObject], None]
+    synced: Callable[[ClusterEventSink], None]
+    params: Mapping[str, str] = field(default_factory=dict)  # labelSelector / fieldSelector
+
+
+NODES = WatchedResource(
+    "nodes", "/api/v1/nodes",
+    deliver=lambda sink, kind, obj: sink.on_node_event(kind, obj),
+    synced=lambda sink: sink.on_synced("nodes"),
+)
+PODS = WatchedResource(
+    "pods", "/api/v1/pods",
+    deliver=lambda sink, kind, obj: sink.on_pod_event(kind, obj),
+    synced=lambda sink: sink.on_synced("pods"),
+)
+DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS)
+
+
+class KubeClusterSource:
+    def __init__(self, client: KubeClient, *, resources: Sequence[WatchedResource] = DEFAULT_RESOURCES,
+                 options: ReflectorOptions | None = None, rng: random.Random | None = None) -> None:
+        self._client = client
+        self._resources = tuple(resources)
+        self._options = options
+        self._rng = rng
+        self._reflectors: dict[str, Reflector] = {}
+
+    def start(self, sink: ClusterEventSink) -> None:
+        if self._reflectors:
+            raise RuntimeError("KubeClusterSource already started")
+        for resource in self._resources:
+            self._reflectors[resource.name] = Reflector(
+                self._client, resource.name, resource.path,
+                on_event=_bind_deliver(resource, sink), on_synced=_bind_synced(resource, sink),
+                params=resource.params, options=self._options, rng=self._rng,
+            )
+        for reflector in self._reflectors.values():
+            reflector.start()
+
+    def stop(self) -> None:
+        # Abort every watch first, then wait: stopping one by one would add up their shutdown times.
+        for reflector in self._reflectors.values():
+            reflector.request_stop()
+        for reflector in self._reflectors.values():
+            reflector.join()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """True once every resource has delivered its initial list (False on timeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reflector in self._reflectors.values():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not reflector.wait_synced(left):
+                return False
+        return bool(self._reflectors)
+
+    def stats(self) -> dict[str, ReflectorStats]:
+        """Per resource: lists, relists, watch restarts, events... for the metrics endpoint."""
+        return {name: reflector.stats() for name, reflector in self._reflectors.items()}
+
+
+def _bind_deliver(resource: WatchedResource, sink: ClusterEventSink) -> Callable[[EventType, KubeObject], None]:
+    return lambda kind, obj: resource.deliver(sink, kind, obj)
+
+
+def _bind_synced(resource: WatchedResource, sink: ClusterEventSink) -> Callable[[], None]:
+    return lambda: resource.synced(sink)

@@ -1,0 +1,56 @@
+"""The Metrics Server source's configuration, validated.
+
+Fields (paths relative to the source spec; `name` and `type` belong to the caller and are ignored). The
+API server address, credentials and TLS come from the injected Kubernetes client, not from here.
+
+- `interval` (default `15s`): seconds between refreshes (Metrics Server itself resolves every 15 s).
+- `timeout` (default `5s`, at most 30 s): for the one LIST request.
+- `cpuMetric` (default `node_cpu_utilisation`): name of usage.cpu / allocatable cpu (0-1, can exceed 1).
+- `memoryMetric` (default `node_memory_utilisation`): name of usage.memory (working set) / allocatable
+  memory.
+- `path` (default `/apis/metrics.k8s.io/v1beta1/nodes`): the NodeMetricsList to read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.http_common import CALLER_KEYS, check_keys, mapping, read_duration, read_str, read_timeout
+from metrics_sched.config import ConfigError
+
+DEFAULT_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
+_KEYS = {"interval", "timeout", "cpuMetric", "memoryMetric", "path", *CALLER_KEYS}
+
+
+@dataclass(frozen=True)
+class MetricsServerConfig:
+    interval: float = 15.0
+    timeout: float = 5.0
+    cpu_metric: str = "node_cpu_utilisation"
+    memory_metric: str = "node_memory_utilisation"
+    path: str = DEFAULT_PATH
+
+
+def parse_config(spec: Mapping[str, Any]) -> MetricsServerConfig:
+    spec = mapping(spec, "")
+    check_keys(spec, _KEYS, "")
+    defaults = MetricsServerConfig()
+    cpu = read_str(spec, "cpuMetric", "", defaults.cpu_metric).strip()
+    memory = read_str(spec, "memoryMetric", "", defaults.memory_metric).strip()
+    for key, value in (("cpuMetric", cpu), ("memoryMetric", memory)):
+        if not value:
+            raise ConfigError(key, "must not be empty")
+    if cpu == memory:
+        raise ConfigError("memoryMetric", "must differ from cpuMetric")
+    path = read_str(spec, "path", "", defaults.path).strip()
+    if not path.startswith("/"):
+        raise ConfigError("path", "must be an absolute path on the API server, e.g. " + DEFAULT_PATH)
+    return MetricsServerConfig(
+        interval=read_duration(spec, "interval", "", defaults.interval),
+        timeout=read_timeout(spec, "", defaults.timeout, maximum=30.0),
+        cpu_metric=cpu,
+        memory_metric=memory,
+        path=path,
+    )

@@ -1,0 +1,162 @@
+"""MetricsServerSource: node CPU and memory utilisation from metrics.k8s.io NodeMetrics.
+
+One LIST per refresh. Usage quantities are parsed exactly ("287982098n", "1156520Ki") and divided by
+the node's allocatable from the NodeDirectory; each sample is stamped with its item's own `timestamp`
+(the end of Metrics Server's window), not with when we asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from adapters.http_common import HealthTracker, SourceError, clean_message, describe_error, parse_rfc3339
+from adapters.metrics_server.config import MetricsServerConfig, parse_config
+from metrics_sched.ports import FetchResult, NodeDirectory, Sample
+from metrics_sched.quantity import QuantityError, parse_quantity
+
+log = logging.getLogger(__name__)
+
+
+class MetricsServerSource:
+    """`client` is an httpx.Client already pointed at the API server (base_url, auth, verify). The source
+    closes it only when `close_client` is set (from_config does: the client came from its factory)."""
+
+    def __init__(self, name: str, client: httpx.Client, config: MetricsServerConfig | None = None, *,
+                 close_client: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self._name = name
+        self._client = client
+        self.config = config or MetricsServerConfig()
+        self._close_client = close_client
+        self._health = HealthTracker(clock)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def interval(self) -> float:
+        return self.config.interval
+
+    def metrics(self) -> list[str]:
+        return [self.config.cpu_metric, self.config.memory_metric]
+
+    def fetch(self, nodes: NodeDirectory) -> FetchResult:
+        try:
+            body = self._list()
+        except SourceError as exc:
+            self._health.failure(str(exc))
+            log.warning("source %s: %s", self._name, exc)
+            raise
+        result = FetchResult(samples=[], dropped={}, errors={}, queries=1)
+        items = body.get("items") if isinstance(body, Mapping) else None
+        if not isinstance(items, list):
+            message = "malformed NodeMetricsList: no items list"
+            result.errors = dict.fromkeys(self.metrics(), message)
+            result.dropped = {"malformed": 1}
+            self._health.failure(message)
+            return result
+        dropped: Counter[str] = Counter()
+        for item in items:
+            self._item(item, nodes, result, dropped)
+        result.dropped = dict(dropped)
+        self._health.success()
+        return result
+
+    def _list(self) -> object:
+        try:
+            resp = self._client.get(self.config.path, timeout=self.config.timeout,
+                                    headers={"Accept": "application/json"})
+        except httpx.HTTPError as exc:
+            raise SourceError(f"GET {self.config.path}: {describe_error(exc)}") from None
+        if resp.status_code != 200:
+            raise SourceError(clean_message(f"GET {self.config.path}: HTTP {resp.status_code}: {_status(resp)}"))
+        try:
+            body: object = resp.json()
+        except ValueError:
+            raise SourceError(f"GET {self.config.path}: the reply is not JSON") from None
+        return body
+
+    def _item(self, item: object, nodes: NodeDirectory, result: FetchResult, dropped: Counter[str]) -> None:
+        if not isinstance(item, Mapping):
+            dropped["malformed"] += 1
+            return
+        metadata, usage = item.get("metadata"), item.get("usage")
+        node = metadata.get("name") if isinstance(metadata, Mapping) else None
+        if not isinstance(node, str) or not isinstance(usage, Mapping):
+            dropped["malformed"] += 1
+            return
+        if node not in nodes.names:
+            result.unmatched_series += 1
+            dropped["unknown_node"] += 1
+            return
+        stamp = item.get("timestamp")
+        try:
+            observed_at = parse_rfc3339(stamp) if isinstance(stamp, str) else None
+        except ValueError:
+            observed_at = None
+        if observed_at is None:
+            dropped["no_timestamp"] += 1
+            return
+        for metric, resource, allocatable in (
+            (self.config.cpu_metric, "cpu", nodes.cpu_allocatable),
+            (self.config.memory_metric, "memory", nodes.memory_allocatable),
+        ):
+            value = _utilisation(usage.get(resource), allocatable.get(node), dropped)
+            if value is not None:
+                result.samples.append(Sample(metric=metric, node=node, value=value, observed_at=observed_at))
+
+    def health(self) -> dict[str, Any]:
+        return {"type": "metrics-server", "path": self.config.path, **self._health.snapshot()}
+
+    def close(self) -> None:
+        if self._close_client:
+            self._client.close()
+
+    def __repr__(self) -> str:
+        return f"MetricsServerSource(name={self._name!r}, path={self.config.path!r})"
+
+
+def _utilisation(raw: object, allocatable: float | None, dropped: Counter[str]) -> float | None:
+    if raw is None:
+        dropped["missing"] += 1
+        return None
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        dropped["malformed"] += 1
+        return None
+    try:
+        usage = parse_quantity(raw)
+    except QuantityError:
+        dropped["malformed"] += 1
+        return None
+    if usage < 0:
+        dropped["negative"] += 1
+        return None
+    if allocatable is None or not (math.isfinite(allocatable) and allocatable > 0):
+        dropped["no_allocatable"] += 1
+        return None
+    return float(usage / Fraction(allocatable))
+
+
+def _status(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200]
+    return str(body.get("message", "")) if isinstance(body, Mapping) else resp.text[:200]
+
+
+def from_config(name: str, spec: Mapping[str, Any], *, base_dir: Path,
+                kube_client_factory: Callable[[], httpx.Client]) -> MetricsServerSource:
+    """Validates `spec` (see adapters.metrics_server.config), then takes a client from the factory.
+    base_dir is unused (nothing here is a file) and kept for a uniform factory signature."""
+    config = parse_config(spec)
+    return MetricsServerSource(name, kube_client_factory(), config, close_client=True)

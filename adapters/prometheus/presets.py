@@ -1,0 +1,58 @@
+"""Ready-made metrics for the exporters the scheduler usually meets, with their real names and labels.
+
+Each preset has a value query and a timestamp query. Prometheus stamps a computed result (a rate, a
+division, an aggregation) with the evaluation time, so `timestamp()` is only meaningful on a plain
+series selector: the timestamp query is `timestamp(<selector>)` on the raw input, reduced `without`
+the labels the value query drops, so both queries yield series with the same label sets. Queries keep
+every node-identifying label (aggregations use `without`, never `by`): which label holds the node name
+depends on the install, and the adapter resolves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Aggregation = Literal["max", "min", "avg", "sum", "last"]
+AGGREGATIONS: tuple[Aggregation, ...] = ("max", "min", "avg", "sum", "last")
+
+DEFAULT_SENTINEL = 1e15
+# DCGM marks a blank field with huge sentinels: int64 ones near 9.2e18 and DCGM_FP64_BLANK = 2**47 ≈ 1.4e14
+# for float fields such as power. No GPU reading comes near 1e14.
+DCGM_SENTINEL = 1e14
+
+_CPU = "node_cpu_seconds_total"
+# CPU-seconds per second over all CPUs and modes is the number of CPUs online. It also holds for exporters
+# that fold several CPUs into one series (as the dev-cluster emulator does), where counting
+# {mode="idle"} series would not. A 5m window keeps the rate noise well under 1%.
+_CORES = f"sum without (cpu, mode) (rate({_CPU}[5m]))"
+
+
+@dataclass(frozen=True)
+class Preset:
+    query: str
+    timestamp_query: str
+    aggregation: Aggregation
+    unit: str
+    sentinel_above: float = DEFAULT_SENTINEL
+
+
+def _selector(name: str, aggregation: Aggregation, unit: str, sentinel: float = DEFAULT_SENTINEL) -> Preset:
+    return Preset(name, f"timestamp({name})", aggregation, unit, sentinel)
+
+
+PRESETS: dict[str, Preset] = {
+    # The hottest GPU decides whether a node can take more heat.
+    "dcgm_gpu_temp": _selector("DCGM_FI_DEV_GPU_TEMP", "max", "°C", DCGM_SENTINEL),
+    # Percent, 0-100. DCGM 4.9 reports a 0-1 ratio: set `scale: 100` to keep percent.
+    "dcgm_gpu_util": _selector("DCGM_FI_DEV_GPU_UTIL", "avg", "%", DCGM_SENTINEL),
+    # The node's total GPU draw (sum), the figure a rack power budget is about.
+    "dcgm_gpu_power": _selector("DCGM_FI_DEV_POWER_USAGE", "sum", "W", DCGM_SENTINEL),
+    "node_load_per_cpu": Preset(f"node_load1 / {_CORES}", "timestamp(node_load1)", "max", "load/cpu"),
+    "node_cpu_utilisation": Preset(
+        f'1 - sum without (cpu, mode) (rate({_CPU}{{mode="idle"}}[1m])) / sum without (cpu, mode) (rate({_CPU}[1m]))',
+        f'min without (cpu, mode) (timestamp({_CPU}{{mode="idle"}}))',
+        "max", "ratio 0-1",
+    ),
+    "opencost_node_hourly_cost": _selector("node_total_hourly_cost", "max", "$/h"),
+}

@@ -1,0 +1,141 @@
+"""From one instant-query result to one Sample per node: pairing, checks, node resolution, aggregation.
+
+Each metric is ONE instant query returning both its values and their sample timestamps:
+
+    label_replace((<timestamp query>), "metrics_sched_part", "t", "", "")
+      or label_replace((<value query>), "metrics_sched_part", "v", "", "")
+
+`or` keeps both halves whole because the marker label differs, and both are evaluated at the same
+instant, so a value and its timestamp always come from the same scrape (two separate queries could
+straddle one). A value series takes the timestamp of the series with the same labels; failing that, the
+oldest timestamp seen for its node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adapters.prometheus.config import MetricSpec
+from adapters.prometheus.node_names import resolve_node
+from metrics_sched.ports import NodeDirectory, Sample
+
+PART_LABEL = "metrics_sched_part"
+_IGNORED = frozenset({"__name__", PART_LABEL})
+SeriesKey = frozenset[tuple[str, str]]
+
+
+class MalformedResult(ValueError):
+    """The query answered with something other than an instant vector."""
+
+
+def combined_query(query: str, timestamp_query: str) -> str:
+    return (f'label_replace(({timestamp_query}), "{PART_LABEL}", "t", "", "") or '
+            f'label_replace(({query}), "{PART_LABEL}", "v", "", "")')
+
+
+@dataclass
+class Reduced:
+    samples: list[Sample] = field(default_factory=list)
+    dropped: Counter[str] = field(default_factory=Counter)
+    unmatched: int = 0
+
+
+def refusal(raw: float, metric: MetricSpec) -> str | None:
+    """Why a raw value cannot be used, or None. Checked before scaling: thresholds are in source units."""
+    if math.isnan(raw):
+        return "nan"
+    if math.isinf(raw):
+        return "inf"
+    if raw > metric.sentinel_above:
+        return "sentinel"
+    if raw < 0 and not metric.allow_negative:
+        return "negative"
+    return None
+
+
+def _parse(element: object) -> tuple[dict[str, str], float] | None:
+    """(labels, value) of one vector element (its time is the evaluation time: useless), or None."""
+    if not isinstance(element, Mapping):
+        return None
+    labels, pair = element.get("metric"), element.get("value")
+    if not isinstance(labels, Mapping) or not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
+        return None
+    try:
+        return {str(k): str(v) for k, v in labels.items()}, float(pair[1])
+    except (TypeError, ValueError):
+        return None
+
+
+def _key(labels: Mapping[str, str]) -> SeriesKey:
+    return frozenset((k, v) for k, v in labels.items() if k not in _IGNORED)
+
+
+def reduce_result(metric: MetricSpec, result: object, nodes: NodeDirectory) -> Reduced:
+    if not isinstance(result, list):
+        raise MalformedResult(f"expected an instant vector, got {type(result).__name__}")
+    out = Reduced()
+    stamps: dict[SeriesKey, float] = {}
+    oldest_by_node: dict[str, float] = {}
+    values: list[tuple[dict[str, str], float]] = []
+    for element in result:
+        parsed = _parse(element)
+        if parsed is None:
+            out.dropped["malformed"] += 1
+            continue
+        labels, value = parsed
+        part = labels.get(PART_LABEL)
+        if part == "v":
+            values.append((labels, value))
+        elif part == "t" and math.isfinite(value):
+            stamps[_key(labels)] = value
+            node, _ = resolve_node(labels, metric.node_labels, nodes)
+            if node is not None:
+                oldest_by_node[node] = min(value, oldest_by_node.get(node, value))
+        elif part != "t":
+            out.dropped["malformed"] += 1
+    if result and out.dropped["malformed"] == len(result):
+        # A scalar, a string or a range vector: the query itself is wrong, not a few of its series.
+        raise MalformedResult(f"expected an instant vector, got {str(result)[:80]}")
+
+    per_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for labels, raw in values:
+        node, had_label = resolve_node(labels, metric.node_labels, nodes)
+        if node is None:
+            out.unmatched += 1
+            out.dropped["unknown_node" if had_label else "no_node_label"] += 1
+            continue
+        reason = refusal(raw, metric)
+        if reason is not None:
+            out.dropped[reason] += 1
+            continue
+        observed = stamps.get(_key(labels), oldest_by_node.get(node))
+        if observed is None:
+            out.dropped["no_timestamp"] += 1
+            continue
+        per_node[node].append((raw * metric.scale, observed))
+
+    for node, points in per_node.items():
+        value, observed = aggregate(metric.aggregation, points)
+        out.samples.append(Sample(metric=metric.name, node=node, value=value, observed_at=observed))
+    return out
+
+
+def aggregate(how: str, points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(value, observed_at) of a node's (value, timestamp) points. A combined value is as old as its oldest
+    input; `last` is the newest point, with its own time."""
+    if how == "last":
+        return max(points, key=lambda p: p[1])
+    values = [v for v, _ in points]
+    oldest = min(t for _, t in points)
+    if how == "max":
+        return max(values), oldest
+    if how == "min":
+        return min(values), oldest
+    if how == "sum":
+        return math.fsum(values), oldest
+    if how == "avg":
+        return math.fsum(values) / len(values), oldest
+    raise ValueError(f"unknown aggregation {how!r}")

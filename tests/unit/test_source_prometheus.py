@@ -1,0 +1,469 @@
+"""PrometheusSource against a tiny in-process Prometheus API on 127.0.0.1 (a thread, no subprocess).
+
+The fake answers the combined value+timestamp query the way Prometheus does: `metrics_sched_part="t"`
+series carry sample timestamps, `"v"` series the values, every element stamped with the evaluation time.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from adapters.http_common import SourceError
+from adapters.prometheus import PRESETS, PrometheusSource, from_config
+from adapters.prometheus.config import is_plain_selector
+from adapters.prometheus.node_names import strip_port
+from adapters.prometheus.series import PART_LABEL, combined_query
+from metrics_sched.config import ConfigError
+from metrics_sched.devcluster.certs import generate_pki
+from metrics_sched.ports import NodeDirectory
+
+pytestmark = pytest.mark.unit
+
+EVAL_TIME = 2_000_000_000.0  # what Prometheus stamps every element with: useless as an age
+T_SAMPLE = 1_999_999_990.0
+TOKEN = "prom-s3cr3t-token-0123456789"
+PASSWORD = "hunter2-but-longer-0987"
+
+Labels = dict[str, str]
+Reply = tuple[int, Any]  # status, JSON body (or bytes for a raw body)
+
+
+@dataclass
+class Seen:
+    query: str
+    headers: dict[str, str]
+
+
+@dataclass
+class FakePrometheus:
+    url: str = ""
+    seen: list[Seen] = field(default_factory=list)
+    # query -> reply; the first responder whose key is a substring of the query answers.
+    replies: dict[str, Reply | Callable[[], Reply]] = field(default_factory=dict)
+
+    def answer(self, query: str) -> Reply:
+        for key, reply in self.replies.items():
+            if key in query:
+                return reply() if callable(reply) else reply
+        return 200, vector([], [])
+
+
+def vector(values: list[tuple[Labels, float | str]], stamps: list[tuple[Labels, float]]) -> dict[str, Any]:
+    result: list[dict[str, Any]] = [{"metric": {**labels, PART_LABEL: "t"}, "value": [EVAL_TIME, repr(float(ts))]}
+                                    for labels, ts in stamps]
+    result += [{"metric": {"__name__": "m", **labels, PART_LABEL: "v"},
+                "value": [EVAL_TIME, value if isinstance(value, str) else repr(float(value))]}
+               for labels, value in values]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def same_stamps(values: list[tuple[Labels, float | str]], ts: float = T_SAMPLE) -> dict[str, Any]:
+    return vector(values, [(labels, ts) for labels, _ in values])
+
+
+def _handler(fake: FakePrometheus) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            query = parse_qs(parts.query).get("query", [""])[0]
+            fake.seen.append(Seen(query, dict(self.headers.items())))
+            status, body = fake.answer(query) if parts.path == "/api/v1/query" else (404, b"not found")
+            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def _serve(fake: FakePrometheus, context: ssl.SSLContext | None = None) -> Iterator[FakePrometheus]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    server.daemon_threads = True
+    scheme = "http"
+    if context is not None:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    fake.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def prom() -> Iterator[FakePrometheus]:
+    yield from _serve(FakePrometheus())
+
+
+NODES = NodeDirectory(
+    names=frozenset({"n1", "n2", "n3", "n4", "n5", "n6", "n7", "gpu-1"}),
+    by_internal_ip={"10.0.0.4": "n4", "fd00::6": "n6", "10.0.0.7": "n7"},
+    cpu_allocatable={},
+    memory_allocatable={},
+)
+
+
+def source(prom: FakePrometheus, metrics: list[dict[str, Any]], tmp_path: Path | None = None,
+           **extra: Any) -> PrometheusSource:
+    spec = {"url": prom.url, "metrics": metrics, **extra}
+    return from_config("prom", spec, base_dir=tmp_path or Path("."))
+
+
+def by_node(result_samples: list[Any], metric: str) -> dict[str, Any]:
+    return {s.node: s for s in result_samples if s.metric == metric}
+
+
+# -- queries ---------------------------------------------------------------------------------------
+
+
+def test_each_metric_is_one_instant_query_carrying_values_and_their_timestamps(prom: FakePrometheus) -> None:
+    src = source(prom, [{"name": "gpu_temp", "preset": "dcgm_gpu_temp"},
+                        {"name": "load", "preset": "node_load_per_cpu"}])
+    result = src.fetch(NODES)
+    assert result.queries == 2
+    assert [s.query for s in prom.seen] == [
+        combined_query("DCGM_FI_DEV_GPU_TEMP", "timestamp(DCGM_FI_DEV_GPU_TEMP)"),
+        combined_query(PRESETS["node_load_per_cpu"].query, "timestamp(node_load1)"),
+    ]
+    assert prom.seen[0].query == src.query_for("gpu_temp")
+    assert f'"{PART_LABEL}", "t"' in prom.seen[0].query and f'"{PART_LABEL}", "v"' in prom.seen[0].query
+
+
+def test_presets_keep_node_labels_and_time_computed_values_from_raw_selectors() -> None:
+    for name, preset in PRESETS.items():
+        assert " by (" not in preset.query, name  # `by` would aggregate the node labels away
+        assert preset.timestamp_query.count("timestamp(") == 1, name
+    assert PRESETS["node_cpu_utilisation"].timestamp_query == \
+        'min without (cpu, mode) (timestamp(node_cpu_seconds_total{mode="idle"}))'
+    assert PRESETS["dcgm_gpu_util"].aggregation == "avg"
+    assert PRESETS["dcgm_gpu_temp"].aggregation == "max"
+    assert PRESETS["dcgm_gpu_power"].aggregation == "sum"
+
+
+@pytest.mark.parametrize(("query", "plain"), [
+    ("up", True), ('DCGM_FI_DEV_GPU_TEMP{gpu="0", modelName=~"A.*"}', True), ('{__name__="x"}', True),
+    ('x{a="}"}', True), ("rate(x[1m])", False), ("x / y", False), ("sum(x)", False), ("", False),
+])
+def test_plain_selector_detection(query: str, plain: bool) -> None:
+    assert is_plain_selector(query) is plain
+
+
+# -- node names ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("instance", "host"), [
+    ("10.0.0.1:9100", "10.0.0.1"), ("node-a:9100", "node-a"), ("[fd00::6]:9100", "fd00::6"),
+    ("fd00::6", "fd00::6"), ("node-a", "node-a"), ("node-a:metrics", "node-a:metrics"),
+])
+def test_strip_port(instance: str, host: str) -> None:
+    assert strip_port(instance) == host
+
+
+def test_node_resolution_order_port_strip_internal_ip_and_unmatched(prom: FakePrometheus) -> None:
+    series: list[tuple[Labels, float | str]] = [
+        ({"node": "n1", "hostname": "n2", "instance": "10.0.0.4:9100"}, 1),  # `node` comes first
+        ({"hostname": "n2"}, 2),
+        ({"Hostname": "n3"}, 3),  # DCGM before 4.6
+        ({"instance": "10.0.0.4:9100"}, 4),  # kube-prometheus-stack: node IP + port
+        ({"instance": "n5:9100"}, 5),  # kube-prometheus: node name + port
+        ({"instance": "[fd00::6]:9100"}, 6),
+        ({"hostname": "dcgm-exporter-pod-x", "instance": "10.0.0.7:9100"}, 7),  # unknown value: keep looking
+        ({"instance": "10.9.9.9:9100"}, 8),  # no such node
+        ({"node": "gone-node"}, 9),
+        ({"job": "no-node-label"}, 10),
+    ]
+    prom.replies["x_metric"] = (200, same_stamps(series))
+    result = source(prom, [{"name": "x", "query": "x_metric", "aggregation": "last"}]).fetch(NODES)
+    assert {s.node: s.value for s in result.samples} == {
+        "n1": 1, "n2": 2, "n3": 3, "n4": 4, "n5": 5, "n6": 6, "n7": 7}
+    assert result.unmatched_series == 3
+    assert result.dropped == {"unknown_node": 2, "no_node_label": 1}
+
+
+def test_per_metric_node_labels_override_the_source_order(prom: FakePrometheus) -> None:
+    prom.replies["x_metric"] = (200, same_stamps([({"node": "n1", "instance": "10.0.0.4:9100"}, 1)]))
+    src = source(prom, [{"name": "a", "query": "x_metric"},
+                        {"name": "b", "query": "x_metric", "nodeLabels": ["instance"]}],
+                 nodeLabels=["node"])
+    result = src.fetch(NODES)
+    assert [(s.metric, s.node) for s in result.samples] == [("a", "n1"), ("b", "n4")]
+
+
+# -- aggregation, checks and timestamps ------------------------------------------------------------
+
+
+def gpus(values: list[float | str], host: str = "gpu-1") -> list[tuple[Labels, float | str]]:
+    return [({"gpu": str(i), "UUID": f"GPU-{i}", "hostname": host}, v) for i, v in enumerate(values)]
+
+
+def test_presets_aggregate_a_nodes_gpus(prom: FakePrometheus) -> None:
+    prom.replies["DCGM_FI_DEV_GPU_TEMP"] = (200, same_stamps(gpus([61, 67, 91, 58, 60, 62, 64, 66])))
+    prom.replies["DCGM_FI_DEV_GPU_UTIL"] = (200, same_stamps(gpus([10, 20, 30, 40])))
+    prom.replies["DCGM_FI_DEV_POWER_USAGE"] = (200, same_stamps(gpus([100.5, 200.25, 50])))
+    src = source(prom, [{"name": "temp", "preset": "dcgm_gpu_temp"},
+                        {"name": "util", "preset": "dcgm_gpu_util"},
+                        {"name": "power", "preset": "dcgm_gpu_power"},
+                        {"name": "coolest", "preset": "dcgm_gpu_temp", "aggregation": "min"}])
+    result = src.fetch(NODES)
+    assert {s.metric: s.value for s in result.samples} == {"temp": 91, "util": 25, "power": 350.75, "coolest": 58}
+    assert all(s.node == "gpu-1" and s.observed_at == T_SAMPLE for s in result.samples)
+    assert result.errors == {} and result.dropped == {}
+
+
+def test_scale_for_dcgm_ratio_utilisation(prom: FakePrometheus) -> None:
+    prom.replies["DCGM_FI_DEV_GPU_UTIL"] = (200, same_stamps(gpus([0.25, 0.75])))
+    result = source(prom, [{"name": "util", "preset": "dcgm_gpu_util", "scale": 100}]).fetch(NODES)
+    assert [s.value for s in result.samples] == [50.0]
+
+
+def test_observed_at_is_the_samples_own_timestamp_and_a_combined_value_is_as_old_as_its_oldest_input(
+        prom: FakePrometheus) -> None:
+    series = gpus([60, 90, 70])
+    stamps = [(series[0][0], 1000.0), (series[1][0], 1010.0), (series[2][0], 1020.0)]
+    prom.replies["DCGM_FI_DEV_GPU_TEMP"] = (200, vector(series, stamps))
+    src = source(prom, [{"name": "hottest", "preset": "dcgm_gpu_temp"},
+                        {"name": "newest", "preset": "dcgm_gpu_temp", "aggregation": "last"}])
+    samples = {s.metric: s for s in src.fetch(NODES).samples}
+    assert (samples["hottest"].value, samples["hottest"].observed_at) == (90, 1000.0)
+    assert (samples["newest"].value, samples["newest"].observed_at) == (70, 1020.0)
+    assert all(s.observed_at != EVAL_TIME for s in samples.values())
+
+
+def test_a_value_whose_labels_differ_from_its_timestamp_series_takes_its_nodes_oldest_time(
+        prom: FakePrometheus) -> None:
+    values: list[tuple[Labels, float | str]] = [({"instance": "n1:9100"}, 0.5), ({"instance": "n2:9100"}, 0.7)]
+    stamps = [({"instance": "n1:9100", "job": "node"}, 1500.0), ({"instance": "n1:9100", "job": "other"}, 1400.0)]
+    prom.replies["load"] = (200, vector(values, stamps))
+    result = source(prom, [{"name": "load", "query": "load", "timestampQuery": "timestamp(up)"}]).fetch(NODES)
+    assert [(s.node, s.observed_at) for s in result.samples] == [("n1", 1400.0)]
+    assert result.dropped == {"no_timestamp": 1}
+
+
+def test_nan_inf_negative_and_sentinels_are_dropped_and_counted(prom: FakePrometheus) -> None:
+    prom.replies["DCGM_FI_DEV_POWER_USAGE"] = (200, same_stamps(
+        gpus(["NaN", "+Inf", "-Inf", -5, "9223372036854775794", "140737488355328", 300]) + gpus(["NaN"], "n1")))
+    prom.replies["custom"] = (200, same_stamps([({"node": "n2"}, -3), ({"node": "n3"}, 2e15), ({"node": "n4"}, 9e14)]))
+    src = source(prom, [{"name": "power", "preset": "dcgm_gpu_power"},
+                        {"name": "delta", "query": "custom", "allowNegative": True}])
+    result = src.fetch(NODES)
+    assert {(s.metric, s.node): s.value for s in result.samples} == {
+        ("power", "gpu-1"): 300, ("delta", "n2"): -3, ("delta", "n4"): 9e14}
+    assert result.dropped == {"nan": 2, "inf": 2, "negative": 1, "sentinel": 3}
+
+
+def test_a_node_whose_every_series_is_refused_has_no_sample(prom: FakePrometheus) -> None:
+    prom.replies["DCGM_FI_DEV_GPU_TEMP"] = (200, same_stamps(gpus(["NaN", "NaN"])))
+    result = source(prom, [{"name": "temp", "preset": "dcgm_gpu_temp"}]).fetch(NODES)
+    assert result.samples == [] and result.dropped == {"nan": 2}
+
+
+def test_malformed_elements_are_counted_and_the_rest_used(prom: FakePrometheus) -> None:
+    body = same_stamps([({"node": "n1"}, 1)])
+    body["data"]["result"] += [{"metric": {"node": "n2", PART_LABEL: "v"}, "value": [EVAL_TIME, "abc"]},
+                               {"metric": {"node": "n2"}, "values": [[1, "1"]]}, "junk"]
+    prom.replies["x"] = (200, body)
+    result = source(prom, [{"name": "x", "query": "x"}]).fetch(NODES)
+    assert [s.node for s in result.samples] == ["n1"]
+    assert result.dropped == {"malformed": 3}
+
+
+# -- failures --------------------------------------------------------------------------------------
+
+
+def test_one_failing_metric_does_not_stop_the_others(prom: FakePrometheus) -> None:
+    prom.replies["bad_promql"] = (400, {"status": "error", "errorType": "bad_data",
+                                        "error": "1:7: parse error: unexpected end of input"})
+    prom.replies["overloaded"] = (503, {"status": "error", "errorType": "unavailable", "error": "too many queries"})
+    prom.replies["not_json"] = (200, b"<html>proxy error</html>")
+    prom.replies["matrix"] = (200, {"status": "success", "data": {"resultType": "scalar",
+                                                                  "result": [EVAL_TIME, "1"]}})
+    prom.replies["good"] = (200, same_stamps([({"node": "n1"}, 42)]))
+    metrics = [{"name": name, "query": name} for name in ("bad_promql", "overloaded", "not_json", "matrix", "good")]
+    src = source(prom, metrics)
+    result = src.fetch(NODES)
+    assert [(s.metric, s.value) for s in result.samples] == [("good", 42)]
+    assert result.queries == 5
+    assert result.errors["bad_promql"] == "HTTP 400: bad_data: 1:7: parse error: unexpected end of input"
+    assert result.errors["overloaded"] == "HTTP 503: unavailable: too many queries"
+    assert result.errors["not_json"].startswith("malformed response")
+    assert result.errors["matrix"].startswith("expected an instant vector")
+    health = src.health()
+    assert health["consecutive_failures"] == 0 and health["last_success"] is not None
+    assert health["last_error"]
+
+
+def test_a_query_timeout_fails_only_that_metric(prom: FakePrometheus) -> None:
+    def slow() -> Reply:
+        time.sleep(0.5)
+        return 200, same_stamps([({"node": "n1"}, 1)])
+
+    prom.replies["slow"] = slow
+    prom.replies["fast"] = (200, same_stamps([({"node": "n2"}, 2)]))
+    src = source(prom, [{"name": "slow", "query": "slow"}, {"name": "fast", "query": "fast"}], timeout="200ms")
+    result = src.fetch(NODES)
+    assert result.errors == {"slow": "no answer within 0.2s"}
+    assert [(s.metric, s.node) for s in result.samples] == [("fast", "n2")]
+
+
+def test_every_metric_failing_counts_as_a_failed_refresh(prom: FakePrometheus) -> None:
+    prom.replies["q"] = (500, {"status": "error", "errorType": "internal", "error": "boom"})
+    src = source(prom, [{"name": "a", "query": "q_a"}, {"name": "b", "query": "q_b"}])
+    src.fetch(NODES)
+    src.fetch(NODES)
+    assert src.health()["consecutive_failures"] == 2
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_unreachable_prometheus_raises_from_fetch() -> None:
+    src = from_config("prom", {"url": f"http://127.0.0.1:{_closed_port()}", "metrics": [
+        {"name": "a", "preset": "dcgm_gpu_temp"}, {"name": "b", "preset": "dcgm_gpu_util"}]}, base_dir=Path("."))
+    with pytest.raises(SourceError, match="unreachable"):
+        src.fetch(NODES)
+    health = src.health()
+    assert health["consecutive_failures"] == 1 and "unreachable" in health["last_error"]
+    src.close()
+
+
+# -- auth, secrecy, TLS ----------------------------------------------------------------------------
+
+
+def test_bearer_token_from_file_is_sent_and_never_shown(prom: FakePrometheus, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    prom.replies["q"] = lambda: (401, {"status": "error", "errorType": "auth",
+                                       "error": f"bad header Authorization: {prom.seen[-1].headers['Authorization']}"})
+    caplog.set_level(logging.DEBUG)
+    src = source(prom, [{"name": "a", "query": "q"}], tmp_path, auth={"bearerTokenFile": "token"})
+    result = src.fetch(NODES)
+    assert prom.seen[-1].headers["Authorization"] == f"Bearer {TOKEN}"
+    assert result.errors["a"].startswith("HTTP 401")
+    for text in (result.errors["a"], str(src.health()), repr(src), repr(src.config), caplog.text):
+        assert TOKEN not in text
+
+
+def test_basic_auth_password_from_file(prom: FakePrometheus, tmp_path: Path,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "password").write_text(PASSWORD)
+    encoded = base64.b64encode(f"scheduler:{PASSWORD}".encode()).decode()
+    prom.replies["q"] = (403, {"status": "error", "errorType": "auth", "error": f"denied {encoded} / {PASSWORD}"})
+    src = source(prom, [{"name": "a", "query": "q"}], tmp_path,
+                 auth={"basicAuth": {"username": "scheduler", "passwordFile": str(tmp_path / "password")}})
+    result = src.fetch(NODES)
+    assert prom.seen[-1].headers["Authorization"] == f"Basic {encoded}"
+    for text in (result.errors["a"], str(src.health()), repr(src.config), caplog.text):
+        assert PASSWORD not in text and encoded not in text
+
+
+def test_tls_is_verified_against_the_configured_ca(tmp_path: Path) -> None:
+    pki = generate_pki(tmp_path / "pki")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.serving_cert, pki.serving_key)
+    fake = FakePrometheus(replies={"q": (200, same_stamps([({"node": "n1"}, 1)]))})
+    served = _serve(fake, context)
+    next(served)
+    try:
+        trusted = source(fake, [{"name": "a", "query": "q"}], tls={"caFile": str(pki.ca_cert)})
+        assert [s.value for s in trusted.fetch(NODES).samples] == [1]
+        untrusted = source(fake, [{"name": "a", "query": "q"}])  # system trust store: does not know this CA
+        with pytest.raises(SourceError, match="unreachable"):
+            untrusted.fetch(NODES)
+    finally:
+        next(served, None)
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+def test_config_defaults_and_durations() -> None:
+    src = from_config("prom", {"url": "http://prom:9090/", "type": "prometheus", "name": "prom",
+                               "interval": "15s", "metrics": [{"name": "t", "preset": "dcgm_gpu_temp"}]},
+                      base_dir=Path("."))
+    assert (src.name, src.interval, src.metrics()) == ("prom", 15.0, ["t"])
+    assert src.config.url == "http://prom:9090" and src.config.timeout == 2.0
+    assert src.config.node_labels == ("node", "hostname", "Hostname", "nodename", "instance")
+    metric = src.config.metrics[0]
+    assert (metric.aggregation, metric.scale, metric.allow_negative) == ("max", 1.0, False)
+    custom = from_config("p", {"url": "http://p", "interval": 30, "metrics": [{"name": "c", "query": "up"}]},
+                         base_dir=Path("."))
+    assert custom.interval == 30.0
+    assert (custom.config.metrics[0].timestamp_query, custom.config.metrics[0].aggregation) == ("timestamp(up)", "max")
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "url"),
+    ({"url": "ftp://x", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "url"),
+    ({"url": "http://user:pw@prom", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "url"),
+    ({"url": "http://p", "metrics": []}, "metrics"),
+    ({"url": "http://p", "timeout": 5, "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "timeout"),
+    ({"url": "http://p", "interval": "soon", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "interval"),
+    ({"url": "http://p", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"},
+                                     {"name": "b", "preset": "dcgm_gpu_util", "aggregation": "median"}]},
+     "metrics[1].aggregation"),
+    ({"url": "http://p", "metrics": [{"name": "a", "preset": "nope"}]}, "metrics[0].preset"),
+    ({"url": "http://p", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp", "query": "up"}]}, "metrics[0]"),
+    ({"url": "http://p", "metrics": [{"name": "a", "query": "rate(x[1m])"}]}, "metrics[0].timestampQuery"),
+    ({"url": "http://p", "metrics": [{"name": "a", "query": "up"}, {"name": "a", "query": "up"}]},
+     "metrics[1].name"),
+    ({"url": "http://p", "metrics": [{"name": "a", "query": "up", "scale": 0}]}, "metrics[0].scale"),
+    ({"url": "http://p", "metrics": [{"name": "a", "query": "up", "nodeLabels": []}]}, "metrics[0].nodeLabels"),
+    ({"url": "http://p", "metrics": [{"name": "a", "query": "up", "agregation": "max"}]},
+     "metrics[0].agregation"),
+    ({"url": "https://p", "tls": {"insecureSkipVerify": True}, "metrics": [{"name": "a", "query": "up"}]},
+     "tls.insecureSkipVerify"),
+    ({"url": "https://p", "insecure": True, "metrics": [{"name": "a", "query": "up"}]}, "insecure"),
+    ({"url": "https://p", "tls": {"caFile": "/nonexistent/ca.pem"}, "metrics": [{"name": "a", "query": "up"}]},
+     "tls.caFile"),
+    ({"url": "http://p", "auth": {"bearerTokenFile": "/nonexistent/token"}, "metrics": [{"name": "a", "query": "up"}]},
+     "auth.bearerTokenFile"),
+    ({"url": "http://p", "auth": {"basicAuth": {"username": "u"}}, "metrics": [{"name": "a", "query": "up"}]},
+     "auth.basicAuth.passwordFile"),
+])
+def test_config_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        from_config("prom", spec, base_dir=Path("."))
+    assert info.value.field == field
+
+
+def test_an_empty_token_file_is_a_config_error_that_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("  \n")
+    with pytest.raises(ConfigError) as info:
+        from_config("p", {"url": "http://p", "auth": {"bearerTokenFile": "token"},
+                          "metrics": [{"name": "a", "query": "up"}]}, base_dir=tmp_path)
+    assert info.value.field == "auth.bearerTokenFile" and "empty" in info.value.message
+
+
+def test_aggregate_helper_is_exact_for_sums() -> None:
+    from adapters.prometheus.series import aggregate
+
+    assert aggregate("sum", [(0.1, 1.0)] * 10) == (1.0, 1.0)
+    assert math.isclose(aggregate("avg", [(1.0, 5.0), (2.0, 3.0)])[0], 1.5)
