@@ -162,7 +162,8 @@ def test_leader_killed_mid_burst_the_standby_binds_the_rest(cluster: DevCluster,
             kube.poll(lambda: all_bound(api, namespace, 300), 45, "all pods bound after the leader died")
         except AssertionError as exc:
             bound = sum(1 for p in kube.list_pods(api, namespace) if p["spec"].get("nodeName"))
-            raise AssertionError(f"{exc}; {bound}/300 bound; standby log:\n{cluster.log_tail(standby.name, 60)}") from None
+            log = cluster.log_tail(standby.name, 60)
+            raise AssertionError(f"{exc}; {bound}/300 bound; standby log:\n{log}") from None
         assert time.monotonic() - killed < 30 + 5, "the standby took too long"
         assert leader_of(cluster, name) == standby.identity
         # The killed leader may die between a bind and its (asynchronous) Scheduled event, so pods it bound can
