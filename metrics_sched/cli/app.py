@@ -12,11 +12,17 @@ import logging
 import signal
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+import httpx
+
+from metrics_sched.audit import DecisionRing
+from metrics_sched.audit.auditor import Auditor
+from metrics_sched.cli.sources import build_sources
 from metrics_sched.config import SchedulerConfig
 from metrics_sched.framework.registry import Registry
 from metrics_sched.http_server import HTTPServer, Response, text
@@ -36,6 +42,7 @@ class App:
     server: HTTPServer
     elector: LeaderElector | None
     source: ClusterSource
+    ring: DecisionRing
     stop: threading.Event = field(default_factory=threading.Event)
     lost: threading.Event = field(default_factory=threading.Event)
 
@@ -66,9 +73,35 @@ class App:
         }
         return 200, "application/json", json.dumps(body).encode()
 
+    def decisions(self, query: dict[str, list[str]]) -> Response:
+        def one(key: str) -> str | None:
+            values = query.get(key)
+            return values[0] if values else None
+
+        since = one("since")
+        records = self.ring.query(pod=one("pod"), node=one("node"), since=float(since) if since else None,
+                                  limit=int(one("limit") or 100))
+        body = {"count": len(records), "ring_size": self.ring.size, "held": len(self.ring),
+                "decisions": [r.as_dict() for r in records]}
+        return 200, "application/json", json.dumps(body).encode()
+
+    def values(self, query: dict[str, list[str]]) -> Response:
+        nodes = query.get("node") or []
+        body = {node: self.scheduler.metrics.node_values(node) for node in nodes}
+        return 200, "application/json", json.dumps(body).encode()
+
+    def sources(self, _: dict[str, list[str]]) -> Response:
+        now = time.time()
+        body = {}
+        for name, health in self.scheduler.metrics.health.items():
+            entry = health.as_dict()
+            entry["last_success_age"] = None if health.last_success is None else round(now - health.last_success, 3)
+            body[name] = entry
+        return 200, "application/json", json.dumps(body, default=str).encode()
+
 
 def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, port: int | None = None,
-          identity: str | None = None) -> App:
+          identity: str | None = None, config_dir: Path | None = None) -> App:
     from adapters.kubernetes import (
         KubeClient,
         KubeClusterSource,
@@ -88,14 +121,30 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
         elector = LeaderElector(KubeLeaseStore(client), config.leader_election, identity)
     scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
                           is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
+
+    def kube_http() -> httpx.Client:
+        return httpx.Client(base_url=kube.server, verify=kube.ssl_context(), auth=kube.auth(), timeout=5.0,
+                            trust_env=False)
+
+    for metric_source in build_sources(config, config_dir or Path.cwd(), kube_http):
+        scheduler.metrics.add_source(metric_source)
+    ring = DecisionRing(config.audit.ring_size)
+    auditor = Auditor(scheduler.state, ring, scheduler.reporter, config_hash=config.config_hash,
+                      top=config.audit.top_candidates, annotate=config.audit.annotate_pods,
+                      log_decisions=config.audit.log_decisions)
+    scheduler.cycle_observers.append(auditor.on_cycle)
+    scheduler.bind_observers.append(auditor.on_bind)
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
     source = KubeClusterSource(client, options=options)
     server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)
-    app = App(config=config, scheduler=scheduler, server=server, elector=elector, source=source)
+    app = App(config=config, scheduler=scheduler, server=server, elector=elector, source=source, ring=ring)
     server.route("/healthz", app.healthz)
     server.route("/livez", app.healthz)
     server.route("/readyz", app.readyz)
     server.route("/status", app.status)
+    server.route("/decisions", app.decisions)
+    server.route("/sources", app.sources)
+    server.route("/values", app.values)
     return app
 
 
@@ -111,6 +160,8 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
     app.source.start(app.scheduler.handlers)
     while not app.stop.is_set() and not app.synced():
         app.stop.wait(0.05)
+    # Telemetry refreshes in the background from now on; a slow or dead source never blocks a bind.
+    app.scheduler.metrics.start(app.scheduler.node_directory)
     # Schedule only on a full picture: a pod scheduled before all bound pods are known could overcommit.
     if app.elector is not None:
         elector = app.elector
@@ -129,6 +180,7 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
         app.scheduler.stop(drain_timeout=0)
         return EXIT_LOST_LEADERSHIP
     drained = app.scheduler.stop(drain_timeout=drain_timeout)
+    app.scheduler.metrics.stop()
     if app.elector is not None:
         app.elector.release()
     app.source.stop()

@@ -20,8 +20,13 @@ def register(sub: Any) -> None:
 
 
 def load_or_exit(path: Path, registry: Registry) -> SchedulerConfig:
+    from metrics_sched.cli.sources import build_sources
+
     try:
-        return load_config(path, registry.catalog())
+        config = load_config(path, registry.catalog())
+        for source in build_sources(config, path.resolve().parent, None):
+            source.close()
+        return config
     except ConfigError as exc:
         print(f"invalid config {path}: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID_CONFIG) from None

@@ -29,4 +29,5 @@ def _run(args: argparse.Namespace) -> int:
     config = load_or_exit(args.config, registry)
     from metrics_sched.cli import app
 
-    return app.run(app.build(config, registry, args.kubeconfig, port=args.port, identity=args.identity))
+    return app.run(app.build(config, registry, args.kubeconfig, port=args.port, identity=args.identity,
+                             config_dir=args.config.resolve().parent))

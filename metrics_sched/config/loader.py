@@ -20,6 +20,7 @@ from metrics_sched.config.errors import ArgsError, ConfigError
 from metrics_sched.config.model import (
     DEFAULT_SCHEDULER_NAME,
     EXTENSION_POINT_NAMES,
+    AuditConfig,
     ClientConnectionConfig,
     LeaderElectionConfig,
     PluginRef,
@@ -210,7 +211,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     data = _mapping(data, "")
     _known_keys(data, {"apiVersion", "kind", "profiles", "leaderElection", "clientConnection", "server",
                        "bindWorkers", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
-                       "podMaxInUnschedulablePodsDuration", "metrics", "sources"}, "")
+                       "podMaxInUnschedulablePodsDuration", "metrics", "sources", "audit"}, "")
     if data.get("apiVersion", API_VERSIONS[0]) not in API_VERSIONS:
         raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
     if data.get("kind", KINDS[0]) not in KINDS:
@@ -253,6 +254,17 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         if spec["name"] in {s["name"] for s in sources}:
             raise ConfigError(f"sources[{i}].name", f"duplicate source name {spec['name']!r}")
         sources.append(dict(spec))
+    audit = _mapping(data.get("audit"), "audit")
+    _known_keys(audit, {"ringSize", "topCandidates", "annotatePods", "logDecisions"}, "audit")
+    for flag in ("annotatePods", "logDecisions"):
+        if not isinstance(audit.get(flag, True), bool):
+            raise ConfigError(f"audit.{flag}", f"must be true or false, got {audit[flag]!r}")
+    audit_config = AuditConfig(
+        ring_size=int(_number(audit.get("ringSize", 10_000), "audit.ringSize", minimum=1, integer=True)),
+        top_candidates=int(_number(audit.get("topCandidates", 5), "audit.topCandidates", minimum=1, integer=True)),
+        annotate_pods=audit.get("annotatePods", True),
+        log_decisions=audit.get("logDecisions", True),
+    )
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
     return SchedulerConfig(
         profiles=profiles,
@@ -264,6 +276,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         pod_max_backoff=maximum,
         pod_max_in_unschedulable=parse_duration(data.get("podMaxInUnschedulablePodsDuration", 300),
                                                 "podMaxInUnschedulablePodsDuration"),
+        audit=audit_config,
         metrics=contracts,
         sources=tuple(sources),
         config_hash=hashlib.sha256(canonical).hexdigest()[:12],

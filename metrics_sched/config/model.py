@@ -51,6 +51,14 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    ring_size: int = 10_000
+    top_candidates: int = 5
+    annotate_pods: bool = True
+    log_decisions: bool = True
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     profiles: tuple[ProfileConfig, ...]
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
@@ -60,6 +68,7 @@ class SchedulerConfig:
     pod_initial_backoff: float = 1.0
     pod_max_backoff: float = 10.0
     pod_max_in_unschedulable: float = 300.0
+    audit: AuditConfig = AuditConfig()
     metrics: dict[str, FreshnessContract] = field(default_factory=dict)
     sources: tuple[dict[str, Any], ...] = ()  # validated by the source adapters at wiring time
     config_hash: str = ""

@@ -233,6 +233,23 @@ class MetricCache:
         return MetricColumn(column.metric, column.values, column.observed_at, column.fetched_at, fresh,
                             column.sources, contract)
 
+    def node_values(self, node: str) -> dict[str, dict[str, Any]]:
+        """Every metric held for one node, with ages and freshness (for /values and explain)."""
+        now = self._clock()
+        out = {}
+        with self._lock:
+            for metric, per_node in self._store.items():
+                entry = per_node.get(node)
+                if entry is None:
+                    continue
+                contract = self.contract(metric)
+                out[metric] = {
+                    "value": entry.value, "source": entry.source, "observed_at": entry.observed_at,
+                    "age": round(now - entry.observed_at, 3), "fetched_age": round(now - entry.fetched_at, 3),
+                    "fresh": now - entry.observed_at <= contract.max_age and now - entry.fetched_at <= contract.ttl,
+                }
+        return out
+
     def value(self, metric: str, node: str) -> tuple[float, float, float, str] | None:
         """(value, observed_at, fetched_at, source) of one node, for audit and tests."""
         with self._lock:

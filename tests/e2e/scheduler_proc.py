@@ -40,14 +40,16 @@ class SchedulerProcess:
 
 def write_config(cluster: DevCluster, scheduler_name: str, extra: dict[str, Any] | None = None,
                  leader_elect: bool = True) -> str:
+    extra = dict(extra or {})
+    profile = {"schedulerName": scheduler_name, **extra.pop("profile", {})}
     config: dict[str, Any] = {
         "apiVersion": "metrics-sched.io/v1alpha1",
         "kind": "MetricsSchedulerConfiguration",
-        "profiles": [{"schedulerName": scheduler_name}],
+        "profiles": [profile],
         "leaderElection": {"leaderElect": leader_elect, "resourceName": scheduler_name,
                            "resourceNamespace": "default"},
         "server": {"bindAddress": "127.0.0.1"},
-        **(extra or {}),
+        **extra,
     }
     path = cluster.run_dir / f"{scheduler_name}-config.yaml"
     path.write_text(yaml.safe_dump(config))

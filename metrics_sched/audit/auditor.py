@@ -1,0 +1,60 @@
+"""Auditor: builds the DecisionRecord of each attempt and hands it to the sinks: the /decisions ring,
+one JSON log line, the Scheduled event's message and a pod annotation, and the metric observers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from metrics_sched.audit.record import DecisionRecord, build_record
+from metrics_sched.audit.ring import DecisionRing
+from metrics_sched.framework.runtime import CycleResult
+from metrics_sched.scheduler.binding import BindOutcome
+from metrics_sched.scheduler.reporting import PodReporter
+from metrics_sched.state.cluster_state import ClusterState
+
+log = logging.getLogger("metrics_sched.decisions")
+
+ANNOTATION = "metrics-sched.io/decision"
+BOUND = ("bound", "already_bound")
+
+
+class Auditor:
+    def __init__(self, state: ClusterState, ring: DecisionRing, reporter: PodReporter, *, config_hash: str,
+                 top: int = 5, annotate: bool = True, log_decisions: bool = True) -> None:
+        self.state = state
+        self.ring = ring
+        self.reporter = reporter
+        self.config_hash = config_hash
+        self.top = top
+        self.annotate = annotate
+        self.log_decisions = log_decisions
+        self.record_observers: list[Callable[[DecisionRecord, CycleResult], None]] = []
+        self.bind_observers: list[Callable[[DecisionRecord, BindOutcome], None]] = []
+
+    def on_cycle(self, result: CycleResult) -> None:
+        with self.state.lock:
+            record = build_record(result, self.state.table, config_hash=self.config_hash, top=self.top)
+        result.cycle["record"] = record
+        result.cycle["summary"] = record.summary()
+        self.ring.add(record)
+        for observer in self.record_observers:
+            observer(record, result)
+        if self.log_decisions:
+            log.info("%s %s: %s", record.pod, record.result, record.node or record.message, extra={
+                "decision_id": record.id, "pod": record.pod, "result": record.result, "node": record.node,
+                "score": record.candidates[0].total if record.candidates else None, "margin": record.margin,
+                "feasible": record.feasible, "nodes": record.nodes_total, "rejections": record.rejections,
+                "summary": result.cycle["summary"], "config_hash": record.config_hash,
+            })
+
+    def on_bind(self, outcome: BindOutcome, result: CycleResult) -> None:
+        record: DecisionRecord | None = result.cycle.get("record")
+        if record is None:
+            return
+        record.bind = outcome.result
+        record.bind_ms = round(outcome.seconds * 1000, 3)
+        for observer in self.bind_observers:
+            observer(record, outcome)
+        if self.annotate and outcome.result in BOUND:
+            self.reporter.annotate(result.pod, {ANNOTATION: f"#{record.id} {record.summary()}"[:1000]})

@@ -1,0 +1,136 @@
+"""DecisionRecord: why a pod went where it went (or nowhere), built once from the cycle's own arrays.
+
+Sinks (log line, /decisions ring, pod annotation, Scheduled event, Prometheus metrics) only read
+the record; none of them recomputes a score.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from metrics_sched.framework.interfaces import Code
+from metrics_sched.framework.runtime import CycleResult
+from metrics_sched.state.node_table import NodeTable
+
+_ids = itertools.count(1)
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(float(value), 4)
+
+
+@dataclass
+class RawValue:
+    metric: str
+    value: float | None
+    age_seconds: float | None
+    sources: list[str]
+
+
+@dataclass
+class TermDetail:
+    plugin: str
+    weight: int
+    normalized: float | None  # 0-100, None = no value (the term dropped out for this node)
+    raw: float | None
+    metrics: list[RawValue] = field(default_factory=list)
+
+
+@dataclass
+class Candidate:
+    node: str
+    total: float
+    rank: int
+    terms: list[TermDetail]
+
+
+@dataclass
+class DecisionRecord:
+    id: int
+    time: float
+    pod: str
+    uid: str
+    profile: str
+    config_hash: str
+    result: str  # scheduled | unschedulable | error
+    node: str | None
+    message: str
+    nodes_total: int
+    feasible: int
+    rejections: dict[str, int]
+    candidates: list[Candidate]
+    margin: float | None  # winner's total minus the runner-up's
+    duration_ms: float
+    attempts: int
+    bind: str | None = None  # outcome of the bind, filled in later
+    bind_ms: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line for the pod's annotation and its Scheduled event."""
+        if self.node is None or not self.candidates:
+            return self.message
+        winner = self.candidates[0]
+        parts = [f"score {winner.total:.1f}"]
+        for term in winner.terms:
+            if term.normalized is None:
+                parts.append(f"{term.plugin} n/a")
+                continue
+            detail = ", ".join(f"{m.metric}={m.value:g}" for m in term.metrics if m.value is not None)
+            parts.append(f"{term.plugin} {term.normalized:.0f}" + (f" ({detail})" if detail else ""))
+        margin = f"; margin {self.margin:.1f} over runner-up" if self.margin is not None else ""
+        return f"{'; '.join(parts)}{margin}; {self.feasible}/{self.nodes_total} nodes feasible"
+
+
+def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
+                 now: float | None = None) -> DecisionRecord:
+    now = time.time() if now is None else now
+    if result.node is not None:
+        outcome = "scheduled"
+    elif result.status.code == Code.ERROR:
+        outcome = "error"
+    else:
+        outcome = "unschedulable"
+    candidates: list[Candidate] = []
+    margin = None
+    rows = result.feasible_rows
+    if result.total.size:
+        order = np.argsort(-result.total, kind="stable")
+        if result.row is not None:
+            winner_pos = int(np.flatnonzero(rows == result.row)[0])
+            order = np.concatenate([[winner_pos], order[order != winner_pos]])
+        order = order[:top]
+        raw_metrics: dict[tuple[str, str], dict[str, Any]] = result.cycle.get("raw_metrics", {})
+        for rank, pos in enumerate(order.tolist()):
+            terms = []
+            for term in result.terms:
+                metrics = [
+                    RawValue(metric, _finite(raw["values"][pos]),
+                             _finite(now - raw["observed_at"][pos]) if np.isfinite(raw["observed_at"][pos]) else None,
+                             list(raw["sources"]))
+                    for (plugin, metric), raw in raw_metrics.items() if plugin == term.plugin
+                ]
+                terms.append(TermDetail(term.plugin, term.weight, _finite(term.normalized[pos]),
+                                        _finite(term.raw[pos]), metrics))
+            candidates.append(Candidate(table.name(int(rows[pos])), round(float(result.total[pos]), 4), rank, terms))
+        if result.total.size > 1:
+            ordered = np.sort(result.total)[::-1]
+            margin = round(float(ordered[0] - ordered[1]), 4)
+        elif result.total.size == 1:
+            margin = None
+    timings = sum(t[2] for t in result.timings)
+    return DecisionRecord(
+        id=next(_ids), time=now, pod=result.pod.key, uid=result.pod.uid, profile=result.profile,
+        config_hash=config_hash, result=outcome, node=result.node,
+        message=result.message() if result.node is None else f"bound to {result.node}",
+        nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
+        candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
+    )
