@@ -28,9 +28,10 @@ def _finite(value: float) -> float | None:
 @dataclass
 class RawValue:
     metric: str
-    value: float | None
+    value: float | None  # the sample as the source measured it
     age_seconds: float | None
     sources: list[str]
+    in_flight: float | None = None  # what the ledger added for pods placed since that sample
 
 
 @dataclass
@@ -115,7 +116,8 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
                 metrics = [
                     RawValue(metric, _finite(raw["values"][pos]),
                              _finite(now - raw["observed_at"][pos]) if np.isfinite(raw["observed_at"][pos]) else None,
-                             list(raw["sources"]))
+                             list(raw["sources"]),
+                             None if raw.get("in_flight") is None else _finite(raw["in_flight"][pos]))
                     for (plugin, metric), raw in raw_metrics.items() if plugin == term.plugin
                 ]
                 terms.append(TermDetail(term.plugin, term.weight, _finite(term.normalized[pos]),

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from metrics_sched.cli import config_cmd, devcluster_cmd, run_cmd
+from metrics_sched.cli import config_cmd, demo_cmd, devcluster_cmd, explain_cmd, run_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,7 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_cmd.register(sub)
     config_cmd.register(sub)
+    explain_cmd.register(sub)
     devcluster_cmd.register(sub)
+    demo_cmd.register(sub)
     return parser
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 import httpx
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
@@ -27,6 +28,7 @@ from metrics_sched.config import SchedulerConfig
 from metrics_sched.framework.registry import Registry
 from metrics_sched.http_server import HTTPServer, Response, text
 from metrics_sched.leader import LeaderElector
+from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.ports import ClusterSource
 from metrics_sched.scheduler import Scheduler
 
@@ -134,6 +136,9 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
                       log_decisions=config.audit.log_decisions)
     scheduler.cycle_observers.append(auditor.on_cycle)
     scheduler.bind_observers.append(auditor.on_bind)
+    metrics = SchedulerMetrics(scheduler, is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
+    auditor.record_observers.append(metrics.on_record)
+    auditor.bind_observers.append(metrics.on_bind)
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
     source = KubeClusterSource(client, options=options)
     server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)
@@ -145,6 +150,7 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     server.route("/decisions", app.decisions)
     server.route("/sources", app.sources)
     server.route("/values", app.values)
+    server.route("/metrics", lambda _: (200, CONTENT_TYPE_LATEST, metrics.exposition()))
     return app
 
 

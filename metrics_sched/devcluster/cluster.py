@@ -400,6 +400,28 @@ class DevCluster:
                     emulator.remove_node(name)
         self.nodes = [n for n in self.nodes if n.name not in set(names)]
 
+    def telemetry_sources(self, *, interval: float = 5.0, prometheus: bool = True, cmdb: bool = True,
+                          metrics_server: bool = True) -> list[dict[str, Any]]:
+        """Scheduler `sources:` entries reading this cluster's Prometheus, CMDB and metrics API."""
+        assert self.endpoints is not None
+        out: list[dict[str, Any]] = []
+        if prometheus and self.endpoints.prometheus:
+            out.append({
+                "name": "prometheus", "type": "prometheus", "url": self.endpoints.prometheus, "interval": interval,
+                "metrics": [
+                    {"name": "gpu_temperature", "preset": "dcgm_gpu_temp"},
+                    {"name": "gpu_utilisation", "preset": "dcgm_gpu_util"},
+                    {"name": "node_load_per_cpu", "preset": "node_load_per_cpu"},
+                    {"name": "node_hourly_cost", "preset": "opencost_node_hourly_cost"},
+                ],
+            })
+        if cmdb and self.endpoints.cmdb:
+            out.append({"name": "cmdb", "type": "cmdb", "preset": "netbox", "url": self.endpoints.cmdb,
+                        "interval": interval, "auth": {"tokenFile": self.endpoints.cmdb_token_file}})
+        if metrics_server:
+            out.append({"name": "metrics-server", "type": "metrics-server", "interval": interval})
+        return out
+
     def log_tail(self, name: str, lines: int = 40) -> str:
         return tail(self.run_dir / "logs" / f"{name}.log", lines)
 

@@ -86,20 +86,23 @@ class MetricRead:
     column: MetricColumn
     values: FloatArray  # over all rows, ledger applied, NaN where not fresh
     missing: BoolArray  # over all rows
+    in_flight: FloatArray | None = None  # the ledger's part of `values`
 
 
 def read_metric(handle: Handle, metric: str, table: NodeTable, *, with_ledger: bool = True) -> MetricRead:
     cache: MetricCache = handle.service("metrics")
     column = cache.column(metric, table)
     values = np.where(column.fresh, column.values, np.nan)
+    in_flight = None
     if with_ledger:
         try:
             ledger: InFlightLedgerStore = handle.service("ledger")
         except KeyError:
             ledger = None  # type: ignore[assignment]
         if ledger is not None and len(ledger):
-            values = values + ledger.adjustment(metric, table, column.observed_at)
-    return MetricRead(column, values, ~column.fresh)
+            in_flight = ledger.adjustment(metric, table, column.observed_at)
+            values = values + in_flight
+    return MetricRead(column, values, ~column.fresh, in_flight)
 
 
 def apply_missing(scores: FloatArray, missing: BoolArray, policy: OnMissing) -> FloatArray:
@@ -119,8 +122,10 @@ def deny_missing_mask(read: MetricRead) -> BoolArray | None:
 def stash_raw(cycle: dict[str, Any], plugin: str, metric: str, read: MetricRead, rows: IntArray) -> None:
     """Keeps raw values and ages per candidate for the decision record (the audit never recomputes)."""
     raw = cycle.setdefault("raw_metrics", {})
+    sample = read.values if read.in_flight is None else read.values - read.in_flight
     raw[(plugin, metric)] = {
-        "values": read.values[rows],
+        "values": sample[rows],
+        "in_flight": None if read.in_flight is None else read.in_flight[rows],
         "observed_at": read.column.observed_at[rows],
         "sources": read.column.sources,
     }

@@ -85,6 +85,8 @@ class MetricCache:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._directory: Callable[[], NodeDirectory] | None = None
+        # (source, seconds, ok) after every refresh, for the fetch-duration histogram.
+        self.refresh_observers: list[Callable[[str, float, bool], None]] = []
 
     def contract(self, metric: str) -> FreshnessContract:
         return self.contracts.get(metric, FreshnessContract())
@@ -137,10 +139,34 @@ class MetricCache:
             health.errors_by_reason[reason] = health.errors_by_reason.get(reason, 0) + 1
             health.last_duration = time.monotonic() - started
             log.warning("source %s failed: %s", name, health.last_error)
-            self._update_coverage(directory)
+            self.update_coverage(directory)
+            self._observe_refresh(name, health.last_duration, False)
             return
         health.last_duration = time.monotonic() - started
+        self._observe_refresh(name, health.last_duration, True)
         self.ingest(name, result, fetched_at=self._clock(), directory=directory)
+
+    def _observe_refresh(self, name: str, seconds: float, ok: bool) -> None:
+        for observer in self.refresh_observers:
+            try:
+                observer(name, seconds, ok)
+            except Exception:
+                log.exception("refresh observer failed")
+
+    def fresh_values(self) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
+        """(metric, source) -> (values, ages) of every fresh entry, for scrape-time statistics."""
+        now = self._clock()
+        out: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+        with self._lock:
+            for metric, per_node in self._store.items():
+                contract = self.contract(metric)
+                for entry in per_node.values():
+                    age = now - entry.observed_at
+                    if age <= contract.max_age and now - entry.fetched_at <= contract.ttl:
+                        values, ages = out.setdefault((metric, entry.source), ([], []))
+                        values.append(entry.value)
+                        ages.append(age)
+        return out
 
     def set_directory(self, directory: Callable[[], NodeDirectory]) -> None:
         self._directory = directory
@@ -179,7 +205,7 @@ class MetricCache:
         if bad:
             health.dropped["invalid"] = health.dropped.get("invalid", 0) + bad
         if directory is not None:
-            self._update_coverage(directory)
+            self.update_coverage(directory)
         if changed:
             for listener in self._listeners:
                 try:
@@ -187,7 +213,7 @@ class MetricCache:
                 except Exception:
                     log.exception("metric listener failed")
 
-    def _update_coverage(self, directory: NodeDirectory) -> None:
+    def update_coverage(self, directory: NodeDirectory) -> None:
         now = self._clock()
         nodes = directory.names
         for health in self.health.values():

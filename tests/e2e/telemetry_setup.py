@@ -15,24 +15,8 @@ REFRESH = 1.0  # seconds between refreshes of every source in these tests
 
 def sources(cluster: DevCluster, *, prometheus: bool = True, cmdb: bool = True,
             metrics_server: bool = True) -> list[dict[str, Any]]:
-    assert cluster.endpoints is not None
-    out: list[dict[str, Any]] = []
-    if prometheus:
-        out.append({
-            "name": "prometheus", "type": "prometheus", "url": cluster.endpoints.prometheus, "interval": REFRESH,
-            "metrics": [
-                {"name": "gpu_temperature", "preset": "dcgm_gpu_temp"},
-                {"name": "gpu_utilisation", "preset": "dcgm_gpu_util"},
-                {"name": "node_load_per_cpu", "preset": "node_load_per_cpu"},
-                {"name": "node_hourly_cost", "preset": "opencost_node_hourly_cost"},
-            ],
-        })
-    if cmdb:
-        out.append({"name": "cmdb", "type": "cmdb", "preset": "netbox", "url": cluster.endpoints.cmdb,
-                    "interval": REFRESH, "auth": {"tokenFile": cluster.endpoints.cmdb_token_file}})
-    if metrics_server:
-        out.append({"name": "metrics-server", "type": "metrics-server", "interval": REFRESH})
-    return out
+    return cluster.telemetry_sources(interval=REFRESH, prometheus=prometheus, cmdb=cmdb,
+                                     metrics_server=metrics_server)
 
 
 def telemetry_config(cluster: DevCluster, *, weights: dict[str, int] | None = None,

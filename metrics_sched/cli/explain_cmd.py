@@ -1,0 +1,122 @@
+"""`metrics-sched explain NAMESPACE/POD` and `metrics-sched sources`: read a running scheduler's
+/decisions and /sources endpoints and print them for humans."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = os.environ.get("METRICS_SCHED_URL", "http://127.0.0.1:10260")
+
+
+def register(sub: Any) -> None:
+    explain = sub.add_parser("explain", help="why a pod went where it went (from a running scheduler)")
+    explain.add_argument("pod", help="NAMESPACE/POD")
+    explain.add_argument("--url", default=DEFAULT_URL, help=f"the scheduler's HTTP endpoint (default {DEFAULT_URL})")
+    explain.add_argument("--all", action="store_true", help="every recorded attempt, not only the latest")
+    explain.set_defaults(handler=_explain)
+    sources = sub.add_parser("sources", help="health, coverage and freshness of every telemetry source")
+    sources.add_argument("--url", default=DEFAULT_URL)
+    sources.set_defaults(handler=_sources)
+
+
+def _get(url: str, path: str, **params: str) -> Any:
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}{path}", params=params, timeout=5)
+        resp.raise_for_status()
+        return resp.json()
+    except httpx.HTTPError as exc:
+        raise SystemExit(f"error: cannot read {path} from {url}: {exc}") from None
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def render_decision(d: dict[str, Any]) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["time"]))
+    lines = [f"pod {d['pod']}  decision #{d['id']} at {when}  profile {d['profile']}  config {d['config_hash']}",
+             f"result: {d['result']}" + (f" -> {d['node']}" if d["node"] else "") +
+             (f"  (bind: {d['bind']}, {_fmt(d['bind_ms'])} ms)" if d.get("bind") else "") +
+             f"  attempt {d['attempts']}, {d['feasible']}/{d['nodes_total']} nodes feasible, "
+             f"decided in {_fmt(d['duration_ms'], 2)} ms"]
+    if d["result"] != "scheduled":
+        lines.append(f"why: {d['message']}")
+    candidates = d["candidates"]
+    if candidates:
+        plugins = [t["plugin"] for t in candidates[0]["terms"]]
+        weights = {t["plugin"]: t["weight"] for t in candidates[0]["terms"]}
+        headers = ["rank", "node", "total"] + [f"{p} (w{weights[p]})" for p in plugins]
+        rows = []
+        for c in candidates:
+            cells = ["winner" if c["rank"] == 0 and d["node"] == c["node"] else str(c["rank"] + 1), c["node"],
+                     _fmt(c["total"])]
+            for t in c["terms"]:
+                raw = ", ".join(
+                    f"{m['metric']}={_fmt(m['value'], 2)}"
+                    + (f"+{_fmt(m['in_flight'], 2)} in flight" if m.get("in_flight") else "")
+                    + f" ({_fmt(m['age_seconds'])}s, {'/'.join(m['sources'])})"
+                    for m in t["metrics"] if m["value"] is not None)
+                cells.append(f"{_fmt(t['normalized'])}" + (f" [{raw}]" if raw else ""))
+            rows.append(cells)
+        lines += ["", "candidates (normalised 0-100 per term; raw value, age, source in brackets):",
+                  table(headers, rows)]
+        if len(candidates) > 1 and d["node"]:
+            best, second = candidates[0], candidates[1]
+            gaps = sorted(
+                ((bt["weight"] * ((bt["normalized"] or 0) - (st["normalized"] or 0)), bt["plugin"])
+                 for bt, st in zip(best["terms"], second["terms"], strict=True)), reverse=True)
+            lead = ", ".join(f"{p} +{g:.0f}" for g, p in gaps if g > 0) or "a tie broken at random"
+            lines.append(f"\n{best['node']} beat {second['node']} by {d['margin']:.1f} points; "
+                         f"weighted lead from: {lead}")
+    if d["rejections"]:
+        lines += ["", "nodes filtered out:", table(["count", "reason"],
+                                                   [[str(n), r] for r, n in sorted(d["rejections"].items())])]
+    return "\n".join(lines)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    if "/" not in args.pod:
+        print("error: give the pod as NAMESPACE/POD", file=sys.stderr)
+        return 2
+    body = _get(args.url, "/decisions", pod=args.pod, limit="50")
+    decisions = body["decisions"]
+    if not decisions:
+        print(f"no decision recorded for {args.pod} (the ring keeps the last {body['ring_size']})", file=sys.stderr)
+        return 1
+    for d in decisions if args.all else decisions[:1]:
+        print(render_decision(d))
+        print()
+    return 0
+
+
+def _sources(args: argparse.Namespace) -> int:
+    body = _get(args.url, "/sources")
+    rows = []
+    for name, h in sorted(body.items()):
+        coverage = ", ".join(f"{m} {v:.0%}" for m, v in sorted(h["coverage"].items())) or "-"
+        dropped = ", ".join(f"{r}={n}" for r, n in sorted(h["dropped"].items())) or "-"
+        rows.append([name, "up" if h["up"] else "DOWN", f"{h['interval']:g}s",
+                     _fmt(h.get("last_success_age")) + "s ago" if h.get("last_success_age") is not None else "never",
+                     str(h["consecutive_failures"]), f"{h['last_duration'] * 1000:.0f} ms", coverage, dropped,
+                     (h.get("last_error") or "")[:60]])
+    print(table(["source", "state", "every", "last success", "fails", "took", "coverage (fresh)", "dropped",
+                 "last error"], rows))
+    return 0

@@ -1,0 +1,207 @@
+"""/metrics: kube-scheduler's metric names and labels (so its dashboards work) plus metrics_sched_*
+for sources, decisions and the in-flight ledger. Its own registry; no pod names in any label.
+
+Hot-path cost is a few counter/histogram updates per decision (plugin timings sampled like
+kube-scheduler, 10 %); everything that describes state (queues, sources, cluster distributions)
+is computed at scrape time by a collector.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from metrics_sched.audit.record import DecisionRecord
+from metrics_sched.framework.runtime import CycleResult
+from metrics_sched.scheduler.binding import BindOutcome
+from metrics_sched.scheduler.scheduler import Scheduler
+
+ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))  # kube-scheduler: 1 ms doubling, 15 buckets
+PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
+ATTEMPTS_BUCKETS = (1, 2, 4, 8, 16)
+PLUGIN_SAMPLE_RATE = 0.1
+CLUSTER_METRICS = ("gpu_temperature", "node_hourly_cost", "node_cpu_utilisation")
+QUANTILES = ("0.1", "0.5", "0.9", "1")
+
+
+class SchedulerMetrics:
+    def __init__(self, scheduler: Scheduler, *, is_leader: Callable[[], bool] = lambda: True) -> None:
+        self.scheduler = scheduler
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.attempts = Counter("scheduler_schedule_attempts", "Number of attempts to schedule pods, by the result.",
+                                ["result", "profile"], registry=r)
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds", "Scheduling attempt latency (algorithm + binding).",
+            ["result", "profile"], buckets=ATTEMPT_BUCKETS, registry=r)
+        self.algorithm_duration = Histogram(
+            "scheduler_scheduling_algorithm_duration_seconds", "Scheduling algorithm latency.",
+            buckets=ATTEMPT_BUCKETS, registry=r)
+        self.plugin_duration = Histogram(
+            "scheduler_plugin_execution_duration_seconds", "Duration of running a plugin at an extension point.",
+            ["plugin", "extension_point", "status"], buckets=PLUGIN_BUCKETS, registry=r)
+        self.pod_attempts = Histogram(
+            "scheduler_pod_scheduling_attempts", "Number of attempts to successfully schedule a pod.",
+            buckets=ATTEMPTS_BUCKETS, registry=r)
+        self.sli_duration = Histogram(
+            "scheduler_pod_scheduling_sli_duration_seconds", "E2e latency for a pod being scheduled, from creation.",
+            ["attempts"], buckets=tuple(0.01 * 2**i for i in range(20)), registry=r)
+        self.bindings = Counter("metrics_sched_bindings", "Pods bound, by node.", ["node"], registry=r)
+        self.bind_results = Counter("metrics_sched_bind_results", "Bind outcomes.", ["result"], registry=r)
+        self.bind_duration = Histogram("metrics_sched_bind_duration_seconds", "Bind API call latency.", ["result"],
+                                       buckets=ATTEMPT_BUCKETS, registry=r)
+        self.unschedulable = Counter("metrics_sched_unschedulable_reasons",
+                                     "Unschedulable attempts, by a filter reason that rejected nodes.", ["reason"],
+                                     registry=r)
+        self.decision_temperature = Histogram(
+            "metrics_sched_decision_gpu_temperature_celsius", "Hottest GPU of the chosen node at decision time.",
+            buckets=tuple(range(20, 101, 5)), registry=r)
+        self.decision_cost = Histogram(
+            "metrics_sched_decision_node_hourly_cost", "Hourly cost of the chosen node at decision time ($/h).",
+            buckets=(0.25, 0.5, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64), registry=r)
+        self.decision_load = Histogram(
+            "metrics_sched_decision_node_load_ratio", "CPU utilisation (0-1) of the chosen node at decision time.",
+            buckets=tuple(i / 10 for i in range(11)), registry=r)
+        self.decision_score = Histogram("metrics_sched_decision_score", "Total score (0-100) of the chosen node.",
+                                        buckets=tuple(range(0, 101, 10)), registry=r)
+        self.decision_margin = Histogram(
+            "metrics_sched_decision_score_margin", "Score of the winner minus the runner-up.",
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 50, 100), registry=r)
+        self.fetch_duration = Histogram(
+            "metrics_sched_source_fetch_duration_seconds", "Duration of one refresh of a telemetry source.",
+            ["source"], buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
+        r.register(_StateCollector(scheduler, is_leader))
+        self._random = random.Random()
+        self._decisions = 0
+        scheduler.metrics.refresh_observers.append(self._refreshed)
+
+    def _refreshed(self, source: str, seconds: float, ok: bool) -> None:
+        self.fetch_duration.labels(source).observe(seconds)
+
+    # -- observers -------------------------------------------------------------------------------
+    def on_record(self, record: DecisionRecord, result: CycleResult) -> None:
+        algorithm = record.duration_ms / 1000
+        self.algorithm_duration.observe(algorithm)
+        if record.result != "scheduled":
+            self.attempts.labels(record.result, record.profile).inc()
+            self.attempt_duration.labels(record.result, record.profile).observe(algorithm)
+            for reason in record.rejections:
+                self.unschedulable.labels(reason).inc()
+        self._decisions += 1
+        # Like kube-scheduler, sample plugin timings (10 %), but keep the first ones so a new scheduler shows them.
+        if self._decisions <= 100 or self._random.random() < PLUGIN_SAMPLE_RATE:
+            for plugin, point, seconds, status in result.timings:
+                self.plugin_duration.labels(plugin, point, status).observe(seconds)
+        if record.node and record.candidates:
+            winner = record.candidates[0]
+            self.decision_score.observe(winner.total)
+            if record.margin is not None:
+                self.decision_margin.observe(record.margin)
+            for term in winner.terms:
+                for raw in term.metrics:
+                    if raw.value is None:
+                        continue
+                    if raw.metric == "gpu_temperature":
+                        self.decision_temperature.observe(raw.value)
+                    elif raw.metric in ("node_hourly_cost", "hourly_cost"):
+                        self.decision_cost.observe(raw.value)
+                    elif raw.metric == "node_cpu_utilisation":
+                        self.decision_load.observe(raw.value)
+
+    def on_bind(self, record: DecisionRecord, outcome: BindOutcome) -> None:
+        self.bind_results.labels(outcome.result).inc()
+        self.bind_duration.labels(outcome.result).observe(outcome.seconds)
+        bound = outcome.result in ("bound", "already_bound")
+        result = "scheduled" if bound else "error"
+        self.attempts.labels(result, record.profile).inc()
+        self.attempt_duration.labels(result, record.profile).observe(record.duration_ms / 1000 + outcome.seconds)
+        if bound:
+            self.bindings.labels(outcome.node).inc()
+            self.pod_attempts.observe(max(1, record.attempts))
+            created = outcome.pod.created
+            if created:
+                self.sli_duration.labels(str(min(record.attempts, 16))).observe(max(0.0, time.time() - created))
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+class _StateCollector(Collector):
+    """Gauges and cumulative counters read from the scheduler's state at scrape time."""
+
+    def __init__(self, scheduler: Scheduler, is_leader: Callable[[], bool]) -> None:
+        self.scheduler = scheduler
+        self.is_leader = is_leader
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.scheduler
+        pending = GaugeMetricFamily("scheduler_pending_pods", "Pending pods, by the queue.", labels=["queue"])
+        for queue, count in s.queue.lengths().items():
+            pending.add_metric([queue], count)
+        yield pending
+
+        up = GaugeMetricFamily("metrics_sched_source_up", "1 when the source's last refresh succeeded.",
+                               labels=["source"])
+        last = GaugeMetricFamily("metrics_sched_source_last_success_timestamp_seconds",
+                                 "Unix time of the source's last successful refresh.", labels=["source"])
+        errors = CounterMetricFamily("metrics_sched_source_errors", "Failed refreshes or metrics, by reason.",
+                                     labels=["source", "reason"])
+        dropped = CounterMetricFamily("metrics_sched_source_dropped_samples",
+                                      "Samples refused (NaN, Inf, negative, sentinel, unknown node...), by reason.",
+                                      labels=["source", "reason"])
+        coverage = GaugeMetricFamily("metrics_sched_metric_coverage_ratio",
+                                     "Share of nodes with a fresh value of the metric.", labels=["source", "metric"])
+        for name, health in list(s.metrics.health.items()):
+            up.add_metric([name], 1.0 if health.up else 0.0)
+            if health.last_success is not None:
+                last.add_metric([name], health.last_success)
+            for reason, count in list(health.errors_by_reason.items()):
+                errors.add_metric([name, reason], count)
+            for reason, count in list(health.dropped.items()):
+                dropped.add_metric([name, reason], count)
+            for metric, ratio in list(health.coverage.items()):
+                coverage.add_metric([name, metric], ratio)
+            if not health.errors_by_reason:
+                errors.add_metric([name, "none"], 0)
+            if not health.dropped:
+                dropped.add_metric([name, "none"], 0)
+        yield from (up, last, errors, dropped, coverage)
+
+        age = GaugeMetricFamily("metrics_sched_metric_sample_age_seconds",
+                                "Median age of the fresh samples of a metric (from their own timestamps).",
+                                labels=["source", "metric"])
+        cluster = GaugeMetricFamily("metrics_sched_cluster_metric_quantile",
+                                    "The cluster's distribution of a metric over nodes with fresh values.",
+                                    labels=["metric", "quantile"])
+        for (metric, source), (values, ages) in s.metrics.fresh_values().items():
+            age.add_metric([source, metric], float(np.median(ages)))
+            if metric in CLUSTER_METRICS and values:
+                array = np.array(values)
+                for q in QUANTILES:
+                    cluster.add_metric([metric, q], float(np.quantile(array, float(q))))
+        yield age
+        yield cluster
+
+        ledger = GaugeMetricFamily("metrics_sched_inflight_ledger_entries",
+                                   "Placements whose load the telemetry does not show yet.")
+        ledger.add_metric([], len(s.ledger))
+        yield ledger
+        ledger_nodes = GaugeMetricFamily("metrics_sched_inflight_ledger_nodes",
+                                         "Nodes with at least one uncovered placement.")
+        ledger_nodes.add_metric([], len(s.ledger.by_node()))
+        yield ledger_nodes
+        leader = GaugeMetricFamily("metrics_sched_leader", "1 on the replica that holds the lease.")
+        leader.add_metric([], 1.0 if self.is_leader() else 0.0)
+        yield leader
+        in_flight = GaugeMetricFamily("metrics_sched_binds_in_flight", "Bind calls under way.")
+        in_flight.add_metric([], s.binder.in_flight())
+        yield in_flight

@@ -1,0 +1,108 @@
+"""Metric names and label sets, the decision ring's bound, and the explain rendering."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import tracemalloc
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from metrics_sched.audit import DecisionRing, build_record
+from metrics_sched.audit.auditor import Auditor
+from metrics_sched.cli.explain_cmd import render_decision
+from metrics_sched.observability import SchedulerMetrics
+from tests.unit.fakes import node, pod
+from tests.unit.test_scheduler import drain
+from tests.unit.test_telemetry_scoring import feed, make
+
+EXPECTED = {
+    "scheduler_schedule_attempts": {"result", "profile"},
+    "scheduler_scheduling_attempt_duration_seconds": {"result", "profile"},
+    "scheduler_scheduling_algorithm_duration_seconds": set(),
+    "scheduler_pending_pods": {"queue"},
+    "scheduler_plugin_execution_duration_seconds": {"plugin", "extension_point", "status"},
+    "scheduler_pod_scheduling_attempts": set(),
+    "scheduler_pod_scheduling_sli_duration_seconds": {"attempts"},
+    "metrics_sched_bindings": {"node"},
+    "metrics_sched_bind_results": {"result"},
+    "metrics_sched_bind_duration_seconds": {"result"},
+    "metrics_sched_unschedulable_reasons": {"reason"},
+    "metrics_sched_decision_gpu_temperature_celsius": set(),
+    "metrics_sched_decision_node_hourly_cost": set(),
+    "metrics_sched_decision_score": set(),
+    "metrics_sched_decision_score_margin": set(),
+    "metrics_sched_source_up": {"source"},
+    "metrics_sched_metric_coverage_ratio": {"source", "metric"},
+    "metrics_sched_metric_sample_age_seconds": {"source", "metric"},
+    "metrics_sched_cluster_metric_quantile": {"metric", "quantile"},
+    "metrics_sched_inflight_ledger_entries": set(),
+    "metrics_sched_leader": set(),
+}
+
+
+def test_metric_names_and_labels_and_no_pod_names() -> None:
+    scheduler, api, cache = make()
+    ring = DecisionRing(100)
+    auditor = Auditor(scheduler.state, ring, scheduler.reporter, config_hash="abc")
+    metrics = SchedulerMetrics(scheduler)
+    scheduler.cycle_observers.append(auditor.on_cycle)
+    scheduler.bind_observers.append(auditor.on_bind)
+    auditor.record_observers.append(metrics.on_record)
+    auditor.bind_observers.append(metrics.on_bind)
+    scheduler.handlers.on_node_event("ADDED", node("g1", gpus=1))
+    scheduler.handlers.on_node_event("ADDED", node("g2", gpus=1))
+    feed(cache, {"gpu_temperature": {"g1": 50, "g2": 60}, "node_hourly_cost": {"g1": 3, "g2": 4}})
+    cache.health["test"].metrics = ["gpu_temperature", "node_hourly_cost"]
+    cache.update_coverage(scheduler.node_directory())
+    api.add_pod(pod("fits", gpus=1))
+    api.add_pod(pod("too-big", gpus=4))
+    drain(scheduler, api)
+    text = metrics.exposition().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name, labels in EXPECTED.items():
+        assert name in families, name
+        samples = [s for s in families[name].samples if s.name in (name, f"{name}_total", f"{name}_bucket")]
+        assert samples, name
+        seen = set().union(*(set(s.labels) - {"le"} for s in samples))
+        assert seen == labels, (name, seen)
+    assert "fits" not in text and "too-big" not in text  # no pod names in labels
+    assert 'metrics_sched_bindings_total{node="g1"} 1.0' in text
+    [record] = ring.query(pod="default/fits")
+    assert record.node == "g1" and record.bind == "bound"
+    assert "gpu_temperature=50" in api.annotations["default/fits"]["metrics-sched.io/decision"]
+
+
+def test_ring_respects_its_size_and_keeps_memory_bounded() -> None:
+    scheduler, api, _ = make()
+    scheduler.handlers.on_node_event("ADDED", node("n"))
+    api.add_pod(pod("p"))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None
+    ring = DecisionRing(10_000)
+    tracemalloc.start()
+    template = build_record(result, scheduler.state.table, config_hash="x")
+    for i in range(10_000):
+        ring.add(copy.deepcopy(template) if i % 100 == 0 else dataclasses.replace(template, id=i))
+    before = tracemalloc.take_snapshot()
+    for i in range(15_000):
+        ring.add(copy.deepcopy(template) if i % 100 == 0 else dataclasses.replace(template, id=10_000 + i))
+    growth = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    assert len(ring) == 10_000
+    assert len(ring.query(limit=20_000)) == 10_000
+    assert growth < 2_000_000, f"the ring grew by {growth} bytes after it was full"
+
+
+def test_explain_renders_the_winner_and_why_others_lost() -> None:
+    scheduler, api, cache = make()
+    scheduler.handlers.on_node_event("ADDED", node("cool", gpus=1))
+    scheduler.handlers.on_node_event("ADDED", node("warm", gpus=1))
+    feed(cache, {"gpu_temperature": {"cool": 41, "warm": 77}})
+    api.add_pod(pod("p", gpus=1))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None
+    text = render_decision(build_record(result, scheduler.state.table, config_hash="h").as_dict())
+    winner_line = next(line for line in text.splitlines() if line.startswith("winner"))
+    assert "cool" in winner_line and "gpu_temperature=41.00" in winner_line
+    assert "cool beat warm by" in text and "GPUTemperature +" in text
