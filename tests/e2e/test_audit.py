@@ -33,6 +33,11 @@ def test_every_dashboard_query_returns_series_and_explain_matches_the_emulator(
             proc = procs[0]
             cluster.add_scrape_target(name, f"127.0.0.1:{proc.port}")
             try:
+                # Counters must be seen before they move, or increase() has nothing to compare with.
+                kube.poll(lambda: prom.query(cluster.endpoints.prometheus if cluster.endpoints else "",
+                                             f'scheduler_pending_pods{{job="{JOB}"}}'), 30,
+                          "Prometheus to scrape the scheduler", interval=0.5)
+                time.sleep(cluster.scrape_interval)
                 wait_for_values(proc, {s.name: {"gpu_temperature": temps[i]} for i, s in enumerate(specs)})
                 create_pods(api, namespace, ["first"], name, gpus=1, **in_pool(pool))
                 bound = kube.poll(lambda: api.get(f"/api/v1/namespaces/{namespace}/pods/first")["spec"].get(
@@ -50,11 +55,15 @@ def test_every_dashboard_query_returns_series_and_explain_matches_the_emulator(
                 annotation = api.get(f"/api/v1/namespaces/{namespace}/pods/first")["metadata"]["annotations"]
                 assert f"gpu_temperature={served_temp:g}" in annotation["metrics-sched.io/decision"]
 
-                # Exercise the rest: more binds, an unschedulable pod, then let Prometheus scrape a few times.
-                create_pods(api, namespace, [f"more-{i}" for i in range(4)], name, gpus=1, **in_pool(pool))
+                # Exercise the rest once Prometheus has seen the first binding (so the counter can be seen to move):
+                # fill every GPU of the pool (one node gets its second pod), and add a pod that cannot fit.
+                kube.poll(lambda: prom.query(cluster.endpoints.prometheus if cluster.endpoints else "",
+                                             f'metrics_sched_bindings_total{{job="{JOB}"}}'), 30,
+                          "the first binding scraped", interval=0.5)
+                create_pods(api, namespace, [f"more-{i}" for i in range(5)], name, gpus=1, **in_pool(pool))
                 create_pods(api, namespace, ["too-big"], name, gpus=8, **in_pool(pool))
-                kube.poll(lambda: sum(1 for p in kube.list_pods(api, namespace) if p["spec"].get("nodeName")) == 5,
-                          20, "five pods bound")
+                kube.poll(lambda: sum(1 for p in kube.list_pods(api, namespace) if p["spec"].get("nodeName")) == 6,
+                          20, "six pods bound")
                 sources = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "sources", "--url", proc.url],
                                          capture_output=True, text=True, timeout=30)
                 assert sources.returncode == 0 and "prometheus" in sources.stdout and "up" in sources.stdout

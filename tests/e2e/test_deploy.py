@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,8 +148,9 @@ def install_crds(api: KubeAPI) -> list[str]:
     plurals = {crd["spec"]["names"]["plural"] for crd in operator_crds()}
 
     def served() -> bool:
-        listed = api.request("GET", "/apis/monitoring.coreos.com/v1", ok=(404, 503))
-        return bool(listed) and plurals <= {r["name"] for r in listed.get("resources") or []}
+        # Until the group is registered the answer is a plain-text 404, not a Status.
+        resp = api.client.get("/apis/monitoring.coreos.com/v1")
+        return resp.status_code == 200 and plurals <= {r["name"] for r in resp.json().get("resources") or []}
 
     kube.poll(served, 30, "monitoring.coreos.com/v1 to serve servicemonitors and prometheusrules")
     return names
@@ -233,7 +233,7 @@ def sa_api(cluster: DevCluster, sa_token: str) -> Iterator[KubeAPI]:
 # -- tests --------------------------------------------------------------------------------------------
 def test_every_manifest_passes_a_server_side_dry_run(api: KubeAPI, crds: list[str],
                                                      installed: list[dict[str, Any]], namespace: str) -> None:
-    objects = [(obj, None) for obj in kustomization_objects()]
+    objects: list[tuple[dict[str, Any], str | None]] = [(obj, None) for obj in kustomization_objects()]
     objects += [(obj, None) for obj in load_docs(DEPLOY / "secret-cmdb-token.example.yaml")]
     objects += [(obj, namespace) for path in sorted((DEPLOY / "examples").glob("*.yaml")) for obj in load_docs(path)]
     kinds = {obj["kind"] for obj, _ in objects}
@@ -443,9 +443,7 @@ def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI
         cluster.group.stop(name)
 
     # SIGTERM released the Lease with a PUT (update on its own Lease).
-    assert kube.poll(lambda: holder() is None or None, 5, "the Lease released") is None or True
-    lease = api.get(lease_path)
-    assert not lease["spec"].get("holderIdentity"), lease
+    kube.poll(lambda: not holder(), 5, "the Lease released")
 
 
 def test_token_request_kubeconfig_is_the_service_account(sa_api: KubeAPI) -> None:
@@ -454,5 +452,3 @@ def test_token_request_kubeconfig_is_the_service_account(sa_api: KubeAPI) -> Non
     info = review["status"]["userInfo"]
     assert info["username"] == f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
     assert f"system:serviceaccounts:{NAMESPACE}" in info["groups"]
-    # A sanity bound on time: the token is short-lived.
-    assert time.time() > 0

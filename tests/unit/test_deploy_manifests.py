@@ -1,0 +1,386 @@
+"""deploy/ read as files: the kustomization, the Deployment's hardening, the RBAC allowlist, the config.
+
+The same manifests are dry-run and exercised on a real API server in tests/e2e/test_deploy.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from metrics_sched.cli.sources import build_sources
+from metrics_sched.config import parse_config
+from metrics_sched.framework.registry import Registry
+
+pytestmark = pytest.mark.unit
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+PORT = 10260
+NAMESPACE = "metrics-sched"
+SERVICE_ACCOUNT = "metrics-sched"
+LEASE = "metrics-sched"
+SECRET_EXAMPLE = "secret-cmdb-token.example.yaml"
+TOKEN_FILE = "/var/run/secrets/metrics-sched/cmdb/token"
+
+Rule = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName or None for any)
+
+CLUSTER_RULES: frozenset[Rule] = frozenset({
+    *(("", resource, verb, None) for resource in ("pods", "nodes") for verb in ("get", "list", "watch")),
+    ("", "pods/binding", "create", None),
+    ("", "pods/status", "patch", None),
+    ("", "pods", "patch", None),
+    ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
+    ("", "events", "create", None), ("", "events", "patch", None),
+    ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),
+})
+LEASE_RULES: frozenset[Rule] = frozenset({
+    ("coordination.k8s.io", "leases", "create", None),
+    *(("coordination.k8s.io", "leases", verb, LEASE) for verb in ("get", "update", "patch")),
+})
+
+
+def yaml_files() -> list[Path]:
+    local = DEPLOY / "local"
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and local not in p.parents)
+
+
+@functools.cache
+def _parsed(path: Path) -> list[Any]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def load_docs(path: Path) -> list[dict[str, Any]]:
+    return copy.deepcopy(_parsed(path))  # parsed once; each test gets its own copy
+
+
+def kustomization() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    return data
+
+
+def base_objects() -> list[dict[str, Any]]:
+    return [doc for name in kustomization()["resources"] for doc in load_docs(DEPLOY / name)]
+
+
+def one(kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in base_objects() if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''} in the kustomization, found {len(found)}"
+    return found[0]
+
+
+def deployment() -> dict[str, Any]:
+    return one("Deployment", "metrics-sched")
+
+
+def pod_spec() -> dict[str, Any]:
+    spec: dict[str, Any] = deployment()["spec"]["template"]["spec"]
+    return spec
+
+
+def container() -> dict[str, Any]:
+    containers = pod_spec()["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def scheduler_config() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(one("ConfigMap", "metrics-sched-config")["data"]["config.yaml"])
+    return data
+
+
+def normalised_rules(rules: list[dict[str, Any]]) -> set[Rule]:
+    out: set[Rule] = set()
+    for rule in rules:
+        names: list[str | None] = list(rule.get("resourceNames") or [None])
+        out.update(itertools.product(rule.get("apiGroups") or [], rule.get("resources") or [], rule.get("verbs") or [],
+                                     names))
+    return out
+
+
+def pod_specs_everywhere() -> list[tuple[str, dict[str, Any]]]:
+    """Every pod spec in deploy/ (Pods and workload templates), with where it was found."""
+    out = []
+    for path in yaml_files():
+        for doc in load_docs(path):
+            where = f"{path.relative_to(DEPLOY)}: {doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+            if doc.get("kind") == "Pod":
+                out.append((where, doc["spec"]))
+            elif doc.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+                out.append((where, doc["spec"]["template"]["spec"]))
+    return out
+
+
+# -- files and the kustomization ----------------------------------------------------------------------
+def test_every_yaml_parses_into_kubernetes_objects() -> None:
+    files = yaml_files()
+    assert len(files) >= 10
+    for path in files:
+        docs = load_docs(path)
+        assert docs, f"{path} is empty"
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in docs:
+            assert isinstance(doc, dict), path
+            assert doc.get("apiVersion") and doc.get("kind") and doc.get("metadata", {}).get("name"), path
+
+
+def test_the_kustomization_lists_every_manifest_and_only_existing_files() -> None:
+    data = kustomization()
+    assert data["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and data["kind"] == "Kustomization"
+    resources = data["resources"]
+    assert len(resources) == len(set(resources))
+    for name in resources:
+        assert (DEPLOY / name).is_file(), f"kustomization.yaml lists {name}, which does not exist"
+    top_level = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(resources) == top_level - {SECRET_EXAMPLE}, "a manifest of deploy/ is missing from the kustomization"
+    assert SECRET_EXAMPLE not in resources, "the example Secret (a placeholder token) must never be deployed"
+    kinds = {o["kind"] for o in base_objects()}
+    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
+            "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"} <= kinds
+    assert "Secret" not in kinds
+
+
+def test_namespaced_objects_live_in_the_metrics_sched_namespace() -> None:
+    assert one("Namespace")["metadata"]["name"] == NAMESPACE
+    for obj in base_objects():
+        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"].get("namespace") == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+# -- images -------------------------------------------------------------------------------------------
+def test_no_image_is_untagged_or_latest() -> None:
+    images = [(where, c["image"]) for where, spec in pod_specs_everywhere()
+              for c in [*spec.get("containers", []), *spec.get("initContainers", [])]]
+    assert len(images) >= 3
+    for where, image in images:
+        if "@sha256:" in image:
+            continue
+        name, _, tag = image.rpartition(":")
+        assert name and "/" not in tag and tag, f"{where}: image {image!r} has no tag"
+        assert tag != "latest", f"{where}: image {image!r} uses latest"
+    for entry in kustomization().get("images", []):
+        assert entry.get("digest") or entry.get("newTag") not in (None, "", "latest"), entry
+
+
+def test_the_containerfile_builds_a_non_root_image_of_the_package() -> None:
+    text = (DEPLOY / "Containerfile").read_text()
+    instructions = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    froms = [line.split()[1] for line in instructions if line.startswith("FROM ")]
+    assert froms and all(f == "python:3.11-slim" for f in froms)
+    assert re.search(r"pip install \.", text)
+    users = [line.split()[1] for line in instructions if line.startswith("USER ")]
+    assert users, "the image must not run as root"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, "USER must be a numeric non-root uid (kubelet checks runAsNonRoot)"
+    assert str(pod_spec()["securityContext"]["runAsUser"]) == uid
+    assert 'ENTRYPOINT ["metrics-sched"]' in instructions
+    assert f"EXPOSE {PORT}" in instructions
+
+
+# -- the Deployment -----------------------------------------------------------------------------------
+def test_two_replicas_spread_over_nodes() -> None:
+    dep = deployment()
+    assert dep["spec"]["replicas"] == 2
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= labels.items()
+    anti = pod_spec()["affinity"]["podAntiAffinity"]
+    terms = [t.get("podAffinityTerm", t) for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
+    terms += anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+    assert any(t["topologyKey"] == "kubernetes.io/hostname" and t["labelSelector"]["matchLabels"].items()
+               <= labels.items() for t in terms)
+
+
+def test_the_container_runs_the_scheduler_with_the_mounted_config() -> None:
+    c = container()
+    assert c["args"] == ["run", "--config", "/etc/metrics-sched/config.yaml"]
+    assert pod_spec()["serviceAccountName"] == SERVICE_ACCOUNT
+    config_mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/etc/metrics-sched")
+    volume = next(v for v in pod_spec()["volumes"] if v["name"] == config_mount["name"])
+    assert volume["configMap"]["name"] == "metrics-sched-config"
+    assert config_mount.get("readOnly") is True
+    assert [p["containerPort"] for p in c["ports"]] == [PORT]
+
+
+def test_security_context_is_locked_down() -> None:
+    pod = pod_spec()["securityContext"]
+    c = container()["securityContext"]
+    assert pod["runAsNonRoot"] is True and c["runAsNonRoot"] is True
+    assert pod["runAsUser"] != 0
+    assert pod["seccompProfile"]["type"] == "RuntimeDefault"
+    assert c.get("seccompProfile", pod["seccompProfile"])["type"] == "RuntimeDefault"
+    assert c["readOnlyRootFilesystem"] is True
+    assert c["allowPrivilegeEscalation"] is False
+    assert c.get("privileged", False) is False
+    assert c["capabilities"]["drop"] == ["ALL"] and not c["capabilities"].get("add")
+    spec = pod_spec()
+    assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert not any("hostPath" in v for v in spec["volumes"])
+
+
+def test_probes_hit_healthz_and_readyz_on_the_server_port() -> None:
+    c = container()
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        http = c[probe]["httpGet"]
+        assert http["path"] == path
+        assert ports.get(http["port"], http["port"]) == PORT
+    assert scheduler_config()["server"]["port"] == PORT
+
+
+def test_resources_have_requests_and_limits() -> None:
+    resources = container()["resources"]
+    for section in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(resources[section]), section
+
+
+def test_the_cmdb_token_is_a_file_from_a_secret() -> None:
+    secret_example = load_docs(DEPLOY / SECRET_EXAMPLE)
+    assert len(secret_example) == 1 and secret_example[0]["kind"] == "Secret"
+    secret = secret_example[0]
+    assert secret["metadata"]["namespace"] == NAMESPACE
+
+    token_file = Path(TOKEN_FILE)
+    cmdb = next(s for s in scheduler_config()["sources"] if s["type"] == "cmdb")
+    assert cmdb["auth"]["tokenFile"] == TOKEN_FILE
+    mount = next(m for m in container()["volumeMounts"] if m["mountPath"] == str(token_file.parent))
+    assert mount.get("readOnly") is True
+    volume = next(v for v in pod_spec()["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    items = volume["secret"].get("items") or [{"key": k, "path": k} for k in secret["stringData"]]
+    item = next(i for i in items if i["path"] == token_file.name)
+    assert item["key"] in secret.get("stringData", {}) or item["key"] in secret.get("data", {})
+    assert volume["secret"].get("defaultMode", 0o644) & 0o007 == 0, "the token file must not be world-readable"
+    assert "env" not in container() or not any("secretKeyRef" in str(e) for e in container()["env"])
+
+
+# -- RBAC ---------------------------------------------------------------------------------------------
+def test_the_cluster_role_is_the_allowlist_without_wildcards_or_secrets() -> None:
+    role = one("ClusterRole", "metrics-sched")
+    for rule in role["rules"]:
+        assert "nonResourceURLs" not in rule
+        for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert not any("*" in value for value in rule.get(key, [])), f"wildcard in {rule}"
+        assert "secrets" not in rule["resources"] and "configmaps" not in rule["resources"]
+        assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"])
+    assert normalised_rules(role["rules"]) == CLUSTER_RULES
+    assert "aggregationRule" not in role
+
+
+def test_the_lease_role_is_limited_to_its_own_lease() -> None:
+    role = one("Role", "metrics-sched-leader-election")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert normalised_rules(role["rules"]) == LEASE_RULES
+    election = scheduler_config()["leaderElection"]
+    assert election["leaderElect"] is True
+    assert (election["resourceNamespace"], election["resourceName"]) == (NAMESPACE, LEASE)
+
+
+@pytest.mark.parametrize(("kind", "role_kind", "role_name"), [
+    ("ClusterRoleBinding", "ClusterRole", "metrics-sched"),
+    ("RoleBinding", "Role", "metrics-sched-leader-election"),
+])
+def test_bindings_grant_the_roles_to_the_service_account_only(kind: str, role_kind: str, role_name: str) -> None:
+    binding = one(kind)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
+    account = one("ServiceAccount")
+    assert (account["metadata"]["name"], account["metadata"]["namespace"]) == (SERVICE_ACCOUNT, NAMESPACE)
+
+
+# -- the config, the Service, monitoring, the NetworkPolicy ----------------------------------------------
+def test_the_config_is_valid_and_has_the_three_sources(tmp_path: Path) -> None:
+    registry = Registry.default()
+    config = scheduler_config()
+    assert [p["schedulerName"] for p in config["profiles"]] == ["metrics-sched"]
+    by_type = {s["type"]: s for s in config["sources"]}
+    assert set(by_type) == {"prometheus", "cmdb", "metrics-server"}
+    prometheus = by_type["prometheus"]
+    assert prometheus["url"] == "http://prometheus-operated.monitoring.svc:9090"
+    presets = {m.get("preset") for m in prometheus["metrics"]}
+    assert {"dcgm_gpu_temp", "node_load_per_cpu", "opencost_node_hourly_cost"} <= presets
+    assert by_type["cmdb"]["preset"] == "netbox"
+
+    parsed = parse_config(config, registry.catalog())
+    assert parsed.leader_election.resource_namespace == NAMESPACE
+    # The sources' own validation reads the token file: point it at a stand-in.
+    token = tmp_path / "token"
+    token.write_text("t0ken")
+    by_type["cmdb"]["auth"]["tokenFile"] = str(token)
+    for source in build_sources(parse_config(config, registry.catalog()), tmp_path, None):
+        source.close()
+
+
+def test_the_service_and_service_monitor_reach_the_metrics_port() -> None:
+    labels = deployment()["spec"]["template"]["metadata"]["labels"]
+    service = one("Service")
+    assert service["spec"]["selector"].items() <= labels.items()
+    port = next(p for p in service["spec"]["ports"] if p["name"] == "metrics")
+    ports = {p["name"]: p["containerPort"] for p in container()["ports"]}
+    assert ports.get(port["targetPort"], port["targetPort"]) == PORT
+    monitor = one("ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]] == [("metrics", "/metrics")]
+
+
+def test_the_prometheus_rule_has_the_four_alerts() -> None:
+    rule = one("PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    alerts: dict[str, dict[str, Any]] = {
+        r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
+
+    def squash(text: str) -> str:
+        return re.sub(r"\s+", "", text)
+
+    def expr_with(fragment: str) -> dict[str, Any]:
+        found = [a for a in alerts.values() if squash(fragment) in squash(a["expr"])]
+        assert len(found) == 1, f"expected one alert on {fragment}"
+        return found[0]
+
+    assert expr_with("metrics_sched_source_up == 0")["for"] == "5m"
+    assert squash('metrics_sched_metric_coverage_ratio{metric="gpu_temperature"} < 0.5') in squash(
+        expr_with("metrics_sched_metric_coverage_ratio")["expr"])
+    pending = expr_with('scheduler_pending_pods{queue=~"active|backoff|unschedulable"}')
+    assert pending["for"] == "10m" and squash(pending["expr"]).startswith("sum(") and squash(
+        pending["expr"]).endswith(">100")
+    expr_with('rate(metrics_sched_bind_results_total{result="error"}[5m]) > 0')
+    for alert in alerts.values():
+        assert alert["labels"]["severity"] in ("warning", "critical")
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+
+
+def test_the_network_policy_opens_only_the_metrics_port_and_the_needed_egress() -> None:
+    policy = one("NetworkPolicy")
+    labels = deployment()["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    ingress_ports = [p for rule in policy["spec"]["ingress"] for p in rule["ports"]]
+    assert ingress_ports == [{"protocol": "TCP", "port": PORT}]
+    egress = {(p.get("protocol", "TCP"), p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert egress == {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 9090)}
+    assert all(rule.get("ports") for rule in policy["spec"]["egress"]), "an egress rule without ports opens all"
+
+
+# -- examples -----------------------------------------------------------------------------------------
+def test_examples_select_metrics_sched_and_request_gpus() -> None:
+    examples = sorted((DEPLOY / "examples").glob("*.yaml"))
+    kinds = set()
+    for path in examples:
+        for doc in load_docs(path):
+            kinds.add(doc["kind"])
+            spec: dict[str, Any] = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
+            assert spec["schedulerName"] == "metrics-sched", path
+            for c in spec["containers"]:
+                resources = c["resources"]
+                assert int(resources["requests"]["nvidia.com/gpu"]) >= 1, path
+                assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"], path
+    assert {"Pod", "Deployment"} <= kinds
