@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "[deps] creating $(VENV) and installing metrics-sched with dev extras"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -e '.[dev,bench]'
 	@touch $@
 
 control-plane: deps
@@ -40,8 +40,18 @@ test-e2e: deps control-plane
 	@$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 lint: deps-python
-	@$(BIN)/ruff check metrics_sched adapters tests
+	@$(BIN)/ruff check metrics_sched adapters tests bench grafana
 	@$(BIN)/mypy --strict metrics_sched adapters
+	@$(PY) grafana/build_configmap.py --check
+
+demo: deps control-plane
+	@$(BIN)/metrics-sched demo
+
+bench-quick: deps control-plane
+	@$(PY) -m bench.run --quick
+
+bench: deps control-plane
+	@$(PY) -m bench.run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

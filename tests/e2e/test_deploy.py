@@ -27,7 +27,7 @@ import yaml
 from metrics_sched.devcluster import DevCluster
 from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI
 from metrics_sched.devcluster.ports import free_port
-from tests.e2e import kube
+from tests.e2e import kube, prom
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "metrics-sched"
@@ -130,8 +130,9 @@ def resource_path(api: KubeAPI, obj: dict[str, Any], namespace: str | None = Non
 
 
 def apply(api: KubeAPI, obj: dict[str, Any], *, dry_run: bool, namespace: str | None = None) -> httpx.Response:
-    """Server-side apply (with dryRun=All: validated, defaulted and admitted, never stored)."""
-    params = {"fieldManager": FIELD_MANAGER, "force": "true"}
+    """Server-side apply (with dryRun=All: validated, defaulted and admitted, never stored). Unknown or
+    duplicate fields are errors (fieldValidation=Strict, as kubectl sends it)."""
+    params = {"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"}
     if dry_run:
         params["dryRun"] = "All"
     if namespace and obj["kind"] != "Namespace":
@@ -183,6 +184,19 @@ def allowed(client: KubeAPI, verb: str, resource: str, *, group: str = "", names
         "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": namespace,
                                         "name": name, "subresource": subresource}}})
     return bool(review["status"].get("allowed"))
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    rule = find(kustomization_objects(), "PrometheusRule")
+    return [r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r]
+
+
+def exported(exposition: str, series: str, /, **labels: str) -> bool:
+    """Whether /metrics has a sample of `series` carrying these label values."""
+    for line in exposition.splitlines():
+        if line.startswith((series + "{", series + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return True
+    return False
 
 
 # -- fixtures -----------------------------------------------------------------------------------------
@@ -253,6 +267,16 @@ def test_every_manifest_passes_a_server_side_dry_run(api: KubeAPI, crds: list[st
         warnings += [f"{what}: {w}" for w in resp.headers.get_list("warning")]
     assert not failures, "server-side dry run rejected:\n" + "\n".join(failures)
     assert not warnings, "server-side dry run warned:\n" + "\n".join(warnings)
+
+    # The API server does not look inside a PrometheusRule (the operator's webhook would): promtool does,
+    # expressions and annotation templates alike. It comes with Prometheus, which the dev cluster needs.
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian's prometheus package, `make deps`) is needed to check prometheusrule.yaml"
+    rules_file = Path(tempfile.mkdtemp(prefix="metrics-sched-rules-")) / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": find(kustomization_objects(), "PrometheusRule")["spec"]["groups"]}))
+    checked = subprocess.run([promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=60)
+    shutil.rmtree(rules_file.parent)
+    assert checked.returncode == 0, f"promtool check rules:\n{checked.stdout}{checked.stderr}"
 
     # dryRun=All stored nothing.
     for obj, ns in objects:
@@ -333,8 +357,9 @@ def test_service_account_is_denied_everything_else(api: KubeAPI, sa_api: KubeAPI
 
 def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI, sa_token: str,
                                                namespace: str, tmp_path: Path) -> None:
-    assert cluster.endpoints is not None and cluster.endpoints.prometheus and cluster.endpoints.cmdb
     endpoints = cluster.endpoints
+    assert endpoints is not None and endpoints.prometheus and endpoints.cmdb
+    prometheus_url = endpoints.prometheus
     token_file = tmp_path / "token"
     token_file.write_text(sa_token)
     token_file.chmod(0o600)
@@ -436,6 +461,30 @@ def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI
 
         health = kube.poll(sources_up, 20, "every configured source up", interval=0.3)
         assert set(health) == {s["name"] for s in config["sources"]}
+
+        # The alerts' metrics, as this scheduler exports them and as Prometheus evaluates the alerts on them.
+        exposition = httpx.get(f"{url}/metrics", timeout=5).text
+        for metric, labels in [("metrics_sched_source_up", {"source": "prometheus"}),
+                               ("metrics_sched_metric_coverage_ratio", {"metric": "gpu_temperature"}),
+                               ("scheduler_pending_pods", {"queue": "unschedulable"}),
+                               ("metrics_sched_bind_results_total", {"result": "bound"}),
+                               ("metrics_sched_leader", {})]:
+            assert exported(exposition, metric, **labels), f"/metrics has no {metric} {labels}"
+        instance = f"127.0.0.1:{port}"
+        cluster.add_scrape_target(name, instance)
+        try:
+            kube.poll(lambda: prom.query(prometheus_url, f'metrics_sched_leader{{instance="{instance}"}} == 1'),
+                      20, "Prometheus scraping the scheduler", interval=0.3)
+            for alert in alert_rules():
+                fired = prom.query(prometheus_url, alert["expr"])  # raises on a query Prometheus refuses
+                mine = [r["metric"] for r in fired if r["metric"].get("instance") == instance]
+                assert not mine, f"{alert['alert']} fires on a healthy scheduler: {mine}"
+            # The pending-pods alert counts the leader's queues only; the join matches on a real scrape.
+            joined = prom.query(prometheus_url, f'scheduler_pending_pods{{instance="{instance}"}} '
+                                                      "and on (instance) (metrics_sched_leader == 1)")
+            assert {r["metric"]["queue"] for r in joined} >= {"active", "backoff", "unschedulable"}
+        finally:
+            cluster.remove_scrape_target(name)
 
         log = managed.log.read_text(errors="replace").lower()
         assert "forbidden" not in log and " 403" not in log, f"the scheduler was refused something:\n{log[-3000:]}"

@@ -1,0 +1,424 @@
+"""The scheduling core alone, no API: decisions per second, per-decision latency, memory, profile.
+
+Every built-in plugin is on (the default set, with GPUTemperature, NodeLoad, Cost and the
+InFlightLedger, plus NodeLabelFilter, NodeLabelScore and CustomMetric configured), every node has
+telemetry in the MetricCache (gpu_temperature, node_cpu_utilisation, node_load_per_cpu,
+node_hourly_cost, gpu_utilisation), nodes are heterogeneous (zone / disk-type / role labels, some
+taints, a few cordoned, 8 GPUs each). Pods are scheduler_perf-shaped (100m CPU / 500Mi) with a
+1-GPU variant; half belong to one of 20 ReplicaSets (so ZoneSpread scores them), a few carry a
+toleration, a nodeSelector or a preferred node affinity.
+
+Two measurements per cluster size, each on a fresh scheduler:
+- cycle:    Framework.schedule + ClusterState.assume under the state lock (the pure decision);
+            the Reserve plugins (the ledger) then run untimed, so the state evolves as in the loop.
+- decision: Scheduler.schedule_one: queue pop, the cycle, assume, Reserve, and the hand-off to the
+            Binder, whose workers bind through a PodWriter that does nothing. The binder and the
+            reporter are drained every DRAIN_EVERY decisions, outside the timed calls; their
+            threads still share the GIL with the loop while it runs, as in production.
+`decisions_per_second` is the measured count over the summed time of the measured calls;
+`wall_decisions_per_second` also counts the warm-free drains (the bind/report work included).
+
+Also: RSS of a fresh process holding 5,000 nodes, their telemetry and 50,000 bound pods, and a
+cProfile of the decision loop at 5,000 nodes. The machine is small and noisy: this reports, it
+asserts nothing about timings.
+
+    python -m bench.core_bench [--quick] [--sizes 1000 5000] [--decisions N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import random
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.scenario import Harness, build_scheduler, node_object, pod_object
+from metrics_sched.podinfo import parse_pod
+
+SIZES = (1_000, 5_000, 15_000)
+DRAIN_EVERY = 250
+ZONES = tuple(f"zone-{c}" for c in "abcdefgh")
+METRICS = ("gpu_temperature", "node_cpu_utilisation", "node_load_per_cpu", "node_hourly_cost", "gpu_utilisation")
+ROOT = Path(__file__).resolve().parent.parent
+
+# The default profile plus the optional plugins, configured.
+CORE_CONFIG: dict[str, Any] = {
+    "profiles": [{
+        "plugins": {
+            "filter": {"enabled": [{"name": "NodeLabelFilter"}, {"name": "CustomMetric"}]},
+            "score": {"enabled": [{"name": "NodeLabelScore", "weight": 1}, {"name": "CustomMetric", "weight": 1}]},
+        },
+        "pluginConfig": [
+            {"name": "NodeLabelFilter", "args": {"absentLabels": ["maintenance"]}},
+            {"name": "NodeLabelScore", "args": {"labelWeights": {"disk-type": {"ssd": 100, "hdd": 20}}}},
+            {"name": "CustomMetric", "args": {"metrics": [
+                {"metric": "gpu_utilisation", "direction": "lower", "filterAbove": 98,
+                 "normalization": {"method": "range", "min": 0, "max": 100}}]}},
+        ],
+    }],
+}
+
+
+def say(message: str) -> None:
+    print(f"[core] {message}", file=sys.stderr, flush=True)
+
+
+# -- the cluster and the pods --------------------------------------------------------------------
+def make_cluster(n_nodes: int, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """Heterogeneous 8-GPU nodes and their telemetry (metric -> node -> value), deterministic by seed."""
+    rng = random.Random(seed)
+    nodes = []
+    values: dict[str, dict[str, float]] = {m: {} for m in METRICS}
+    for i in range(n_nodes):
+        name = f"node-{i:05d}"
+        labels = {"topology.kubernetes.io/zone": ZONES[i % len(ZONES)],
+                  "disk-type": "ssd" if rng.random() < 0.6 else "hdd",
+                  "role": rng.choices(("gpu", "general", "special"), (0.7, 0.2, 0.1))[0]}
+        if rng.random() < 0.01:
+            labels["maintenance"] = "true"
+        taints = []
+        draw = rng.random()
+        if draw < 0.05:
+            taints.append({"key": "dedicated", "value": "special", "effect": "NoSchedule"})
+        elif draw < 0.10:
+            taints.append({"key": "spot", "value": "true", "effect": "PreferNoSchedule"})
+        cpu, memory = rng.choice(((32, 128), (64, 256), (96, 512), (128, 1024)))
+        nodes.append(node_object(name, cpu=cpu, memory_gib=memory, gpus=8, labels=labels, taints=taints,
+                                 unschedulable=rng.random() < 0.01))
+        hot = rng.random() < 0.05
+        utilisation = rng.betavariate(2.0, 5.0)
+        values["gpu_temperature"][name] = rng.uniform(86.0, 95.0) if hot else min(84.0, max(30.0, rng.gauss(60, 12)))
+        values["node_cpu_utilisation"][name] = utilisation
+        values["node_load_per_cpu"][name] = 2.0 * utilisation * rng.uniform(0.7, 1.3)
+        values["node_hourly_cost"][name] = 8 * rng.choice((0.55, 1.2, 2.0, 4.1)) * rng.uniform(0.85, 1.15)
+        values["gpu_utilisation"][name] = rng.uniform(0.0, 100.0)
+    return nodes, values
+
+
+def make_pod(i: int, *, node_name: str | None = None, prefix: str = "p") -> dict[str, Any]:
+    """scheduler_perf's pod (100m / 500Mi) or, for 3 in 10, a 1-GPU variant; deterministic by index."""
+    name = f"{prefix}-{i:06d}"
+    gpu = i % 10 in (1, 4, 7)
+    spec: dict[str, Any] = {}
+    if i % 20 == 3:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "special",
+                                "effect": "NoSchedule"}]
+    if i % 10 == 5:
+        spec["nodeSelector"] = {"disk-type": "ssd"}
+    if i % 20 == 9:
+        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {"matchExpressions": [{"key": "role", "operator": "In",
+                                                                 "values": ["gpu"]}]}}]}}
+    return pod_object(name, cpu="1" if gpu else "100m", memory="4Gi" if gpu else "500Mi", gpus=1 if gpu else 0,
+                      owner=f"rs-{i % 20:02d}" if i % 2 == 0 else None, node_name=node_name, **spec)
+
+
+def cluster(n_nodes: int, seed: int = 0) -> Harness:
+    harness = build_scheduler(CORE_CONFIG, seed=seed)
+    nodes, values = make_cluster(n_nodes, seed)
+    for node in nodes:
+        harness.scheduler.handlers.on_node_event("ADDED", node)
+    harness.feed(values)
+    return harness
+
+
+# -- measuring -----------------------------------------------------------------------------------
+def latency_stats(seconds: Sequence[float], wall: float | None = None) -> dict[str, Any]:
+    ms = np.asarray(seconds, dtype=np.float64) * 1000.0
+    if ms.size == 0:
+        return {"decisions": 0}
+    tenth = max(1, ms.size // 10)
+    out: dict[str, Any] = {
+        "decisions": int(ms.size),
+        "decisions_per_second": round(float(ms.size / (ms.sum() / 1000.0)), 1),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "max_ms": round(float(ms.max()), 3),
+        "mean_ms": round(float(ms.mean()), 3),
+        # the state grows during the run (assumed pods, ledger entries): first and last tenth apart
+        "p50_first_tenth_ms": round(float(np.percentile(ms[:tenth], 50)), 3),
+        "p50_last_tenth_ms": round(float(np.percentile(ms[-tenth:], 50)), 3),
+    }
+    if wall is not None:
+        out["wall_seconds"] = round(wall, 3)
+        out["wall_decisions_per_second"] = round(ms.size / wall, 1)
+    return out
+
+
+def drain(harness: Harness) -> None:
+    harness.scheduler.binder.drain(120)
+    harness.scheduler.reporter.wait_idle(120)
+
+
+def run_cycles(harness: Harness, pods: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Framework.schedule + assume, timed; Reserve untimed; per-plugin times from the cycle's own timings."""
+    framework = harness.framework
+    state = harness.scheduler.state
+    infos = [parse_pod(p) for p in pods]
+    clock = time.perf_counter
+    latencies: list[float] = []
+    per_plugin: dict[str, float] = defaultdict(float)
+    unscheduled = 0
+    started = clock()
+    for i, info in enumerate(infos):
+        t0 = clock()
+        with state.lock:
+            result = framework.schedule(info, state.table)
+            if result.node is not None:
+                state.assume(info, result.node)
+        t1 = clock()
+        if result.node is not None:
+            for plugin in framework.reserves:
+                plugin.reserve(result.cycle, info, result.node)
+        if i < warmup:
+            started = clock()
+            continue
+        latencies.append(t1 - t0)
+        unscheduled += result.node is None
+        for plugin, point, seconds, _ in result.timings:
+            per_plugin[f"{point}/{plugin}"] += seconds
+    wall = clock() - started
+    stats = latency_stats(latencies, wall)
+    stats["unscheduled"] = unscheduled
+    measured = max(1, len(latencies))
+    breakdown = sorted(((key, total / measured * 1e6) for key, total in per_plugin.items()), key=lambda kv: -kv[1])
+    stats["plugin_us_per_cycle"] = {key: round(us, 1) for key, us in breakdown}
+    stats["plugins_us_total"] = round(sum(us for _, us in breakdown), 1)
+    return stats
+
+
+def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
+                  profiler: cProfile.Profile | None = None) -> dict[str, Any]:
+    """Scheduler.schedule_one with a no-op writer, the binder drained every DRAIN_EVERY decisions."""
+    scheduler = harness.scheduler
+    for pod in pods:
+        scheduler.handlers.on_pod_event("ADDED", pod)
+    clock = time.perf_counter
+    latencies: list[float] = []
+    unscheduled = 0
+    drained = 0.0
+    started = clock()
+    for i in range(len(pods)):
+        if i == warmup:
+            drain(harness)
+            if profiler is not None:
+                profiler.enable()
+            started = clock()
+        t0 = clock()
+        result = scheduler.schedule_one(timeout=0)
+        t1 = clock()
+        if i >= warmup:
+            latencies.append(t1 - t0)
+            unscheduled += result is None or result.node is None
+        if (i + 1) % DRAIN_EVERY == 0:
+            d0 = clock()
+            drain(harness)
+            drained += clock() - d0
+    drain(harness)
+    if profiler is not None:
+        profiler.disable()
+    stats = latency_stats(latencies, clock() - started)
+    stats["unscheduled"] = unscheduled
+    stats["drain_seconds"] = round(drained, 3)
+    stats["binds"] = harness.writer.binds
+    stats["ledger_entries"] = len(harness.ledger)
+    return stats
+
+
+def measure_size(n_nodes: int, decisions: int, warmup: int, seed: int = 0) -> dict[str, Any]:
+    pods = [make_pod(i) for i in range(warmup + decisions)]
+    row: dict[str, Any] = {"nodes": n_nodes, "decisions_measured": decisions, "warmup": warmup}
+    t0 = time.perf_counter()
+    harness = cluster(n_nodes, seed)
+    row["setup_seconds"] = round(time.perf_counter() - t0, 2)
+    say(f"{n_nodes} nodes: cycle x {warmup}+{decisions}")
+    try:
+        row["cycle"] = run_cycles(harness, pods, warmup)
+    finally:
+        harness.stop()
+    gc.collect()
+    harness = cluster(n_nodes, seed)
+    say(f"{n_nodes} nodes: decision x {warmup}+{decisions}")
+    try:
+        row["decision"] = run_decisions(harness, pods, warmup)
+    finally:
+        harness.stop()
+    gc.collect()
+    for key in ("decisions_per_second", "p50_ms", "p99_ms", "max_ms"):  # the headline: schedule_one
+        row[key] = row["decision"].get(key)
+    say(f"{n_nodes} nodes: cycle {row['cycle'].get('decisions_per_second')}/s p50 {row['cycle'].get('p50_ms')} ms"
+        f" | decision {row['decisions_per_second']}/s p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms")
+    return row
+
+
+# -- the in-flight ledger's size -----------------------------------------------------------------
+def ledger_scaling(n_nodes: int, entries: Sequence[int], decisions: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Cycle latency with the ledger already holding `entries` placements that newer samples cover.
+
+    The store keeps a placement until prune() drops it after its horizon (600 s; pruned every 1,000
+    reserves), whether or not a newer sample covers it, and the score plugins rebuild their per-metric
+    arrays from every entry whenever the ledger changed - i.e. after each Reserve. At R placements
+    per second it holds about 600 * R entries; this shows what a decision costs then.
+    """
+    rows = []
+    names = [f"node-{i:05d}" for i in range(n_nodes)]
+    for count in entries:
+        harness = cluster(n_nodes, seed)
+        rng = random.Random(seed)
+        for j in range(count):
+            gpu = j % 10 in (1, 4, 7)
+            deltas = ({"node_cpu_utilisation": 1 / 64, "node_load_per_cpu": 1 / 64, "gpu_utilisation": 12.5,
+                       "gpu_temperature": 1.875} if gpu else
+                      {"node_cpu_utilisation": 0.1 / 64, "node_load_per_cpu": 0.1 / 64})
+            # placed 30 s ago, before the nodes' latest samples (observed 1 s ago): covered, adds nothing
+            harness.ledger.add(f"old-{j}", names[rng.randrange(n_nodes)], deltas, at=harness.clock.now - 30.0)
+        say(f"ledger scaling: {n_nodes} nodes, {count} covered entries, {decisions} cycles")
+        try:
+            stats = run_cycles(harness, [make_pod(i) for i in range(decisions + 10)], warmup=10)
+        finally:
+            harness.stop()
+        plugins = stats.pop("plugin_us_per_cycle")
+        rows.append({"nodes": n_nodes, "ledger_entries": count, "p50_ms": stats["p50_ms"], "mean_ms": stats["mean_ms"],
+                     "p99_ms": stats["p99_ms"], "decisions_per_second": stats["decisions_per_second"],
+                     "top_plugins_us": dict(list(plugins.items())[:4])})
+        gc.collect()
+    return rows
+
+
+# -- memory, in a fresh process ------------------------------------------------------------------
+def proc_status() -> dict[str, float]:
+    """VmRSS and VmHWM of this process, in MB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = round(int(rest.split()[0]) / 1024.0, 1)
+    return out
+
+
+def rss_child(n_nodes: int, n_pods: int, decisions: int = 100) -> dict[str, Any]:
+    stages: dict[str, Any] = {"imported": proc_status()}
+    harness = cluster(n_nodes)
+    names = [f"node-{i:05d}" for i in range(n_nodes)]
+    gc.collect()
+    stages["nodes_and_metrics"] = proc_status()
+    handlers = harness.scheduler.handlers
+    for i in range(n_pods):
+        handlers.on_pod_event("ADDED", make_pod(i, node_name=names[i % n_nodes], prefix="bound"))
+    gc.collect()
+    stages["bound_pods"] = proc_status()
+    pods = [make_pod(i, prefix="pending") for i in range(decisions)]
+    run_decisions(harness, pods, warmup=0)
+    del pods
+    gc.collect()
+    stages["after_decisions"] = proc_status()
+    placed = len(harness.scheduler.state.pods)
+    harness.stop()
+    return {"nodes": n_nodes, "pods": n_pods, "pods_in_state": placed, "decisions": decisions,
+            "rss_mb": stages["after_decisions"]["VmRSS"], "hwm_mb": stages["after_decisions"]["VmHWM"],
+            "stages": stages}
+
+
+def measure_rss(n_nodes: int, n_pods: int) -> dict[str, Any]:
+    say(f"RSS: fresh process, {n_nodes} nodes + {n_pods} bound pods")
+    command = [sys.executable, "-m", "bench.core_bench", "--rss-child", str(n_nodes), str(n_pods)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    if done.returncode != 0:
+        return {"nodes": n_nodes, "pods": n_pods, "error": done.stderr.strip()[-2000:]}
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+# -- profile -------------------------------------------------------------------------------------
+def _where(filename: str, line: int, func: str) -> str:
+    path = filename
+    for base in (str(ROOT) + os.sep, os.sep + "site-packages" + os.sep):
+        if base in path:
+            path = path.split(base, 1)[1]
+    return f"{path}:{line}({func})" if line else func
+
+
+def profile(n_nodes: int, decisions: int, warmup: int, top: int = 15) -> dict[str, Any]:
+    say(f"profile: {n_nodes} nodes, {decisions} decisions under cProfile")
+    harness = cluster(n_nodes)
+    pods = [make_pod(i) for i in range(warmup + decisions)]
+    profiler = cProfile.Profile()
+    try:
+        stats_run = run_decisions(harness, pods, warmup, profiler=profiler)
+    finally:
+        harness.stop()
+    stats = pstats.Stats(profiler, stream=io.StringIO())
+    raw = stats.stats  # type: ignore[attr-defined]
+    total = max((ct for (_, _, _, ct, _) in raw.values()), default=0.0)
+    entries = [{"function": _where(*key), "calls": nc, "tottime_s": round(tt, 4), "cumtime_s": round(ct, 4),
+                "cum_pct": round(100.0 * ct / total, 1) if total else 0.0,
+                "cum_us_per_decision": round(ct / decisions * 1e6, 1)}
+               for key, (_, nc, tt, ct, _) in raw.items()]
+    by_cum = sorted(entries, key=lambda e: -e["cumtime_s"])[:top]
+    by_own = sorted(entries, key=lambda e: -e["tottime_s"])[:top]
+    return {"nodes": n_nodes, "decisions": decisions, "profiled_seconds": round(total, 3),
+            "decision_p50_ms_under_profiler": stats_run.get("p50_ms"),
+            "top_cumulative": by_cum,
+            "top_own_time": [{k: e[k] for k in ("function", "calls", "tottime_s")} for e in by_own]}
+
+
+# -- entry points --------------------------------------------------------------------------------
+def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | None = None,
+        warmup: int | None = None, rss_nodes: int = 5_000, rss_pods: int = 50_000,
+        profile_nodes: int = 5_000, profile_decisions: int | None = None, ledger_nodes: int = 5_000,
+        ledger_entries: Sequence[int] | None = None, seed: int = 0) -> dict[str, Any]:
+    sizes = tuple(sizes or SIZES)
+    decisions = decisions or (2_000 if quick else 10_000)
+    warmup = warmup if warmup is not None else (200 if quick else 500)
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "quick": quick,
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "config": CORE_CONFIG,
+        "method": {
+            "cycle": "Framework.schedule + ClusterState.assume under the state lock (Reserve untimed)",
+            "decision": "Scheduler.schedule_one: pop, cycle, assume, Reserve, hand-off to the Binder "
+                        f"(no-op writer; binder drained every {DRAIN_EVERY}, untimed)",
+            "decisions_per_second": "measured decisions / summed time of the measured calls",
+            "wall_decisions_per_second": "measured decisions / wall time including the binder drains",
+        },
+        "sizes": [measure_size(n, decisions, warmup, seed) for n in sizes],
+    }
+    result["ledger_scaling"] = ledger_scaling(ledger_nodes, ledger_entries or ((0, 10_000, 50_000) if quick else
+                                                                               (0, 10_000, 50_000, 100_000)),
+                                              50 if quick else 200, seed)
+    result["rss"] = measure_rss(rss_nodes, rss_pods)
+    result["profile"] = profile(profile_nodes, profile_decisions or (500 if quick else 2_000), min(warmup, 100))
+    result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 decisions per size instead of 10,000")
+    parser.add_argument("--sizes", type=int, nargs="+", help=f"node counts (default {' '.join(map(str, SIZES))})")
+    parser.add_argument("--decisions", type=int, help="measured decisions per size")
+    parser.add_argument("--rss-child", type=int, nargs=2, metavar=("NODES", "PODS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.rss_child:
+        print(json.dumps(rss_child(*args.rss_child)))
+        return
+    print(json.dumps(run(args.quick, sizes=args.sizes, decisions=args.decisions), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""End-to-end throughput and latency on the dev cluster, every contender on the same API server:
+kube-scheduler default (QPS 50 / burst 100), kube-scheduler tuned (QPS/burst 5000, score all nodes),
+metrics-sched with resource plugins only, metrics-sched with every metric plugin and live telemetry,
+and the ceiling (a bare bind loop with our client stack).
+
+Timestamps come from watch-event arrival in this process (not the API's 1-second timestamps):
+a pod's creation is its ADDED event, its bind the first event that shows spec.nodeName.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import yaml
+
+from metrics_sched.devcluster import DevCluster
+from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI, tls_context
+from metrics_sched.devcluster.ports import free_port
+
+TELEMETRY_PLUGINS = ("GPUTemperature", "NodeLoad", "Cost")
+
+
+def say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Contender:
+    key: str
+    label: str
+    scheduler_name: str
+
+
+CONTENDERS = (
+    Contender("kube-default", "kube-scheduler default (QPS 50)", "default-scheduler"),
+    Contender("kube-tuned", "kube-scheduler tuned (QPS 5000, 100% nodes)", "default-scheduler"),
+    Contender("ms-resources", "metrics-sched, resource plugins", "ms-resources"),
+    Contender("ms-all", "metrics-sched, every metric plugin", "ms-all"),
+    Contender("ceiling", "bare bind loop (ceiling)", "bare"),
+)
+
+
+def proc_stats(pid: int) -> tuple[float, int]:
+    """(CPU seconds, peak RSS bytes) of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    peak = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) * 1024
+    return cpu, peak
+
+
+class PodWatch:
+    """Watch-event arrival times of one namespace's pods."""
+
+    def __init__(self, creds: Credentials, namespace: str) -> None:
+        self.creds = creds
+        self.namespace = namespace
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(30)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        client = httpx.Client(base_url=self.creds.server, verify=tls_context(self.creds.ca_file),
+                              headers={"Authorization": f"Bearer {self.creds.token}"},
+                              timeout=httpx.Timeout(10, read=None))
+        rv = client.get(f"/api/v1/namespaces/{self.namespace}/pods").json()["metadata"]["resourceVersion"]
+        params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "3600"}
+        with client.stream("GET", f"/api/v1/namespaces/{self.namespace}/pods", params=params) as resp:
+            self._ready.set()
+            for line in resp.iter_lines():
+                if self._stop.is_set():
+                    break
+                now = time.monotonic()
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                name = (obj.get("metadata") or {}).get("name")
+                if not name or event.get("type") not in ("ADDED", "MODIFIED"):
+                    continue
+                self.created.setdefault(name, now)
+                if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+                    self.bound[name] = now
+        client.close()
+
+
+def create_pods(api: KubeAPI, namespace: str, count: int, scheduler: str, concurrency: int = 32) -> None:
+    def one(i: int) -> None:
+        api.post(f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i:05d}"},
+            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "c", "image": "registry.local/pause:3.10",
+                                     "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}}}]},
+        })
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(count)))
+
+
+def metrics_sched_config(contender: Contender, cluster: DevCluster, port: int) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "apiVersion": "metrics-sched.io/v1alpha1", "kind": "MetricsSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "server": {"bindAddress": "127.0.0.1", "port": port},
+        "audit": {"logDecisions": False},
+    }
+    if contender.key == "ms-resources":
+        config["profiles"] = [{"schedulerName": contender.scheduler_name, "plugins": {
+            "filter": {"disabled": [{"name": "GPUTemperature"}]},
+            "score": {"disabled": [{"name": p} for p in TELEMETRY_PLUGINS]},
+            "reserve": {"disabled": [{"name": "InFlightLedger"}]},
+        }}]
+    else:
+        config["profiles"] = [{"schedulerName": contender.scheduler_name}]
+        config["sources"] = cluster.telemetry_sources(interval=5.0)
+    return config
+
+
+def start_contender(cluster: DevCluster, contender: Contender) -> tuple[str, int, Callable[[], None], str | None]:
+    """Starts it and waits until it is ready; returns (process name, pid, stop, url)."""
+    if contender.key == "kube-default":
+        cluster.start_kube_scheduler(qps=50, burst=100, name="kube-default")
+        return "kube-default", cluster.group.processes["kube-default"].pid, \
+            lambda: cluster.stop_kube_scheduler("kube-default"), None
+    if contender.key == "kube-tuned":
+        cluster.start_kube_scheduler(qps=5000, burst=5000, percentage_of_nodes_to_score=100, name="kube-tuned")
+        return "kube-tuned", cluster.group.processes["kube-tuned"].pid, \
+            lambda: cluster.stop_kube_scheduler("kube-tuned"), None
+    if contender.key == "ceiling":
+        ready = cluster.run_dir / f"bare-{secrets.token_hex(3)}.ready"
+        managed = cluster.group.start("bare", [sys.executable, "-m", "bench.bare_binder", "--kubeconfig",
+                                               str(cluster.kubeconfig), "--scheduler-name", contender.scheduler_name,
+                                               "--workers", "16", "--ready-file", str(ready)])
+        wait(lambda: ready.exists(), 60, "the bare binder", lambda: cluster.group.check("bare"))
+        return "bare", managed.pid, lambda: cluster.group.stop("bare"), None
+    port = free_port()
+    path = cluster.run_dir / f"{contender.key}.yaml"
+    path.write_text(yaml.safe_dump(metrics_sched_config(contender, cluster, port)))
+    managed = cluster.group.start(contender.key, [sys.executable, "-m", "metrics_sched.cli", "run", "--config",
+                                                  str(path), "--kubeconfig", str(cluster.kubeconfig),
+                                                  "--log-format", "text", "--log-level", "warning"])
+    url = f"http://127.0.0.1:{port}"
+    wait(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 120, contender.key,
+         lambda: cluster.group.check(contender.key))
+    if contender.key == "ms-all":
+        def telemetry() -> bool:
+            sources = httpx.get(f"{url}/sources", timeout=5).json()
+            return all(s["up"] for s in sources.values())
+        wait(telemetry, 120, "every telemetry source up", lambda: cluster.group.check(contender.key))
+    return contender.key, managed.pid, lambda: cluster.group.stop(contender.key), url
+
+
+def wait(check: Callable[[], bool], timeout: float, what: str, alive: Callable[[], None] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive:
+            alive()
+        try:
+            if check():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout: float) -> dict[str, Any]:
+    namespace = f"bench-{contender.key}-{secrets.token_hex(2)}"
+    with cluster.api() as api:
+        api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        name, pid, stop, url = start_contender(cluster, contender)
+        cpu0, _ = proc_stats(pid)
+        watch = PodWatch(Credentials.from_kubeconfig(cluster.kubeconfig), namespace)
+        watch.start()
+        say(f"{contender.label}: creating {pods} pods")
+        started = time.monotonic()
+        creator = threading.Thread(target=create_pods, args=(api, namespace, pods, contender.scheduler_name))
+        creator.start()
+        last_report = 0.0
+        while len(watch.bound) < pods and time.monotonic() - started < timeout:
+            time.sleep(0.2)
+            if time.monotonic() - last_report > 5:
+                last_report = time.monotonic()
+                say(f"{contender.label}: {len(watch.created)} created, {len(watch.bound)} bound "
+                    f"({time.monotonic() - started:.0f}s)")
+        creator.join()
+        cpu1, peak = proc_stats(pid)
+        sources = httpx.get(f"{url}/sources", timeout=5).json() if url and contender.key == "ms-all" else None
+        stop()
+        watch.stop()
+        created, bound = dict(watch.created), dict(watch.bound)
+        api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"})
+    latencies = np.array([bound[n] - created[n] for n in bound if n in created])
+    first, last = min(created.values()), max(bound.values()) if bound else float("nan")
+    result = {
+        "contender": contender.key, "label": contender.label, "pods": pods, "bound": len(bound),
+        "seconds": round(last - first, 3),
+        "pods_per_second": round(len(bound) / (last - first), 1) if bound else 0.0,
+        "latency_p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1) if latencies.size else None,
+        "latency_p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1) if latencies.size else None,
+        "scheduler_cpu_seconds": round(cpu1 - cpu0, 2), "scheduler_peak_rss_mb": round(peak / 2**20, 1),
+        "process": name,
+    }
+    if sources:
+        result["sources"] = {k: {"last_duration_s": v["last_duration"], "queries": v["queries"],
+                                 "coverage": v["coverage"]} for k, v in sources.items()}
+    say(f"{contender.label}: {result['pods_per_second']} pods/s, p50 {result['latency_p50_ms']} ms, "
+        f"p99 {result['latency_p99_ms']} ms, cpu {result['scheduler_cpu_seconds']} s, "
+        f"rss {result['scheduler_peak_rss_mb']} MB")
+    return result
+
+
+def run_size(nodes: int, pods: int, *, timeout: float = 600.0,
+             contenders: tuple[Contender, ...] = CONTENDERS) -> dict[str, Any]:
+    say(f"dev cluster with {nodes} nodes")
+    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0) as cluster:
+        results = [run_contender(cluster, c, pods, timeout) for c in contenders]
+        versions = dict(cluster.endpoints.versions) if cluster.endpoints else {}
+    tuned = next((r for r in results if r["contender"] == "kube-tuned"), None)
+    ceiling = next((r for r in results if r["contender"] == "ceiling"), None)
+    for r in results:
+        if tuned and tuned["pods_per_second"]:
+            r["throughput_vs_kube_tuned"] = round(r["pods_per_second"] / tuned["pods_per_second"], 3)
+        if ceiling and ceiling["pods_per_second"]:
+            r["throughput_vs_ceiling"] = round(r["pods_per_second"] / ceiling["pods_per_second"], 3)
+    return {"nodes": nodes, "pods": pods, "versions": versions, "results": results}
+
+
+if __name__ == "__main__":
+    quick = "--quick" in sys.argv
+    print(json.dumps(run_size(500, 2000) if quick else run_size(5000, 10000), indent=2))

@@ -1,0 +1,131 @@
+"""Runs every benchmark and writes bench/results/latest.{json,md,png} (and the README's table).
+
+    python -m bench.run --quick   # make bench-quick: 500 nodes / 2,000 pods, small core sizes (< 10 min)
+    python -m bench.run           # make bench: adds 5,000 nodes / 10,000 pods and the full core sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+README = Path(__file__).parent.parent / "README.md"
+
+
+def say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+               if line.startswith("MemTotal"))
+    go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem / 2**20, 1),
+            "python": platform.python_version(), "go": go, "kernel": platform.release(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}; "
+             f"kubernetes {report.get('versions', {}).get('kubernetes', '?')}. "
+             f"Mode: {'quick' if report['quick'] else 'full'}.", ""]
+    for size in report.get("e2e", []):
+        lines += [f"**End to end, {size['nodes']} nodes / {size['pods']} pods** (same API server, KWOK nodes)", "",
+                  "| contender | pods/s | vs kube tuned | vs ceiling | p50 ms | p99 ms | CPU s | peak RSS MB |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in size["results"]:
+            lines.append(f"| {r['label']} | {r['pods_per_second']} | {r.get('throughput_vs_kube_tuned', '-')} | "
+                         f"{r.get('throughput_vs_ceiling', '-')} | {r['latency_p50_ms']} | {r['latency_p99_ms']} | "
+                         f"{r['scheduler_cpu_seconds']} | {r['scheduler_peak_rss_mb']} |")
+        lines.append("")
+    core = report.get("core")
+    if core:
+        lines += ["**Core only** (no API; every plugin on)", "", "| nodes | decisions/s | p50 ms | p99 ms |",
+                  "|---|---|---|---|"]
+        for row in core.get("sizes", []):
+            lines.append(f"| {row.get('nodes')} | {row.get('decisions_per_second')} | {row.get('p50_ms')} | "
+                         f"{row.get('p99_ms')} |")
+        if core.get("rss"):
+            lines.append(f"\nRSS with {core['rss'].get('nodes')} nodes and {core['rss'].get('pods')} pods: "
+                         f"{core['rss'].get('rss_mb')} MB.")
+        lines.append("")
+    quality = report.get("quality")
+    if quality:
+        lines += ["**Placement quality** (seeded scenario)", "",
+                  "| contender | mean °C | max °C | $/h placed | load std | max burst share | objective % of optimum |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, q in quality.get("contenders", {}).items():
+            lines.append(f"| {name} | {q.get('mean_gpu_temp')} | {q.get('max_gpu_temp')} | {q.get('hourly_cost')} | "
+                         f"{q.get('load_std')} | {q.get('max_burst_share')} | {q.get('objective_pct_of_optimum')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def chart(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = report.get("e2e", [])
+    fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(6 * max(1, len(sizes)), 4), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=False):
+        labels = [r["contender"] for r in size["results"]]
+        values = [r["pods_per_second"] for r in size["results"]]
+        bars = ax.bar(labels, values, color=["#888", "#555", "#4a90d9", "#1f5fa8", "#2a2"][: len(values)])
+        ax.bar_label(bars, fmt="%.0f")
+        ax.set_title(f"{size['nodes']} nodes / {size['pods']} pods")
+        ax.set_ylabel("pods bound per second")
+        ax.tick_params(axis="x", rotation=20)
+    fig.suptitle(f"metrics-sched vs kube-scheduler ({report['machine']['cores']} cores, {report['machine']['date']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def update_readme(md: str) -> None:
+    text = README.read_text()
+    new = re.sub(r"<!-- bench:start -->.*<!-- bench:end -->", f"<!-- bench:start -->\n{md}\n<!-- bench:end -->",
+                 text, flags=re.S)
+    README.write_text(new)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality"])
+    args = parser.parse_args()
+    from bench import core_bench, e2e_bench, quality_bench
+
+    report: dict[str, Any] = {"quick": args.quick, "machine": machine()}
+    if "e2e" not in args.skip:
+        sizes = [(500, 2000)] if args.quick else [(500, 2000), (5000, 10000)]
+        report["e2e"] = [e2e_bench.run_size(n, p) for n, p in sizes]
+        report["versions"] = report["e2e"][0].get("versions", {})
+    if "core" not in args.skip:
+        say("core benchmark")
+        report["core"] = core_bench.run(args.quick)
+    if "quality" not in args.skip:
+        say("placement quality benchmark")
+        report["quality"] = quality_bench.run(args.quick)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    md = markdown(report)
+    (RESULTS / "latest.md").write_text(md + "\n")
+    chart(report, RESULTS / "latest.png")
+    update_readme(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
