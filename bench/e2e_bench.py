@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 
 from metrics_sched.devcluster import DevCluster
-from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI, tls_context
+from metrics_sched.devcluster.kubeapi import Credentials, tls_context
 from metrics_sched.devcluster.ports import free_port
 
 TELEMETRY_PLUGINS = ("GPUTemperature", "NodeLoad", "Cost")
@@ -74,6 +74,8 @@ class PodWatch:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: Exception | None = None
+        self.reconnects = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -83,39 +85,39 @@ class PodWatch:
         self._stop.set()
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # noqa: BLE001 - reported, and the run then times out visibly
+            say(f"pod watch failed: {type(exc).__name__}: {exc}")
+            self.error = exc
+
+    def _watch(self) -> None:
         client = httpx.Client(base_url=self.creds.server, verify=tls_context(self.creds.ca_file),
                               headers={"Authorization": f"Bearer {self.creds.token}"},
                               timeout=httpx.Timeout(10, read=None))
         rv = client.get(f"/api/v1/namespaces/{self.namespace}/pods").json()["metadata"]["resourceVersion"]
-        params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "3600"}
-        with client.stream("GET", f"/api/v1/namespaces/{self.namespace}/pods", params=params) as resp:
-            self._ready.set()
-            for line in resp.iter_lines():
-                if self._stop.is_set():
-                    break
-                now = time.monotonic()
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                name = (obj.get("metadata") or {}).get("name")
-                if not name or event.get("type") not in ("ADDED", "MODIFIED"):
-                    continue
-                self.created.setdefault(name, now)
-                if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
-                    self.bound[name] = now
+        # The API server closes a watcher that reads too slowly; resume from the last resourceVersion.
+        while not self._stop.is_set():
+            params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "3600"}
+            with client.stream("GET", f"/api/v1/namespaces/{self.namespace}/pods", params=params) as resp:
+                self._ready.set()
+                for line in resp.iter_lines():
+                    if self._stop.is_set():
+                        break
+                    now = time.monotonic()
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise RuntimeError(f"watch error: {obj}")
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    name = (obj.get("metadata") or {}).get("name")
+                    if not name or event.get("type") not in ("ADDED", "MODIFIED"):
+                        continue
+                    self.created.setdefault(name, now)
+                    if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+                        self.bound[name] = now
+            self.reconnects += 1
         client.close()
-
-
-def create_pods(api: KubeAPI, namespace: str, count: int, scheduler: str, concurrency: int = 32) -> None:
-    def one(i: int) -> None:
-        api.post(f"/api/v1/namespaces/{namespace}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i:05d}"},
-            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "c", "image": "registry.local/pause:3.10",
-                                     "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}}}]},
-        })
-
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(one, range(count)))
 
 
 def metrics_sched_config(contender: Contender, cluster: DevCluster, port: int) -> dict[str, Any]:
@@ -195,8 +197,9 @@ def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout:
         watch.start()
         say(f"{contender.label}: creating {pods} pods")
         started = time.monotonic()
-        creator = threading.Thread(target=create_pods, args=(api, namespace, pods, contender.scheduler_name))
-        creator.start()
+        creator = subprocess.Popen([sys.executable, "-m", "bench.pod_creator", "--kubeconfig", str(cluster.kubeconfig),
+                                    "--namespace", namespace, "--count", str(pods),
+                                    "--scheduler", contender.scheduler_name])
         last_report = 0.0
         while len(watch.bound) < pods and time.monotonic() - started < timeout:
             time.sleep(0.2)
@@ -204,7 +207,7 @@ def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout:
                 last_report = time.monotonic()
                 say(f"{contender.label}: {len(watch.created)} created, {len(watch.bound)} bound "
                     f"({time.monotonic() - started:.0f}s)")
-        creator.join()
+        creator.wait(timeout=60)
         cpu1, peak = proc_stats(pid)
         sources = httpx.get(f"{url}/sources", timeout=5).json() if url and contender.key == "ms-all" else None
         stop()
@@ -220,7 +223,7 @@ def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout:
         "latency_p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1) if latencies.size else None,
         "latency_p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1) if latencies.size else None,
         "scheduler_cpu_seconds": round(cpu1 - cpu0, 2), "scheduler_peak_rss_mb": round(peak / 2**20, 1),
-        "process": name,
+        "process": name, "watch_reconnects": watch.reconnects,
     }
     if sources:
         result["sources"] = {k: {"last_duration_s": v["last_duration"], "queries": v["queries"],

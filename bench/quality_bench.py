@@ -127,8 +127,10 @@ def node_scores(scenario: Scenario, model: ObjectiveModel) -> tuple[np.ndarray, 
 
 # -- the reference optimum -----------------------------------------------------------------------
 def solve_optimum(scores: Sequence[float] | np.ndarray, allowed: Sequence[bool] | np.ndarray,
-                  capacity: Sequence[int] | np.ndarray, pod_gpus: Sequence[int]) -> tuple[list[int | None], float]:
-    """The placement of `pod_gpus` maximising the sum of scores[node] over placed pods.
+                  capacity: Sequence[int] | np.ndarray, pod_gpus: Sequence[int], *,
+                  per_gpu: bool = False) -> tuple[list[int | None], float]:
+    """The placement of `pod_gpus` maximising the sum of scores[node] over placed pods (per_gpu: of
+    gpus * scores[node], i.e. each pod weighted by its GPUs).
 
     Constraints: sum of the GPUs placed on a node <= capacity[node]; no pod on a node that is not
     allowed; as many pods placed as possible (all of them when they fit), then the best score.
@@ -168,7 +170,8 @@ def solve_optimum(scores: Sequence[float] | np.ndarray, allowed: Sequence[bool] 
         raise RuntimeError(f"optimum, phase 1: {first.message}")
     most = round(-first.fun)
     constraints.append(LinearConstraint(np.ones((1, k * n)), most, most))
-    second = milp(-np.tile(scores[nodes], k), constraints=constraints, integrality=integrality,
+    value = np.concatenate([scores[nodes] * (s if per_gpu else 1) for s in sizes])
+    second = milp(-value, constraints=constraints, integrality=integrality,
                   bounds=Bounds(0, upper), options=options)
     if not second.success:
         raise RuntimeError(f"optimum, phase 2: {second.message}")
@@ -184,7 +187,8 @@ def solve_optimum(scores: Sequence[float] | np.ndarray, allowed: Sequence[bool] 
             used[node] += pod_gpus[pod]
     if (used > capacity).any() or any(node is not None and not allowed[node] for node in assignment):
         raise RuntimeError("optimum violates capacity or the threshold")  # cannot happen; never report it
-    objective = float(sum(scores[node] for node in assignment if node is not None))
+    objective = float(sum(scores[node] * (pod_gpus[pod] if per_gpu else 1)
+                          for pod, node in enumerate(assignment) if node is not None))
     return assignment, objective
 
 
@@ -220,6 +224,22 @@ def place_randomly(scenario: Scenario, seed: int) -> dict[str, str | None]:
     return placement
 
 
+def place_greedily(scenario: Scenario, scores: np.ndarray, allowed: np.ndarray) -> dict[str, str | None]:
+    """Online reference: each pod, in arrival order, on the admissible node with free GPUs that scores best
+    by the objective itself (what a scheduler scoring exactly the objective, without a ledger, would do)."""
+    free = np.array([node.gpus for node in scenario.nodes], dtype=np.int64)
+    placement: dict[str, str | None] = {}
+    for pod in scenario.workload:
+        candidates = np.flatnonzero(allowed & (free >= pod.gpus))
+        if candidates.size == 0:
+            placement[pod.name] = None
+            continue
+        best = int(candidates[np.argmax(scores[candidates])])
+        free[best] -= pod.gpus
+        placement[pod.name] = scenario.nodes[best].name
+    return placement
+
+
 def evaluate(scenario: Scenario, placement: Mapping[str, str | None], scores: np.ndarray) -> dict[str, Any]:
     index = {node.name: i for i, node in enumerate(scenario.nodes)}
     nodes = scenario.nodes
@@ -243,6 +263,7 @@ def evaluate(scenario: Scenario, placement: Mapping[str, str | None], scores: np
         "max_burst_share": round(max(burst.values()) / len(scenario.burst), 4) if burst else 0.0,
         "burst_nodes_used": len(burst),
         "objective": round(float(sum(scores[i] for _, i in placed)), 2),
+        "objective_gpu_weighted": round(float(sum(scores[i] * pod.gpus for pod, i in placed)), 2),
         "gpu_pods_above_threshold": len(hot),
         "nodes_over_gpu_capacity": len(over),
     }
@@ -256,49 +277,66 @@ def run(quick: bool, *, nodes: int | None = None, seed: int = 0) -> dict[str, An
     say(f"scenario: {scenario.meta}")
 
     t0 = time.perf_counter()
+    capacity = [n.gpus for n in scenario.nodes]
     pod_gpus = [pod.gpus for pod in scenario.workload]
-    assignment, optimum = solve_optimum(scores, allowed, [n.gpus for n in scenario.nodes], pod_gpus)
+    assignment, optimum = solve_optimum(scores, allowed, capacity, pod_gpus)
+    weighted_assignment, weighted_optimum = solve_optimum(scores, allowed, capacity, pod_gpus, per_gpu=True)
     solve_seconds = time.perf_counter() - t0
+
+    def named(assigned: list[int | None]) -> dict[str, str | None]:
+        return {pod.name: None if node is None else scenario.nodes[node].name
+                for pod, node in zip(scenario.workload, assigned, strict=True)}
+
     placements: dict[str, dict[str, str | None]] = {}
     for name, config in CONTENDERS.items():
         say(f"placing with {name}")
         placements[name] = place_with_core(scenario, config, seed)
     placements["random (capacity only)"] = place_randomly(scenario, seed)
-    placements["reference optimum (offline)"] = {
-        pod.name: None if node is None else scenario.nodes[node].name
-        for pod, node in zip(scenario.workload, assignment, strict=True)}
+    placements["greedy on the objective (online reference)"] = place_greedily(scenario, scores, allowed)
+    placements["reference optimum (offline)"] = named(assignment)
+    placements["reference optimum, GPU-weighted (offline)"] = named(weighted_assignment)
 
     contenders = {}
     floor = evaluate(scenario, placements["random (capacity only)"], scores)["objective"]
     for name, placement in placements.items():
         row = evaluate(scenario, placement, scores)
         row["objective_pct_of_optimum"] = round(100.0 * row["objective"] / optimum, 2) if optimum else None
+        row["gpu_weighted_pct_of_optimum"] = (round(100.0 * row["objective_gpu_weighted"] / weighted_optimum, 2)
+                                              if weighted_optimum else None)
         span = optimum - floor
         row["gap_closed_vs_random_pct"] = round(100.0 * (row["objective"] - floor) / span, 1) if span > 0 else None
         contenders[name] = row
     ours = contenders["metrics-sched"]
+    pct, weighted_pct = ours["objective_pct_of_optimum"], ours["gpu_weighted_pct_of_optimum"]
     return {
         "quick": quick,
         "scenario": scenario.meta,
         "objective": {
             "definition": "sum over placed pods of the node's (3 GPUTemperature + 2 NodeLoad + 2 Cost) / 7, "
                           "each 0-100 as metrics-sched normalises it, on the scenario's static telemetry",
+            "gpu_weighted": "the same with each pod weighted by its GPUs (a 2-GPU pod counts twice)",
             **model.describe(),
         },
         "optimum": {
-            "solver": "scipy.optimize.milp (HiGHS), integer pods-per-(size, node) counts, gap 0; "
-                      "max pods placed first, then max objective",
-            "objective": round(optimum, 2), "solve_seconds": round(solve_seconds, 3),
+            "solver": "scipy.optimize.milp (HiGHS) on integer pods-per-(size, node) counts, gap 0; "
+                      "most pods placed first, then the best objective; GPU capacity, no node above the threshold",
+            "objective": round(optimum, 2), "objective_gpu_weighted": round(weighted_optimum, 2),
+            "solve_seconds": round(solve_seconds, 3),
         },
         "contenders": contenders,
-        "metrics_sched_pct_of_optimum": ours["objective_pct_of_optimum"],
+        "metrics_sched_pct_of_optimum": pct,
+        "metrics_sched_gpu_weighted_pct_of_optimum": weighted_pct,
         "target_pct": TARGET_PCT,
-        "target_met": ours["objective_pct_of_optimum"] is not None and ours["objective_pct_of_optimum"] >= TARGET_PCT,
+        "target_met": pct is not None and pct >= TARGET_PCT,
+        "target_met_gpu_weighted": weighted_pct is not None and weighted_pct >= TARGET_PCT,
         "metrics_sched_gpu_pods_above_threshold": ours["gpu_pods_above_threshold"],
         "notes": [
             "kube-scheduler default is emulated on this core (NodeResourcesFit LeastAllocated 1, TaintToleration 3, "
             "NodeAffinity 2, ZoneSpread 2 for PodTopologySpread; no BalancedAllocation/ImageLocality); "
             "bench/e2e_bench.py runs the real kube-scheduler binary.",
+            "Per pod, a pod counts once whatever its GPUs, so the offline optimum gives the best nodes' GPUs to "
+            "1-GPU pods and sends 2-GPU pods to worse nodes; an online scheduler cannot, not knowing what comes "
+            "next: 'greedy on the objective' shows that bound. The GPU-weighted objective has no such artefact.",
             "Telemetry is frozen for the whole run, so only the in-flight ledger keeps metrics-sched from "
             "herding; the optimum sees no ledger and fills the best nodes to capacity.",
             "Pods arrive in order: the stream, then the burst (one ReplicaSet of identical 1-GPU pods).",

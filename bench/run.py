@@ -32,7 +32,8 @@ def machine() -> dict[str, Any]:
                if line.startswith("MemTotal"))
     go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem / 2**20, 1),
-            "python": platform.python_version(), "go": go, "kernel": platform.release(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "python": platform.python_version(), "go": go, "kernel": platform.release(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def markdown(report: dict[str, Any]) -> str:

@@ -238,10 +238,7 @@ def make_scenario(n_nodes: int, seed: int = 0, *, fill: float = 0.6, burst_share
     for i in range(n_nodes):
         model = models[i % len(models)] if i < len(models) else rng.choice(models)
         gpus, per_gpu, cpu, memory = GPU_MODELS[model]
-        if i in hot:
-            temperature = rng.uniform(86.0, 95.0)
-        else:
-            temperature = min(84.0, max(32.0, rng.gauss(62.0, 12.0)))
+        temperature = rng.uniform(86.0, 95.0) if i in hot else min(84.0, max(32.0, rng.gauss(62.0, 12.0)))
         utilisation = min(0.95, max(0.02, rng.betavariate(2.0, 5.0)))
         nodes.append(NodeSpec(
             name=f"gpu-{i:04d}", model=model, zone=ZONES[i % len(ZONES)], gpus=gpus, cpu=cpu, memory_gib=memory,
