@@ -53,6 +53,7 @@ import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
 from metrics_sched.podinfo import parse_pod
+from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 SIZES = (1_000, 5_000, 15_000)
 DRAIN_EVERY = 250
@@ -208,8 +209,12 @@ def run_cycles(harness: Harness, pods: list[dict[str, Any]], warmup: int) -> dic
 
 
 def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
-                  profiler: cProfile.Profile | None = None) -> dict[str, Any]:
-    """Scheduler.schedule_one with a no-op writer, the binder drained every DRAIN_EVERY decisions."""
+                  profiler: cProfile.Profile | None = None, compare_first: int = 0) -> dict[str, Any]:
+    """Scheduler.schedule_one with a no-op writer, the binder drained every DRAIN_EVERY decisions.
+
+    compare_first: also report the first N measured decisions alone (to compare with a shorter cycle run
+    at the same state size).
+    """
     scheduler = harness.scheduler
     for pod in pods:
         scheduler.handlers.on_pod_event("ADDED", pod)
@@ -238,6 +243,9 @@ def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
     if profiler is not None:
         profiler.disable()
     stats = latency_stats(latencies, clock() - started)
+    if compare_first and 0 < compare_first < len(latencies):
+        first = latency_stats(latencies[:compare_first])
+        stats[f"first_{compare_first}"] = {k: first[k] for k in ("decisions_per_second", "p50_ms", "p99_ms", "max_ms")}
     stats["unscheduled"] = unscheduled
     stats["drain_seconds"] = round(drained, 3)
     stats["binds"] = harness.writer.binds
@@ -260,12 +268,14 @@ def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: i
     harness = cluster(n_nodes, seed)
     say(f"{n_nodes} nodes: decision x {warmup}+{decisions}")
     try:
-        row["decision"] = run_decisions(harness, pods[: warmup + decisions], warmup)
+        row["decision"] = run_decisions(harness, pods[: warmup + decisions], warmup,
+                                        compare_first=cycles if cycles < decisions else 0)
     finally:
         harness.stop()
     gc.collect()
     for key in ("decisions_per_second", "p50_ms", "p99_ms", "max_ms"):  # the headline: schedule_one
         row[key] = row["decision"].get(key)
+    row["seconds"] = round(time.perf_counter() - t0, 1)
     say(f"{n_nodes} nodes: cycle {row['cycle'].get('decisions_per_second')}/s p50 {row['cycle'].get('p50_ms')} ms"
         f" | decision {row['decisions_per_second']}/s p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms")
     return row
@@ -303,6 +313,27 @@ def ledger_scaling(n_nodes: int, entries: Sequence[int], decisions: int, seed: i
                      "top_plugins_us": dict(list(plugins.items())[:4])})
         gc.collect()
     return rows
+
+
+def ledger_bound(rows: Sequence[dict[str, Any]], horizon: float) -> dict[str, Any]:
+    """Mean cycle time as base + slope * ledger entries, and the sustained rate that allows.
+
+    base is the run with the fewest entries; slope the least-squares line through it and the others.
+    At a steady R decisions/s the ledger holds about R * horizon entries, so R is bounded by
+    R * (base + slope * R * horizon) = 1. An estimate from a handful of points on a noisy machine.
+    """
+    if len({r["ledger_entries"] for r in rows}) < 2:
+        return {}
+    first = min(rows, key=lambda r: r["ledger_entries"])
+    x = np.array([r["ledger_entries"] - first["ledger_entries"] for r in rows], dtype=np.float64)
+    y = np.array([r["mean_ms"] - first["mean_ms"] for r in rows], dtype=np.float64)
+    slope = float(x @ y / (x @ x))  # ms per entry
+    base = first["mean_ms"] - slope * first["ledger_entries"]
+    a, b = slope * horizon / 1000.0, base / 1000.0  # in seconds: a R^2 + b R - 1 = 0
+    rate = (-b + (b * b + 4 * a) ** 0.5) / (2 * a) if a > 0 else (1.0 / b if b > 0 else float("inf"))
+    return {"base_ms": round(base, 3), "ms_per_1000_entries": round(slope * 1000, 3),
+            "horizon_seconds": horizon, "sustained_decisions_per_second_estimate": round(rate, 1),
+            "note": "mean cycle ms ~ base + slope * entries; entries ~ rate * horizon at a steady arrival rate"}
 
 
 # -- memory, in a fresh process ------------------------------------------------------------------
@@ -408,6 +439,7 @@ def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | Non
     result["ledger_scaling"] = ledger_scaling(
         ledger_nodes, ledger_entries or ((0, 10_000, 30_000) if quick else (0, 10_000, 50_000, 100_000)),
         30 if quick else 100, seed)
+    result["ledger_bound"] = ledger_bound(result["ledger_scaling"], InFlightLedgerStore().horizon)
     result["rss"] = measure_rss(rss_nodes, rss_pods)
     result["profile"] = profile(profile_nodes, profile_decisions or (300 if quick else 2_000), min(warmup, 100))
     result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -213,7 +213,9 @@ def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout:
         stop()
         watch.stop()
         created, bound = dict(watch.created), dict(watch.bound)
-        api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"})
+        say(f"{contender.label}: deleting its pods")
+        api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"},
+                    timeout=900)
     latencies = np.array([bound[n] - created[n] for n in bound if n in created])
     first, last = min(created.values()), max(bound.values()) if bound else float("nan")
     result = {
@@ -234,12 +236,51 @@ def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout:
     return result
 
 
+def sources_cost(cluster: DevCluster) -> dict[str, Any]:
+    """One refresh of every telemetry source against this cluster: queries, wall time, CPU (this process)."""
+    from metrics_sched.cli.sources import build_sources
+    from metrics_sched.config import parse_config
+    from metrics_sched.devcluster.kubeapi import Credentials as Creds
+    from metrics_sched.framework.registry import Registry
+    from metrics_sched.ports import NodeDirectory
+
+    config = parse_config({"sources": cluster.telemetry_sources(interval=5.0)}, Registry.default().catalog())
+    creds = Creds.from_kubeconfig(cluster.kubeconfig)
+
+    def kube_http() -> httpx.Client:
+        return httpx.Client(base_url=creds.server, verify=tls_context(creds.ca_file),
+                            headers={"Authorization": f"Bearer {creds.token}"}, timeout=30)
+
+    directory = NodeDirectory(
+        names=frozenset(n.name for n in cluster.nodes),
+        by_internal_ip={n.internal_ip: n.name for n in cluster.nodes},
+        cpu_allocatable={n.name: float(n.cpu) for n in cluster.nodes},
+        memory_allocatable={n.name: 256.0 * 2**30 for n in cluster.nodes},
+    )
+    out: dict[str, Any] = {}
+    for source in build_sources(config, cluster.run_dir, kube_http):
+        source.fetch(directory)  # warm connections
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = source.fetch(directory)
+        out[source.name] = {
+            "queries": result.queries, "wall_seconds": round(time.perf_counter() - wall, 3),
+            "cpu_seconds": round(time.process_time() - cpu, 3), "samples": len(result.samples),
+            "metrics": len(source.metrics()), "errors": result.errors,
+        }
+        source.close()
+    total_wall = sum(v["wall_seconds"] for v in out.values())
+    say(f"sources at {len(cluster.nodes)} nodes: " + ", ".join(
+        f"{k} {v['queries']} queries {v['wall_seconds']}s" for k, v in out.items()) + f" (total {total_wall:.2f}s)")
+    return {"nodes": len(cluster.nodes), "sources": out, "total_wall_seconds": round(total_wall, 3)}
+
+
 def run_size(nodes: int, pods: int, *, timeout: float = 600.0,
              contenders: tuple[Contender, ...] = CONTENDERS) -> dict[str, Any]:
     say(f"dev cluster with {nodes} nodes")
     with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0) as cluster:
         results = [run_contender(cluster, c, pods, timeout) for c in contenders]
         versions = dict(cluster.endpoints.versions) if cluster.endpoints else {}
+        sources = sources_cost(cluster)
     tuned = next((r for r in results if r["contender"] == "kube-tuned"), None)
     ceiling = next((r for r in results if r["contender"] == "ceiling"), None)
     for r in results:
@@ -247,7 +288,7 @@ def run_size(nodes: int, pods: int, *, timeout: float = 600.0,
             r["throughput_vs_kube_tuned"] = round(r["pods_per_second"] / tuned["pods_per_second"], 3)
         if ceiling and ceiling["pods_per_second"]:
             r["throughput_vs_ceiling"] = round(r["pods_per_second"] / ceiling["pods_per_second"], 3)
-    return {"nodes": nodes, "pods": pods, "versions": versions, "results": results}
+    return {"nodes": nodes, "pods": pods, "versions": versions, "results": results, "sources": sources}
 
 
 if __name__ == "__main__":

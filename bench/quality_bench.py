@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
 
 from bench.scenario import GPU, Scenario, build_scheduler, make_scenario
 from metrics_sched.plugins.metric_terms import Normalization, normalize
@@ -179,12 +179,12 @@ def solve_optimum(scores: Sequence[float] | np.ndarray, allowed: Sequence[bool] 
     for i, s in enumerate(sizes):
         slots = [int(nodes[j]) for j in range(n) for _ in range(y[i, j])]
         pods = [p for p, g in enumerate(pod_gpus) if g == s]
-        for pod, node in zip(pods, slots, strict=False):
-            assignment[pod] = node
+        for pod, slot in zip(pods, slots, strict=False):
+            assignment[pod] = slot
     used = np.zeros(capacity.shape[0], dtype=np.int64)
-    for pod, node in enumerate(assignment):
-        if node is not None:
-            used[node] += pod_gpus[pod]
+    for pod, placed in enumerate(assignment):
+        if placed is not None:
+            used[placed] += pod_gpus[pod]
     if (used > capacity).any() or any(node is not None and not allowed[node] for node in assignment):
         raise RuntimeError("optimum violates capacity or the threshold")  # cannot happen; never report it
     objective = float(sum(scores[node] * (pod_gpus[pod] if per_gpu else 1)
@@ -244,7 +244,7 @@ def evaluate(scenario: Scenario, placement: Mapping[str, str | None], scores: np
     index = {node.name: i for i, node in enumerate(scenario.nodes)}
     nodes = scenario.nodes
     placed = [(pod, index[name]) for pod in scenario.workload if (name := placement.get(pod.name)) is not None]
-    used = Counter()
+    used: Counter[int] = Counter()
     load = np.array([node.cpu_utilisation for node in nodes], dtype=np.float64)
     for pod, i in placed:
         used[i] += pod.gpus

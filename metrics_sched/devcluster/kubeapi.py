@@ -65,9 +65,10 @@ class KubeAPI:
         self.close()
 
     def request(self, method: str, path: str, body: Any = None, *, content_type: str | None = None,
-                params: dict[str, str] | None = None, ok: tuple[int, ...] = ()) -> Any:
+                params: dict[str, str] | None = None, ok: tuple[int, ...] = (), timeout: float | None = None) -> Any:
         headers = {"Content-Type": content_type} if content_type else {}
-        resp = self.client.request(method, path, json=body, headers=headers, params=params)
+        resp = self.client.request(method, path, json=body, headers=headers, params=params,
+                                   timeout=self.client.timeout if timeout is None else timeout)
         if resp.status_code >= 400 and resp.status_code not in ok:
             try:
                 message = resp.json().get("message", resp.text)

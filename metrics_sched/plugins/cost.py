@@ -24,6 +24,7 @@ from metrics_sched.framework.interfaces import (
 from metrics_sched.plugins.metric_terms import (
     Normalization,
     apply_missing,
+    denies_missing,
     deny_missing_mask,
     normalize,
     parse_normalization,
@@ -57,14 +58,7 @@ class Cost(FilterPlugin, ScorePlugin, MetricAwarePlugin):
 
     def metrics_changed(self, table: NodeTable) -> bool:
         # Thresholds (or a deny-on-missing contract) can admit a node after a refresh: let parked pods retry.
-        return self._denies_missing()
-
-    def _metric_names(self) -> list[str]:
-        return [self.metric]
-
-    def _denies_missing(self) -> bool:
-        cache = self.handle.service("metrics")
-        return any(cache.contract(m).on_missing == "deny" for m in self._metric_names())
+        return denies_missing(self.handle, [self.metric])
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         deny = deny_missing_mask(read_metric(self.handle, self.metric, table, with_ledger=False))

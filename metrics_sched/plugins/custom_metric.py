@@ -29,12 +29,13 @@ from metrics_sched.plugins.metric_terms import (
     Direction,
     Normalization,
     apply_missing,
-    deny_missing_mask,
+    denies_missing,
     direction,
     normalize,
     number,
     parse_normalization,
     read_metric,
+    reject_missing,
     stash_raw,
 )
 from metrics_sched.podinfo import PodInfo
@@ -97,14 +98,8 @@ class CustomMetric(FilterPlugin, ScorePlugin, MetricAwarePlugin):
 
     def metrics_changed(self, table: NodeTable) -> bool:
         # Thresholds (or a deny-on-missing contract) can admit a node after a refresh: let parked pods retry.
-        return bool(any(t.above is not None or t.below is not None for t in self.terms)) or self._denies_missing()
-
-    def _metric_names(self) -> list[str]:
-        return [t.metric for t in self.terms]
-
-    def _denies_missing(self) -> bool:
-        cache = self.handle.service("metrics")
-        return any(cache.contract(m).on_missing == "deny" for m in self._metric_names())
+        thresholds = any(t.above is not None or t.below is not None for t in self.terms)
+        return thresholds or denies_missing(self.handle, [t.metric for t in self.terms])
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         feasible = np.ones(table.capacity, dtype=bool)
@@ -120,10 +115,7 @@ class CustomMetric(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                     under = read.values < term.below
                     reasons[f"node(s) had {term.metric} below {term.below:g}"] = under
                     feasible &= ~under
-            deny = deny_missing_mask(read)
-            if deny is not None:
-                reasons[f"node(s) had no fresh {term.metric}"] = deny
-                feasible &= ~deny
+            feasible = reject_missing(read, feasible, reasons)
         return Filtered(feasible, reasons)
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:

@@ -9,7 +9,7 @@ Normalisation (args `normalization`):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -110,6 +110,21 @@ def apply_missing(scores: FloatArray, missing: BoolArray, policy: OnMissing) -> 
     if policy == OnMissing.LOWEST:
         return np.where(missing, 0.0, scores)
     return np.where(missing, np.nan, scores)
+
+
+def denies_missing(handle: Handle, metrics: Iterable[str]) -> bool:
+    """True when some metric's contract filters nodes without a value (a refresh can then admit nodes)."""
+    cache: MetricCache = handle.service("metrics")
+    return any(cache.contract(m).on_missing == OnMissing.DENY for m in metrics)
+
+
+def reject_missing(read: MetricRead, feasible: BoolArray, reasons: dict[str, BoolArray]) -> BoolArray:
+    """Applies onMissing: deny to a filter's verdict, recording the reason."""
+    deny = deny_missing_mask(read)
+    if deny is None:
+        return feasible
+    reasons[f"node(s) had no fresh {read.column.metric}"] = deny
+    return feasible & ~deny
 
 
 def deny_missing_mask(read: MetricRead) -> BoolArray | None:

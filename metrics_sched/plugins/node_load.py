@@ -28,10 +28,11 @@ from metrics_sched.framework.interfaces import (
 from metrics_sched.plugins.metric_terms import (
     Normalization,
     apply_missing,
-    deny_missing_mask,
+    denies_missing,
     normalize,
     number,
     read_metric,
+    reject_missing,
     stash_raw,
 )
 from metrics_sched.podinfo import PodInfo
@@ -77,14 +78,7 @@ class NodeLoad(FilterPlugin, ScorePlugin, MetricAwarePlugin):
 
     def metrics_changed(self, table: NodeTable) -> bool:
         # Thresholds (or a deny-on-missing contract) can admit a node after a refresh: let parked pods retry.
-        return bool(self.max_utilisation is not None) or self._denies_missing()
-
-    def _metric_names(self) -> list[str]:
-        return [m for m, _ in self.metrics]
-
-    def _denies_missing(self) -> bool:
-        cache = self.handle.service("metrics")
-        return any(cache.contract(m).on_missing == "deny" for m in self._metric_names())
+        return bool(self.max_utilisation is not None) or denies_missing(self.handle, [m for m, _ in self.metrics])
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         feasible = np.ones(table.capacity, dtype=bool)
@@ -96,10 +90,7 @@ class NodeLoad(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                     over = read.values > self.max_utilisation
                 reasons[f"node(s) were above {self.max_utilisation:g} {metric}"] = over
                 feasible &= ~over
-            deny = deny_missing_mask(read)
-            if deny is not None:
-                reasons[f"node(s) had no fresh {metric}"] = deny
-                feasible &= ~deny
+            feasible = reject_missing(read, feasible, reasons)
         return Filtered(feasible, reasons)
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
