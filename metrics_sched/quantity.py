@@ -6,6 +6,7 @@ MilliValue() and Value() round up, so a request is never under-counted.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -52,11 +53,22 @@ def parse_quantity(value: str | int | float) -> Fraction:
     return amount * _DECIMAL[suffix]
 
 
+# A cluster uses few distinct quantity strings ("100m", "500Mi", ...) over and over: parse each once.
+@functools.lru_cache(maxsize=4096)
+def _milli(value: str | int | float) -> int:
+    return math.ceil(parse_quantity(value) * 1000)
+
+
+@functools.lru_cache(maxsize=4096)
+def _int(value: str | int | float) -> int:
+    return math.ceil(parse_quantity(value))
+
+
 def to_milli(value: str | int | float) -> int:
     """cpu in millicores (rounded up, like Quantity.MilliValue())."""
-    return math.ceil(parse_quantity(value) * 1000)
+    return _milli(value) if not isinstance(value, bool) else _milli.__wrapped__(value)
 
 
 def to_int(value: str | int | float) -> int:
     """memory/storage/count as an integer (rounded up, like Quantity.Value())."""
-    return math.ceil(parse_quantity(value))
+    return _int(value) if not isinstance(value, bool) else _int.__wrapped__(value)

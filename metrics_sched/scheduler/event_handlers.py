@@ -55,6 +55,8 @@ class ClusterEventHandlers:
                 self.queue.move_all(event)
 
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
+        if kind == "MODIFIED" and self._unchanged_placement(pod):
+            return  # status churn (Running, Ready...) of a pod we already count where it is
         info = parse_pod(pod)
         if kind == "DELETED" or info.terminal:
             released = self.state.remove_pod(info.uid)
@@ -72,6 +74,14 @@ class ClusterEventHandlers:
         if self.state.is_placed(info.uid):
             return  # assumed by us, bind in flight; the watch has not caught up yet
         self.queue.add(info)
+
+    def _unchanged_placement(self, pod: KubeObject) -> bool:
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        record = self.state.pods.get((pod.get("metadata") or {}).get("uid", ""))
+        return record is not None and record.node == node and not record.assumed
 
     def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
         self.synced.add(resource)
