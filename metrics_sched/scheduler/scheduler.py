@@ -47,6 +47,7 @@ class Scheduler:
         services = dict(services or {})
         self.metrics: MetricCache = services.setdefault("metrics", MetricCache(config.metrics))
         self.ledger: InFlightLedgerStore = services.setdefault("ledger", InFlightLedgerStore())
+        self.ledger.bind_table(self.state.table)
         self.handle = SchedulerHandle(self.state, {"pod_writer": writer, **services})
         self.frameworks = {p.scheduler_name: Framework(p, plugins, self.handle) for p in config.profiles}
         first = next(iter(self.frameworks.values()))

@@ -3,6 +3,10 @@
 A pod bound to a node adds its estimated effect (from its requests) to that node's metrics until a
 sample measured after the bind covers it. Without this, a burst of pods all see the same "coldest,
 idlest" node from the last scrape and herd onto it.
+
+Placements are kept per metric in append-only numpy arrays (row, time, delta, alive), so the
+adjustment for a decision is a few vector operations whatever the number of placements; removals
+only clear the alive flag, and pruning compacts the arrays now and then.
 """
 
 from __future__ import annotations
@@ -10,18 +14,42 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from metrics_sched.state.node_table import FloatArray, NodeTable
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
+
+
+@dataclass
+class _Column:
+    nodes: list[str] = field(default_factory=list)
+    rows: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    times: FloatArray = field(default_factory=lambda: np.zeros(0))
+    deltas: FloatArray = field(default_factory=lambda: np.zeros(0))
+    alive: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    size: int = 0
+    rows_generation: int = -1
+
+    def append(self, node: str, row: int, at: float, delta: float) -> int:
+        if self.size == self.rows.shape[0]:
+            capacity = max(64, 2 * self.size)
+            self.rows = np.resize(self.rows, capacity)
+            self.times = np.resize(self.times, capacity)
+            self.deltas = np.resize(self.deltas, capacity)
+            self.alive = np.resize(self.alive, capacity)
+        index = self.size
+        self.nodes.append(node)
+        self.rows[index], self.times[index], self.deltas[index], self.alive[index] = row, at, delta, True
+        self.size += 1
+        return index
 
 
 @dataclass(frozen=True)
 class _Placement:
     node: str
     at: float
-    deltas: Mapping[str, float]
+    slots: dict[str, int]  # metric -> index in that metric's column
 
 
 class InFlightLedgerStore:
@@ -30,18 +58,33 @@ class InFlightLedgerStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._placements: dict[str, _Placement] = {}
-        self._version = 0
-        self._arrays: dict[str, tuple[tuple[int, int], FloatArray, FloatArray, FloatArray]] = {}
+        self._columns: dict[str, _Column] = {}
+        self._table: NodeTable | None = None
+
+    def bind_table(self, table: NodeTable) -> None:
+        """The table whose rows placements refer to (set by the first adjustment otherwise)."""
+        self._table = table
 
     def add(self, uid: str, node: str, deltas: Mapping[str, float], at: float | None = None) -> None:
+        when = self._clock() if at is None else at
         with self._lock:
-            self._placements[uid] = _Placement(node, self._clock() if at is None else at, dict(deltas))
-            self._version += 1
+            self._remove(uid)
+            row = self._table.index.get(node, -1) if self._table is not None else -1
+            slots = {}
+            for metric, delta in deltas.items():
+                column = self._columns.setdefault(metric, _Column())
+                slots[metric] = column.append(node, row, when, delta)
+            self._placements[uid] = _Placement(node, when, slots)
+
+    def _remove(self, uid: str) -> None:
+        placement = self._placements.pop(uid, None)
+        if placement is not None:
+            for metric, index in placement.slots.items():
+                self._columns[metric].alive[index] = False
 
     def remove(self, uid: str) -> None:
         with self._lock:
-            if self._placements.pop(uid, None) is not None:
-                self._version += 1
+            self._remove(uid)
 
     def prune(self) -> int:
         """Forgets placements older than the horizon (every sample has covered them by then)."""
@@ -49,10 +92,23 @@ class InFlightLedgerStore:
         with self._lock:
             old = [uid for uid, p in self._placements.items() if p.at < cutoff]
             for uid in old:
-                del self._placements[uid]
-            if old:
-                self._version += 1
+                self._remove(uid)
+            self._compact()
             return len(old)
+
+    def _compact(self) -> None:
+        keep_by_metric = {}
+        for metric, column in self._columns.items():
+            keep = np.flatnonzero(column.alive[: column.size])
+            remap = {int(old): new for new, old in enumerate(keep)}
+            keep_by_metric[metric] = remap
+            self._columns[metric] = _Column(
+                nodes=[column.nodes[i] for i in keep], rows=column.rows[keep].copy(),
+                times=column.times[keep].copy(), deltas=column.deltas[keep].copy(),
+                alive=np.ones(keep.size, dtype=bool), size=int(keep.size), rows_generation=column.rows_generation)
+        for uid, placement in list(self._placements.items()):
+            slots = {m: keep_by_metric[m][i] for m, i in placement.slots.items()}
+            self._placements[uid] = _Placement(placement.node, placement.at, slots)
 
     def __len__(self) -> int:
         with self._lock:
@@ -67,21 +123,28 @@ class InFlightLedgerStore:
 
     def adjustment(self, metric: str, table: NodeTable, observed_at: FloatArray) -> FloatArray:
         """Per row: the summed deltas of placements made after that row's sample was measured."""
-        key = (self._version, table.rows_generation)
-        cached = self._arrays.get(metric)
-        if cached is None or cached[0] != key:
-            with self._lock:
-                entries = [(table.index.get(p.node), p.at, p.deltas[metric])
-                           for p in self._placements.values() if metric in p.deltas]
-            entries = [e for e in entries if e[0] is not None]
-            rows = np.array([e[0] for e in entries], dtype=np.float64)
-            times = np.array([e[1] for e in entries], dtype=np.float64)
-            deltas = np.array([e[2] for e in entries], dtype=np.float64)
-            self._arrays[metric] = cached = (key, rows, times, deltas)
-        _, rows, times, deltas = cached
+        with self._lock:
+            if self._table is not table:
+                self._table = table
+                for each in self._columns.values():
+                    each.rows_generation = -1
+            found = self._columns.get(metric)
+            if found is None or found.size == 0:
+                return np.zeros(table.capacity)
+            column = found
+            if column.rows_generation != table.rows_generation:
+                # Nodes came or went since: look the rows up again (rare).
+                column.rows[: column.size] = [table.index.get(n, -1) for n in column.nodes]
+                column.rows_generation = table.rows_generation
+            rows = column.rows[: column.size]
+            live = column.alive[: column.size] & (rows >= 0)
+            rows = rows[live]
+            times = column.times[: column.size][live]
+            deltas = column.deltas[: column.size][live]
         if rows.size == 0:
             return np.zeros(table.capacity)
-        row_index = rows.astype(np.int64)
-        uncovered = times >= observed_at[row_index]  # a sample taken at the bind instant cannot show it yet
-        return np.bincount(row_index[uncovered], weights=deltas[uncovered], minlength=table.capacity)[
+        # a sample taken at the bind instant cannot show it yet
+        uncovered = times >= observed_at[rows]
+        adjusted: FloatArray = np.bincount(rows[uncovered], weights=deltas[uncovered], minlength=table.capacity)[
             : table.capacity].astype(np.float64)
+        return adjusted
