@@ -56,7 +56,8 @@ class NullWriter:
     def __init__(self) -> None:
         self.binds = 0
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
         self.binds += 1
 
     def get_pod(self, namespace: str, name: str) -> KubeObject | None:

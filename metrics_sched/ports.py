@@ -76,8 +76,9 @@ class SchedulingEvent:
 class PodWriter(Protocol):
     """The writes (and the one re-read) the bind loop makes."""
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST pods/binding carrying the pod UID. Raises ApiError."""
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
+        """POST pods/binding carrying the pod UID (and annotations the API copies onto the pod). Raises ApiError."""
         ...
 
     def get_pod(self, namespace: str, name: str) -> KubeObject | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
 from adapters.kubernetes.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
@@ -29,12 +29,16 @@ class KubePodWriter:
         self._client = client
         self._clock = clock
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
         """The Binding carries the pod's uid: a pod deleted and re-created under the same name is not
-        bound by a decision made for its predecessor (the API answers 409)."""
+        bound by a decision made for its predecessor (the API answers 409). Its annotations are copied
+        onto the pod by the API server, so the decision summary costs no extra write."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "apiVersion": "v1", "kind": "Binding", "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self._client.send("POST", f"{_pod_path(namespace, name)}/binding", body)

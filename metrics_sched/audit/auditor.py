@@ -16,7 +16,6 @@ from metrics_sched.state.cluster_state import ClusterState
 log = logging.getLogger("metrics_sched.decisions")
 
 ANNOTATION = "metrics-sched.io/decision"
-BOUND = ("bound", "already_bound")
 
 
 class Auditor:
@@ -37,6 +36,9 @@ class Auditor:
             record = build_record(result, self.state.table, config_hash=self.config_hash, top=self.top)
         result.cycle["record"] = record
         result.cycle["summary"] = record.summary()
+        if self.annotate and record.node is not None:
+            # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
+            result.cycle["annotations"] = {ANNOTATION: f"#{record.id} {result.cycle['summary']}"[:1000]}
         self.ring.add(record)
         for observer in self.record_observers:
             observer(record, result)
@@ -56,5 +58,3 @@ class Auditor:
         record.bind_ms = round(outcome.seconds * 1000, 3)
         for observer in self.bind_observers:
             observer(record, outcome)
-        if self.annotate and outcome.result in BOUND:
-            self.reporter.annotate(result.pod, {ANNOTATION: f"#{record.id} {record.summary()}"[:1000]})

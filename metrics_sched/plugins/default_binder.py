@@ -12,5 +12,6 @@ class DefaultBinder(BindPlugin):
 
     def bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
         writer: PodWriter = self.handle.service("pod_writer")
-        writer.bind(pod.namespace, pod.name, pod.uid, node)  # ApiError is handled by the bind loop
+        # ApiError is handled by the bind loop; annotations (the decision summary) ride on the Binding.
+        writer.bind(pod.namespace, pod.name, pod.uid, node, cycle.get("annotations"))
         return SUCCESS

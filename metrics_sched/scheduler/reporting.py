@@ -82,8 +82,5 @@ class PodReporter:
         self._submit(self.writer.set_pod_scheduled_condition, pod.namespace, pod.name,
                      status="False", reason=reason, message=message)
 
-    def annotate(self, pod: PodInfo, annotations: dict[str, str]) -> None:
-        self._submit(self.writer.annotate_pod, pod.namespace, pod.name, annotations)
-
     def shutdown(self, wait: bool = True) -> None:
         self.pool.shutdown(wait=wait)

@@ -48,7 +48,6 @@ CLUSTER_RULES: frozenset[Rule] = frozenset({
     *(("", resource, verb, None) for resource in ("pods", "nodes") for verb in ("get", "list", "watch")),
     ("", "pods/binding", "create", None),
     ("", "pods/status", "patch", None),
-    ("", "pods", "patch", None),
     ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
     ("", "events", "create", None), ("", "events", "patch", None),
     ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),
@@ -298,7 +297,6 @@ def test_service_account_is_denied_everything_else(api: KubeAPI, sa_api: KubeAPI
         ("list", "pods", {}), ("watch", "nodes", {}), ("get", "pods", {"namespace": namespace, "name": "x"}),
         ("create", "pods", {"namespace": namespace, "subresource": "binding", "name": "x"}),
         ("patch", "pods", {"namespace": namespace, "subresource": "status", "name": "x"}),
-        ("patch", "pods", {"namespace": namespace, "name": "x"}),
         ("create", "events", {"namespace": namespace, "group": "events.k8s.io"}),
         ("list", "nodes", {"group": "metrics.k8s.io"}),
         ("create", "leases", {"namespace": NAMESPACE, "group": "coordination.k8s.io"}),
@@ -311,6 +309,7 @@ def test_service_account_is_denied_everything_else(api: KubeAPI, sa_api: KubeAPI
         ("get", "secrets", {"namespace": NAMESPACE}), ("list", "secrets", {"namespace": NAMESPACE}),
         ("list", "secrets", {}), ("watch", "secrets", {}), ("get", "configmaps", {"namespace": NAMESPACE}),
         ("delete", "pods", {"namespace": namespace, "name": "x"}), ("create", "pods", {"namespace": namespace}),
+        ("patch", "pods", {"namespace": namespace, "name": "x"}),
         ("update", "pods", {"namespace": namespace, "name": "x"}),
         ("update", "pods", {"namespace": namespace, "subresource": "status", "name": "x"}),
         ("create", "pods", {"namespace": namespace, "subresource": "eviction", "name": "x"}),
@@ -433,7 +432,7 @@ def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI
         gpu_node = api.get(f"/api/v1/nodes/{gpu_pod['spec']['nodeName']}")
         assert int(gpu_node["status"]["allocatable"].get("nvidia.com/gpu", "0")) >= 1
 
-        # pods patch (the decision annotation), pods/status patch, events create: each needs its rule.
+        # The decision annotation (carried by the Binding), pods/status patch, events create.
         def annotated() -> bool:
             return all(DECISION_ANNOTATION in (p["metadata"].get("annotations") or {})
                        for p in kube.list_pods(api, namespace) if p["metadata"]["name"] in names)

@@ -28,7 +28,8 @@ class FakeAPI:
         self.watchers: list[Any] = []
 
     # PodWriter
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
         with self.lock:
             if self.fail_next_binds:
                 raise self.fail_next_binds.pop(0)
@@ -40,6 +41,9 @@ class FakeAPI:
             if pod["spec"].get("nodeName"):
                 raise ApiError(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
             pod["spec"]["nodeName"] = node
+            if annotations:
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
+                self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
             self.binds.append((f"{namespace}/{name}", node))
             error = self.bind_then_fail.pop(0) if self.bind_then_fail else None
         for watcher in self.watchers:

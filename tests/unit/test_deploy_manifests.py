@@ -35,7 +35,6 @@ CLUSTER_RULES: frozenset[Rule] = frozenset({
     *(("", resource, verb, None) for resource in ("pods", "nodes") for verb in ("get", "list", "watch")),
     ("", "pods/binding", "create", None),
     ("", "pods/status", "patch", None),
-    ("", "pods", "patch", None),
     ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
     ("", "events", "create", None), ("", "events", "patch", None),
     ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),
