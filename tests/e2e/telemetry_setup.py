@@ -55,6 +55,12 @@ def wait_for_values(proc: SchedulerProcess, expected: dict[str, dict[str, float]
     poll(ready, timeout, f"the scheduler to see {expected}", interval=0.2)
 
 
+def wait_for_fresh(proc: SchedulerProcess, nodes: list[str], metric: str, timeout: float = 20) -> None:
+    """Until the scheduler holds a fresh value of `metric` for every node (new nodes need a scrape first)."""
+    poll(lambda: all(values(proc, n).get(metric, {}).get("fresh") for n in nodes), timeout,
+         f"fresh {metric} for {nodes}", interval=0.2)
+
+
 def decisions(proc: SchedulerProcess, pod: str) -> list[dict[str, Any]]:
     body = httpx.get(f"{proc.url}/decisions", params={"pod": pod}, timeout=2).json()
     result: list[dict[str, Any]] = body["decisions"]

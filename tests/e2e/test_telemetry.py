@@ -21,6 +21,7 @@ from tests.e2e.telemetry_setup import (
     decisions,
     sources_health,
     telemetry_config,
+    wait_for_fresh,
     wait_for_values,
 )
 from tests.e2e.test_scheduler_core import create_pods
@@ -111,6 +112,7 @@ def test_prometheus_killed_then_restarted(cluster: DevCluster, api: KubeAPI, nam
             schedulers(cluster, extra=config, leader_elect=False) as (name, procs):
         proc = procs[0]
         kube.poll(lambda: sources_health(proc)["prometheus"]["up"], 20, "prometheus source up")
+        wait_for_fresh(proc, [s.name for s in specs], "gpu_temperature")
         create_pods(api, namespace, ["before"], name, gpus=1, **in_pool(pool))
         wait_bound(api, namespace, "before")
         assert term(decisions(proc, f"{namespace}/before")[0], "GPUTemperature")["normalized"] is not None  # type: ignore[index]
@@ -132,7 +134,7 @@ def test_prometheus_killed_then_restarted(cluster: DevCluster, api: KubeAPI, nam
             cluster.start_prometheus()
         kube.poll(lambda: sources_health(proc)["prometheus"]["up"], 30, "prometheus back")
         restarted = time.monotonic()
-        wait_for_values(proc, {s.name: {} for s in specs})
+        wait_for_fresh(proc, [s.name for s in specs], "gpu_temperature")
         create_pods(api, namespace, ["after"], name, gpus=1, **in_pool(pool))
         wait_bound(api, namespace, "after")
         after = decisions(proc, f"{namespace}/after")[0]
