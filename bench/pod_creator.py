@@ -29,11 +29,18 @@ def main() -> None:
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--scheduler", required=True)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--delete", action="store_true",
+                        help="delete the pods instead (one call each: a delete-collection of 10,000 pods outlasts "
+                             "the API server's 60 s request timeout)")
     args = parser.parse_args()
     with KubeAPI(Credentials.from_kubeconfig(args.kubeconfig), max_connections=args.concurrency) as api, \
             ThreadPoolExecutor(args.concurrency) as pool:
         path = f"/api/v1/namespaces/{args.namespace}/pods"
-        list(pool.map(lambda i: api.post(path, pod(f"p-{i:05d}", args.scheduler)), range(args.count)))
+        if args.delete:
+            list(pool.map(lambda i: api.request("DELETE", f"{path}/p-{i:05d}", params={"gracePeriodSeconds": "0"},
+                                                ok=(404,)), range(args.count)))
+        else:
+            list(pool.map(lambda i: api.post(path, pod(f"p-{i:05d}", args.scheduler)), range(args.count)))
 
 
 if __name__ == "__main__":

@@ -105,13 +105,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality"])
+    parser.add_argument("--e2e-sizes", nargs="*", default=None, metavar="NODESxPODS",
+                        help="e.g. 5000x10000; sizes already in latest.json and not listed are kept")
     args = parser.parse_args()
     from bench import core_bench, e2e_bench, quality_bench
 
     report: dict[str, Any] = {"quick": args.quick, "machine": machine()}
     if "e2e" not in args.skip:
         sizes = [(500, 2000)] if args.quick else [(500, 2000), (5000, 10000)]
-        report["e2e"] = [e2e_bench.run_size(n, p) for n, p in sizes]
+        kept: list[dict[str, Any]] = []
+        if args.e2e_sizes:
+            sizes = [(int(n), int(p)) for n, p in (s.split("x") for s in args.e2e_sizes)]
+            previous = json.loads((RESULTS / "latest.json").read_text()) if (RESULTS / "latest.json").exists() else {}
+            kept = [s for s in previous.get("e2e", []) if (s["nodes"], s["pods"]) not in sizes]
+        report["e2e"] = kept + [e2e_bench.run_size(n, p) for n, p in sizes]
+        report["e2e"].sort(key=lambda s: s["nodes"])
         report["versions"] = report["e2e"][0].get("versions", {})
     if "core" not in args.skip:
         say("core benchmark")
