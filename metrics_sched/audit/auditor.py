@@ -42,6 +42,7 @@ class Auditor:
         self.ring.add(record)
         for observer in self.record_observers:
             observer(record, result)
+        result.release_arrays()
         if self.log_decisions:
             log.info("%s %s: %s", record.pod, record.result, record.node or record.message, extra={
                 "decision_id": record.id, "pod": record.pod, "result": record.result, "node": record.node,

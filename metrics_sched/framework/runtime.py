@@ -65,6 +65,15 @@ class CycleResult:
     def scheduled(self) -> bool:
         return self.node is not None
 
+    def release_arrays(self) -> None:
+        """Drops the per-node arrays once the decision record holds what the audit needs: a result waiting
+        for its bind must not keep megabytes of scores alive."""
+        empty = np.zeros(0)
+        self.terms = []
+        self.total = empty
+        self.feasible_rows = np.zeros(0, dtype=np.int64)
+        self.cycle.pop("raw_metrics", None)
+
     def message(self) -> str:
         """kube-scheduler's FailedScheduling message shape."""
         if self.status.code == Code.ERROR:

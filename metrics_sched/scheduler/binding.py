@@ -46,6 +46,7 @@ class Binder:
         *,
         workers: int,
         is_leader: Callable[[], bool],
+        max_pending: int | None = None,
         on_outcome: Callable[[BindOutcome, CycleResult], None] | None = None,
     ) -> None:
         self.state = state
@@ -58,9 +59,13 @@ class Binder:
         self._in_flight = 0
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        # Backpressure: when binds fall behind, the scheduling loop waits here instead of piling up assumed
+        # pods (and their cycle state) in an unbounded executor queue; the pods wait, cheaply, in activeQ.
+        self.max_pending = max_pending or 4 * workers
 
     def submit(self, framework: Framework, result: CycleResult) -> Future[BindOutcome]:
-        with self._lock:
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight < self.max_pending)
             self._in_flight += 1
         return self.pool.submit(self._run, framework, result)
 
