@@ -26,7 +26,7 @@ import yaml
 from metrics_sched.devcluster import metrics_crd, prometheus
 from metrics_sched.devcluster.build import ControlPlaneBinaries, ensure_built
 from metrics_sched.devcluster.certs import ClusterPKI, generate_pki
-from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI, tls_context
+from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI, KubeAPIError, tls_context
 from metrics_sched.devcluster.nodes import NodeSpec, create_nodes, delete_nodes, fleet
 from metrics_sched.devcluster.ports import free_port, free_ports
 from metrics_sched.devcluster.processes import ProcessError, ProcessGroup, kill_leftovers, leftovers, tail
@@ -123,13 +123,21 @@ class DevCluster:
         self.stop()
 
     def start(self) -> Endpoints:
-        try:
-            return self._start()
-        except BaseException as exc:
-            self.stop()
-            if isinstance(exc, ProcessError | DevClusterError | TimeoutError):
-                raise DevClusterError(f"dev cluster failed to start: {exc}") from exc
-            raise
+        retriable = (ProcessError, DevClusterError, TimeoutError, httpx.HTTPError, KubeAPIError)
+        for attempt in (1, 2):
+            try:
+                return self._start()
+            except BaseException as exc:
+                self.stop()
+                if not isinstance(exc, retriable):
+                    raise
+                if attempt == 2:
+                    raise DevClusterError(f"dev cluster failed to start: {type(exc).__name__}: {exc}") from exc
+                # Free ports are picked before the processes bind them; another process can take one in
+                # between. Start again on fresh ports, once, saying why.
+                self.progress(f"start failed ({type(exc).__name__}: {exc}); retrying once on fresh ports")
+                self.nodes = []
+        raise AssertionError("unreachable")
 
     def _start(self) -> Endpoints:
         self._bins = ensure_built(quiet=self.quiet)
