@@ -8,7 +8,7 @@ adapter keeps or logs goes through `scrub` first.
 from __future__ import annotations
 
 import base64
-import contextlib
+import logging
 import math
 import re
 import ssl
@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 from metrics_sched.config import ConfigError
 from metrics_sched.config.durations import parse_duration
+
+log = logging.getLogger(__name__)
 
 SECRET_REFRESH_SECONDS = 60.0
 MAX_TIMEOUT_SECONDS = 2.0
@@ -46,11 +48,16 @@ class SecretFileError(ValueError):
 
 
 class SecretFile:
-    """A token or password in a file, re-read at most `max_age` apart so a rotated secret is picked up."""
+    """A token or password in a file, re-read at most `max_age` apart so a rotated secret is picked up.
+
+    The one file-backed secret of the adapters: CMDB and Prometheus credentials, and (through
+    adapters.kubernetes.tokens.FileToken) service-account tokens. `kind` names it in messages.
+    """
 
     def __init__(self, path: Path, *, max_age: float = SECRET_REFRESH_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, kind: str = "secret") -> None:
         self.path = path
+        self.kind = kind
         self._max_age = max_age
         self._clock = clock
         self._lock = threading.Lock()
@@ -63,20 +70,32 @@ class SecretFile:
             value = self.path.read_text().strip()
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-            raise SecretFileError(f"cannot read {self.path}: {reason}") from None
+            raise SecretFileError(f"cannot read {self.kind} file {self.path}: {reason}") from None
         if not value:
-            raise SecretFileError(f"{self.path} is empty")
+            raise SecretFileError(f"{self.kind} file {self.path} is empty")
         return value
 
     def value(self) -> str:
         with self._lock:
             if self._clock() - self._read_at >= self._max_age:
-                self._read_at = self._clock()
-                # A rotation swaps the file; a failed read mid-swap should not drop a secret that may
-                # well still be valid.
-                with contextlib.suppress(SecretFileError):
-                    self._value = self._read()
+                self._reload_locked()
             return self._value
+
+    def refresh(self) -> bool:
+        """Re-reads now; True when the value changed (worth retrying a request refused with 401)."""
+        with self._lock:
+            before = self._value
+            self._reload_locked()
+            return self._value != before
+
+    def _reload_locked(self) -> None:
+        self._read_at = self._clock()
+        try:
+            self._value = self._read()
+        except SecretFileError as exc:
+            # A rotation swaps the file (the kubelet through a symlink); a failed read mid-swap should not
+            # drop a secret that may well still be valid.
+            log.warning("keeping the previous %s: %s", self.kind, exc)
 
     def __repr__(self) -> str:
         return f"SecretFile(path={str(self.path)!r})"

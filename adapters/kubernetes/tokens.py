@@ -8,13 +8,14 @@ repr, a log line or an exception message.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Protocol
 
 import httpx
+
+from adapters.http_common import SecretFile, SecretFileError
 
 log = logging.getLogger(__name__)
 
@@ -52,47 +53,22 @@ class StaticToken:
 
 
 class FileToken:
-    """A token file (tokenFile, or the projected service-account token), re-read at most `max_age` apart."""
+    """A token file (tokenFile, or the projected service-account token), re-read at most `max_age` apart:
+    the adapters' shared SecretFile, under the TokenSource interface."""
 
     def __init__(self, path: Path, *, max_age: float = TOKEN_REFRESH_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
-        self._max_age = max_age
-        self._clock = clock
-        self._lock = threading.Lock()
-        # Read eagerly so a missing or empty file is a load-time error, not a first-request surprise.
-        self._value = self._read()
-        self._read_at = clock()
-
-    def _read(self) -> str:
         try:
-            value = self.path.read_text().strip()
-        except OSError as exc:
-            raise TokenError(f"cannot read token file {self.path}: {exc.strerror or type(exc).__name__}") from None
-        if not value:
-            raise TokenError(f"token file {self.path} is empty")
-        return value
+            self._secret = SecretFile(path, max_age=max_age, clock=clock, kind="token")
+        except SecretFileError as exc:
+            raise TokenError(str(exc)) from None
 
     def token(self) -> str:
-        with self._lock:
-            if self._clock() - self._read_at >= self._max_age:
-                self._reload_locked()
-            return self._value
+        return self._secret.value()
 
     def refresh(self) -> bool:
-        with self._lock:
-            before = self._value
-            self._reload_locked()
-            return self._value != before
-
-    def _reload_locked(self) -> None:
-        self._read_at = self._clock()
-        try:
-            self._value = self._read()
-        except TokenError as exc:
-            # The kubelet swaps the file through a symlink; a failed read mid-swap should not drop a
-            # token that may still be valid for minutes.
-            log.warning("keeping the previous token: %s", exc)
+        return self._secret.refresh()
 
     def __repr__(self) -> str:
         return f"FileToken(path={str(self.path)!r})"
