@@ -93,8 +93,13 @@ class GPUTemperature(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         key = (self.handle.service("metrics").generation, table.rows_generation, table.capacity)
         if key == self._state_key:
             return False
-        names = table.names[: table.capacity] + [None] * (table.capacity - len(table.names))
-        was_hot = np.array([n in self._hot_names for n in names], dtype=bool)
+        was_hot = np.zeros(table.capacity, dtype=bool)
+        if self._state_key is not None and self._state_key[1:] == key[1:]:
+            was_hot[:] = self._hot
+        else:
+            # Nodes came or went: carry the state over by name (a loop over the hot nodes only).
+            rows = [table.index[n] for n in self._hot_names if n in table.index]
+            was_hot[rows] = True
         temps = read.values
         known = ~np.isnan(temps)
         with np.errstate(invalid="ignore"):
@@ -102,7 +107,7 @@ class GPUTemperature(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                            was_hot)
         hot &= table.present[: table.capacity]
         self._hot = hot
-        self._hot_names = {n for n, h in zip(names, hot, strict=True) if h and n}
+        self._hot_names = set(table.names_of(np.flatnonzero(hot)))
         self._state_key = key
         return bool((was_hot & ~hot).any())
 

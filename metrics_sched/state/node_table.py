@@ -218,11 +218,8 @@ class NodeTable:
         return np.isin(column, np.array(list(values), dtype=object))
 
     def label_exists(self, key: str) -> BoolArray:
-        result: BoolArray = np.array([v is not None for v in self.label_column(key)], dtype=bool)
-        return result
-
-    def free(self) -> IntArray:
-        return self.allocatable - self.requested
+        # Elementwise on the object column (one numpy call, no Python loop over nodes).
+        return np.asarray(self.label_column(key) != None, dtype=bool)  # noqa: E711
 
     def rows(self) -> IntArray:
         return np.flatnonzero(self.present[: self.capacity])
