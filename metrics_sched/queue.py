@@ -131,10 +131,6 @@ class SchedulingQueue:
             if uid in self._in_flight:
                 self._in_flight[uid].deleted = True
 
-    def __contains__(self, uid: str) -> bool:
-        with self._cond:
-            return self._known(uid) is not None
-
     # -- popping ---------------------------------------------------------------------------------
     def pop(self, timeout: float | None = None) -> QueuedPod | None:
         """The next pod to schedule; None on timeout or when closed."""
@@ -254,10 +250,6 @@ class SchedulingQueue:
         with self._cond:
             return {"active": len(self._active), "backoff": len(self._backoff),
                     "unschedulable": len(self._unschedulable), "gated": len(self._gated)}
-
-    def parked(self) -> list[QueuedPod]:
-        with self._cond:
-            return list(self._unschedulable.values())
 
     def close(self) -> None:
         with self._cond:

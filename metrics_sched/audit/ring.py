@@ -14,20 +14,10 @@ class DecisionRing:
         self.size = size
         self._lock = threading.Lock()
         self._records: deque[DecisionRecord] = deque(maxlen=size)
-        self._latest_by_uid: dict[str, DecisionRecord] = {}
 
     def add(self, record: DecisionRecord) -> None:
         with self._lock:
-            if len(self._records) == self.size:
-                evicted = self._records[0]
-                if self._latest_by_uid.get(evicted.uid) is evicted:
-                    del self._latest_by_uid[evicted.uid]
             self._records.append(record)
-            self._latest_by_uid[record.uid] = record
-
-    def latest(self, uid: str) -> DecisionRecord | None:
-        with self._lock:
-            return self._latest_by_uid.get(uid)
 
     def __len__(self) -> int:
         with self._lock:

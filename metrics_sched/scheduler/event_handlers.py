@@ -4,7 +4,6 @@ changes that may help parked pods to queue moves."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Literal
 
 from metrics_sched.framework.interfaces import ClusterEvent
@@ -22,13 +21,10 @@ class ClusterEventHandlers:
         state: ClusterState,
         queue: SchedulingQueue,
         scheduler_names: frozenset[str],
-        *,
-        on_node_removed: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.state = state
         self.queue = queue
         self.scheduler_names = scheduler_names
-        self.on_node_removed = on_node_removed
         self.synced: set[str] = set()
 
     def responsible_for(self, pod: PodInfo) -> bool:
@@ -39,9 +35,8 @@ class ClusterEventHandlers:
     def on_node_event(self, kind: EventType, node: KubeObject) -> None:
         name = (node.get("metadata") or {}).get("name", "")
         if kind == "DELETED":
-            orphans = self.state.remove_node(name)
-            if orphans and self.on_node_removed:
-                self.on_node_removed([p.uid for p in orphans])
+            # Pods assumed there are dropped; their binds see the node gone and requeue them.
+            self.state.remove_node(name)
             return
         change = self.state.upsert_node(node)
         if change.added:
@@ -76,12 +71,10 @@ class ClusterEventHandlers:
         self.queue.add(info)
 
     def _unchanged_placement(self, pod: KubeObject) -> bool:
-        spec = pod.get("spec") or {}
-        node = spec.get("nodeName")
+        node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return False
-        record = self.state.pods.get((pod.get("metadata") or {}).get("uid", ""))
-        return record is not None and record.node == node and not record.assumed
+        return self.state.counted_on((pod.get("metadata") or {}).get("uid", ""), node)
 
     def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
         self.synced.add(resource)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics_sched.config.model import SchedulerConfig
-from metrics_sched.framework.interfaces import ClusterEvent, Code, MetricAwarePlugin, Plugin
+from metrics_sched.framework.interfaces import ClusterEvent, Code, MetricAwarePlugin, Plugin, Status
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.podinfo import PodInfo
 from metrics_sched.ports import NodeDirectory, PodWriter
@@ -64,8 +64,7 @@ class Scheduler:
         self.bind_observers: list[BindObserver] = []
         self.binder = Binder(self.state, self.queue, writer, self.reporter, workers=config.bind_workers,
                              is_leader=is_leader, on_outcome=self._bind_outcome)
-        self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
-                                             on_node_removed=self._nodes_removed)
+        self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.metrics.on_update(self.metrics_updated)
@@ -74,10 +73,6 @@ class Scheduler:
     def _events_of(self, pod: PodInfo, plugins: set[str]) -> set[ClusterEvent]:
         framework = self.frameworks.get(pod.scheduler_name)
         return framework.events_of(plugins) if framework else set(ClusterEvent)
-
-    def _nodes_removed(self, uids: list[str]) -> None:
-        # Their binds check the node before calling the API and requeue the pods.
-        log.info("node removed under %d assumed pod(s)", len(uids))
 
     def _bind_outcome(self, outcome: BindOutcome, result: CycleResult) -> None:
         for observer in self.bind_observers:
@@ -106,10 +101,6 @@ class Scheduler:
             memory_allocatable={r.name: float(r.allocatable.get("memory", 0)) for r in records},
         )
 
-    def notify(self, event: ClusterEvent) -> int:
-        """An outside change (e.g. a metric crossed a threshold): parked pods it may help move."""
-        return self.queue.move_all(event)
-
     # -- the loop --------------------------------------------------------------------------------
     def schedule_one(self, timeout: float = 0.5) -> CycleResult | None:
         queued = self.queue.pop(timeout)
@@ -122,7 +113,7 @@ class Scheduler:
             return None
         if pod.parse_error:
             result = CycleResult(pod=pod, profile=framework.name)
-            result.status = result.status.__class__(Code.ERROR, pod.parse_error, "PodInfo")
+            result.status = Status(Code.ERROR, pod.parse_error, "PodInfo")
             # Retrying cannot fix the pod: park it until it is updated (or the periodic flush).
             self.queue.unschedulable(pod.uid, {"PodInfo"})
             self.reporter.failed(pod, pod.parse_error, reason="SchedulerError")
@@ -139,7 +130,7 @@ class Scheduler:
         except Exception as exc:
             log.exception("scheduling %s failed", pod.key)
             result = CycleResult(pod=pod, profile=framework.name)
-            result.status = result.status.__class__(Code.ERROR, repr(exc), "framework")
+            result.status = Status(Code.ERROR, repr(exc), "framework")
             self.queue.retry_later(pod.uid)
             self.reporter.failed(pod, f"scheduler error: {exc}", reason="SchedulerError")
             self._observe(result)

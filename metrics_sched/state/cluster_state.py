@@ -177,6 +177,12 @@ class ClusterState:
                 self._release(record)
                 del self.pods[uid]
 
+    def counted_on(self, uid: str, node: str) -> bool:
+        """The pod is already counted, confirmed, on this node: an update that keeps it there changes nothing."""
+        with self.lock:
+            record = self.pods.get(uid)
+            return record is not None and record.node == node and not record.assumed
+
     def is_placed(self, uid: str) -> bool:
         with self.lock:
             return uid in self.pods

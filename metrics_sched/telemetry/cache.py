@@ -168,9 +168,6 @@ class MetricCache:
                         ages.append(age)
         return out
 
-    def set_directory(self, directory: Callable[[], NodeDirectory]) -> None:
-        self._directory = directory
-
     def ingest(self, name: str, result: FetchResult, *, fetched_at: float,
                directory: NodeDirectory | None = None) -> None:
         health = self.health[name]
@@ -275,9 +272,3 @@ class MetricCache:
                     "fresh": now - entry.observed_at <= contract.max_age and now - entry.fetched_at <= contract.ttl,
                 }
         return out
-
-    def value(self, metric: str, node: str) -> tuple[float, float, float, str] | None:
-        """(value, observed_at, fetched_at, source) of one node, for audit and tests."""
-        with self._lock:
-            entry = self._store.get(metric, {}).get(node)
-        return None if entry is None else (entry.value, entry.observed_at, entry.fetched_at, entry.source)
