@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from metrics_sched.devcluster import DevCluster
+from metrics_sched.devcluster.cluster import wait_until
 from metrics_sched.devcluster.kubeapi import Credentials, tls_context
 from metrics_sched.devcluster.ports import free_port
 
@@ -154,7 +155,7 @@ def start_contender(cluster: DevCluster, contender: Contender) -> tuple[str, int
         managed = cluster.group.start("bare", [sys.executable, "-m", "bench.bare_binder", "--kubeconfig",
                                                str(cluster.kubeconfig), "--scheduler-name", contender.scheduler_name,
                                                "--workers", "16", "--ready-file", str(ready)])
-        wait(lambda: ready.exists(), 60, "the bare binder", lambda: cluster.group.check("bare"))
+        wait_until(lambda: ready.exists(), 60, "the bare binder", lambda: cluster.group.check("bare"))
         return "bare", managed.pid, lambda: cluster.group.stop("bare"), None
     port = free_port()
     path = cluster.run_dir / f"{contender.key}.yaml"
@@ -163,28 +164,14 @@ def start_contender(cluster: DevCluster, contender: Contender) -> tuple[str, int
                                                   str(path), "--kubeconfig", str(cluster.kubeconfig),
                                                   "--log-format", "text", "--log-level", "warning"])
     url = f"http://127.0.0.1:{port}"
-    wait(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 120, contender.key,
+    wait_until(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 120, contender.key,
          lambda: cluster.group.check(contender.key))
     if contender.key == "ms-all":
         def telemetry() -> bool:
             sources = httpx.get(f"{url}/sources", timeout=5).json()
             return all(s["up"] for s in sources.values())
-        wait(telemetry, 120, "every telemetry source up", lambda: cluster.group.check(contender.key))
+        wait_until(telemetry, 120, "every telemetry source up", lambda: cluster.group.check(contender.key))
     return contender.key, managed.pid, lambda: cluster.group.stop(contender.key), url
-
-
-def wait(check: Callable[[], bool], timeout: float, what: str, alive: Callable[[], None] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if alive:
-            alive()
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout: float) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,20 +99,9 @@ def metric_of(decision: dict[str, Any], metric: str) -> float | None:
     return None
 
 
-def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out waiting for {what}")
-
-
 def _demo(args: argparse.Namespace) -> int:
     from metrics_sched.devcluster import DevCluster
+    from metrics_sched.devcluster.cluster import wait_until
     from metrics_sched.devcluster.nodes import fleet
 
     cluster = DevCluster(args.dir, nodes=0, seed=args.seed, scrape_interval=2.0, metrics_api_interval=2.0)
@@ -139,7 +127,7 @@ def _demo(args: argparse.Namespace) -> int:
             cluster.group.check("metrics-sched")
             return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
 
-        _wait(ready, 60, "the scheduler")
+        wait_until(ready, 60, "the scheduler")
 
         def telemetry() -> bool:
             held = httpx.get(f"{url}/values", params={"node": names}, timeout=2).json()
@@ -147,7 +135,7 @@ def _demo(args: argparse.Namespace) -> int:
                        .get("fresh") for n in names)
 
         _say("waiting for the first telemetry (Prometheus scrape + source refresh)")
-        _wait(telemetry, 60, "telemetry for every node")
+        wait_until(telemetry, 60, "telemetry for every node")
         hot = sorted(n for n in names if values[n]["gpu_temp"] > THRESHOLD)
         _say(f"{len(names)} GPU nodes; too hot for GPU pods (> {THRESHOLD:g}°C): {', '.join(hot) or 'none'}")
         with cluster.api() as api:

@@ -66,10 +66,13 @@ class Endpoints:
         return cls(**json.loads((run_dir / ENDPOINTS_FILE).read_text()))
 
 
-def _wait(check: Callable[[], bool], timeout: float, what: str, alive: Callable[[], None]) -> None:
+def wait_until(check: Callable[[], bool], timeout: float, what: str,
+               alive: Callable[[], None] | None = None) -> None:
+    """Polls check() (connection errors count as "not yet") until true; `alive` raises if a process died."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive()
+        if alive is not None:
+            alive()
         with contextlib.suppress(httpx.HTTPError, OSError, ValueError):
             if check():
                 return
@@ -210,7 +213,7 @@ class DevCluster:
         self.progress("starting etcd")
         self._argv["etcd"] = argv
         self.group.start("etcd", argv)
-        _wait(lambda: httpx.get(f"{client}/health", timeout=1).json().get("health") == "true",
+        wait_until(lambda: httpx.get(f"{client}/health", timeout=1).json().get("health") == "true",
               30, "etcd", self._alive("etcd"))
 
     def _start_apiserver(self, port: int, etcd: str, pki: ClusterPKI, tokens_csv: Path) -> None:
@@ -254,7 +257,7 @@ class DevCluster:
                              headers={"Authorization": f"Bearer {token}"}, timeout=2)
             return resp.status_code == 200
 
-        _wait(ready, 120, "kube-apiserver /readyz", self._alive("kube-apiserver"))
+        wait_until(ready, 120, "kube-apiserver /readyz", self._alive("kube-apiserver"))
 
     def restart_apiserver(self, down_for: float = 0.0) -> None:
         """Stops and restarts kube-apiserver on the same port (tests of watch recovery)."""
@@ -295,7 +298,7 @@ class DevCluster:
                 f"--server-address=127.0.0.1:{port}"]
         self.progress("starting kwok")
         self.group.start("kwok", argv)
-        _wait(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
               30, "kwok /healthz", self._alive("kwok"))
 
     def _start_emulator(self, kubeconfig: Path) -> None:
@@ -311,7 +314,7 @@ class DevCluster:
         self.progress("starting telemetry emulator")
         self.group.start("emulator", argv)
         url = f"http://127.0.0.1:{port}"
-        _wait(lambda: httpx.get(f"{url}/healthz", timeout=1).status_code == 200, 30, "emulator",
+        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).status_code == 200, 30, "emulator",
               self._alive("emulator"))
         self.endpoints.emulator = url
         self.endpoints.cmdb = f"{url}/api/dcim/devices/"
@@ -327,7 +330,7 @@ class DevCluster:
         config = prometheus.write_config(directory, emulator, self.scrape_interval)
         self.progress("starting prometheus")
         self.group.start("prometheus", prometheus.argv(directory, url.removeprefix("http://"), config))
-        _wait(lambda: httpx.get(f"{url}/-/ready", timeout=1).status_code == 200, 60, "prometheus",
+        wait_until(lambda: httpx.get(f"{url}/-/ready", timeout=1).status_code == 200, 60, "prometheus",
               self._alive("prometheus"))
         self.endpoints.prometheus = url
         return url
@@ -364,7 +367,7 @@ class DevCluster:
         self.group.start(name, argv)
         url = f"https://127.0.0.1:{port}"
         verify = tls_context(self._pki.ca_cert)
-        _wait(lambda: httpx.get(f"{url}/healthz", verify=verify, timeout=1).status_code == 200, 60, name,
+        wait_until(lambda: httpx.get(f"{url}/healthz", verify=verify, timeout=1).status_code == 200, 60, name,
               self._alive(name))
         self.endpoints.kube_scheduler = url
         return url

@@ -27,12 +27,10 @@ import yaml
 from metrics_sched.devcluster import DevCluster
 from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI
 from metrics_sched.devcluster.ports import free_port
+from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, SERVICE_ACCOUNT, Rule
 from tests.e2e import kube, prom
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-NAMESPACE = "metrics-sched"
-SERVICE_ACCOUNT = "metrics-sched"
-LEASE = "metrics-sched"
 FIELD_MANAGER = "metrics-sched-deploy-test"
 DECISION_ANNOTATION = "metrics-sched.io/decision"
 
@@ -41,22 +39,7 @@ OPERATOR_VERSION = "v0.85.0"
 OPERATOR_CRD_DIR = "example/prometheus-operator-crd"
 OPERATOR_CRDS = ("monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml")
 
-Rule = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName or None for any)
 
-# What the scheduler may do in every namespace (ClusterRole metrics-sched)...
-CLUSTER_RULES: frozenset[Rule] = frozenset({
-    *(("", resource, verb, None) for resource in ("pods", "nodes") for verb in ("get", "list", "watch")),
-    ("", "pods/binding", "create", None),
-    ("", "pods/status", "patch", None),
-    ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
-    ("", "events", "create", None), ("", "events", "patch", None),
-    ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),
-})
-# ... and in its own namespace only (Role metrics-sched-leader-election).
-LEASE_RULES: frozenset[Rule] = frozenset({
-    ("coordination.k8s.io", "leases", "create", None),
-    *(("coordination.k8s.io", "leases", verb, LEASE) for verb in ("get", "update", "patch")),
-})
 # Granted to every authenticated user by the built-in system:basic-user role.
 BUILTIN_RULES: frozenset[Rule] = frozenset({
     ("authorization.k8s.io", "selfsubjectaccessreviews", "create", None),

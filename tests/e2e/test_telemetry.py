@@ -21,6 +21,7 @@ from tests.e2e.telemetry_setup import (
     decisions,
     sources_health,
     telemetry_config,
+    values,
     wait_for_fresh,
     wait_for_values,
 )
@@ -204,10 +205,8 @@ def test_frozen_exporter_values_older_than_max_age_count_as_missing(
         wait_for_values(proc, {s.name: {} for s in specs})
         emulator.set_fault("dcgm", frozen=True)
         try:
-            kube.poll(lambda: all(not proc_values.get("gpu_temperature", {}).get("fresh", True)
-                                  for proc_values in (__import__("tests.e2e.telemetry_setup", fromlist=["values"])
-                                                      .values(proc, s.name) for s in specs)),
-                      20, "frozen values to go stale")
+            kube.poll(lambda: all(not values(proc, s.name).get("gpu_temperature", {}).get("fresh", True)
+                                  for s in specs), 20, "frozen values to go stale")
             create_pods(api, namespace, ["gpu-pod"], name, gpus=1, **in_pool(pool))
             wait_bound(api, namespace, "gpu-pod")
             gpu = term(decisions(proc, f"{namespace}/gpu-pod")[0], "GPUTemperature")

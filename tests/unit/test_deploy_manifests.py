@@ -18,31 +18,16 @@ import yaml
 from metrics_sched.cli.sources import build_sources
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
+from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, SERVICE_ACCOUNT, Rule
 
 pytestmark = pytest.mark.unit
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PORT = 10260
-NAMESPACE = "metrics-sched"
-SERVICE_ACCOUNT = "metrics-sched"
-LEASE = "metrics-sched"
 SECRET_EXAMPLE = "secret-cmdb-token.example.yaml"
 TOKEN_FILE = "/var/run/secrets/metrics-sched/cmdb/token"
 
-Rule = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName or None for any)
 
-CLUSTER_RULES: frozenset[Rule] = frozenset({
-    *(("", resource, verb, None) for resource in ("pods", "nodes") for verb in ("get", "list", "watch")),
-    ("", "pods/binding", "create", None),
-    ("", "pods/status", "patch", None),
-    ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
-    ("", "events", "create", None), ("", "events", "patch", None),
-    ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),
-})
-LEASE_RULES: frozenset[Rule] = frozenset({
-    ("coordination.k8s.io", "leases", "create", None),
-    *(("coordination.k8s.io", "leases", verb, LEASE) for verb in ("get", "update", "patch")),
-})
 
 
 def yaml_files() -> list[Path]:

@@ -1,0 +1,25 @@
+"""The scheduler's RBAC allowlist, shared by the manifest unit test and the RBAC e2e test, so a change of
+permissions is written once."""
+
+from __future__ import annotations
+
+NAMESPACE = "metrics-sched"
+SERVICE_ACCOUNT = "metrics-sched"
+LEASE = "metrics-sched"
+
+Rule = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName or None for any)
+
+# What the scheduler may do in every namespace (ClusterRole metrics-sched)...
+CLUSTER_RULES: frozenset[Rule] = frozenset({
+    *(("", resource, verb, None) for resource in ("pods", "nodes") for verb in ("get", "list", "watch")),
+    ("", "pods/binding", "create", None),
+    ("", "pods/status", "patch", None),
+    ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
+    ("", "events", "create", None), ("", "events", "patch", None),
+    ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),
+})
+# ... and in its own namespace only (Role metrics-sched-leader-election).
+LEASE_RULES: frozenset[Rule] = frozenset({
+    ("coordination.k8s.io", "leases", "create", None),
+    *(("coordination.k8s.io", "leases", verb, LEASE) for verb in ("get", "update", "patch")),
+})
