@@ -40,8 +40,9 @@ test-e2e: deps control-plane
 	@$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 lint: deps-python
-	@$(BIN)/ruff check metrics_sched adapters tests bench grafana
-	@$(BIN)/mypy --strict metrics_sched adapters
+	@$(BIN)/ruff check metrics_sched adapters devcluster tests bench grafana
+	@$(BIN)/mypy --strict metrics_sched adapters devcluster
+	@$(BIN)/lint-imports
 	@$(PY) grafana/build_configmap.py --check
 
 demo: deps control-plane

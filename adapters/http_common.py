@@ -1,4 +1,4 @@
-"""What the telemetry adapters share: secrets read from files, scrubbing, health records, config readers.
+"""What the HTTP telemetry adapters share: secrets read from files, scrubbing, HTTP config readers.
 
 Secrets (tokens, passwords) live in files so they can be rotated and never sit in a config dump. Their
 values never appear in a repr, a log line, an exception message or health(): every error text an
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import math
 import re
 import ssl
 import threading
@@ -21,8 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from metrics_sched.config import ConfigError
-from metrics_sched.config.durations import parse_duration
+from metrics_sched.config import ConfigError, reader
+from metrics_sched.config.reader import field_name, mapping, read_duration, read_str
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +140,7 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def clean_message(text: str, secrets: Iterable[str] = (), *, limit: int = 300) -> str:
-    """`text` on one line, scrubbed and bounded: fit for errors, logs and health()."""
+    """`text` on one line, scrubbed and bounded: fit for errors, logs and the source's health."""
     text = scrub(" ".join(text.split()), secrets)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -150,41 +149,6 @@ def describe_error(exc: BaseException, secrets: Iterable[str] = (), *, limit: in
     text = str(exc)
     return clean_message(f"{type(exc).__name__}: {text}" if text.strip() else type(exc).__name__, secrets,
                          limit=limit)
-
-
-# -- health --------------------------------------------------------------------------------------------
-
-
-class HealthTracker:
-    """What /sources shows about one source: when it last worked, how often it has failed since."""
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self.last_attempt: float | None = None
-        self.last_success: float | None = None
-        self.consecutive_failures = 0
-        self.last_error: str | None = None
-
-    def success(self, partial_error: str | None = None) -> None:
-        """A refresh that delivered; `partial_error` keeps the latest per-metric error visible."""
-        with self._lock:
-            now = self._clock()
-            self.last_attempt = self.last_success = now
-            self.consecutive_failures = 0
-            if partial_error is not None:
-                self.last_error = partial_error
-
-    def failure(self, error: str) -> None:
-        with self._lock:
-            self.last_attempt = self._clock()
-            self.consecutive_failures += 1
-            self.last_error = error
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"last_attempt": self.last_attempt, "last_success": self.last_success,
-                    "consecutive_failures": self.consecutive_failures, "last_error": self.last_error}
 
 
 # -- time ----------------------------------------------------------------------------------------------
@@ -199,76 +163,16 @@ def parse_rfc3339(text: str) -> float:
 
 
 # -- config readers ------------------------------------------------------------------------------------
-# `where` is the path of the mapping being read, relative to the source spec ("" at the top).
-
-
-def field_name(where: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{where}[{key}]"
-    return f"{where}.{key}" if where else key
+# The generic ones are metrics_sched.config.reader's; these add what only HTTP sources need.
 
 
 def check_keys(spec: Mapping[str, Any], known: Collection[str], where: str) -> None:
-    """Rejects typos instead of silently ignoring them, and refuses any option that disables TLS checks."""
+    """reader.check_keys, but first refusing any option that would disable TLS verification."""
     for key in spec:
         if key in _INSECURE_KEYS:
             raise ConfigError(field_name(where, str(key)),
                               "TLS is always verified; give tls.caFile to trust a private CA instead")
-        if key not in known:
-            raise ConfigError(field_name(where, str(key)), f"unknown field; known: {', '.join(sorted(known))}")
-
-
-def mapping(value: object, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise ConfigError(field, f"must be a mapping, got {type(value).__name__}")
-    return value
-
-
-def read_str(spec: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
-    value = spec.get(key, default)
-    if value is None:
-        raise ConfigError(field_name(where, key), "is required")
-    if not isinstance(value, str):
-        raise ConfigError(field_name(where, key), f"must be a string, got {type(value).__name__}")
-    return value
-
-
-def read_float(spec: Mapping[str, Any], key: str, where: str, default: float, *,
-               positive: bool = False) -> float:
-    value = spec.get(key, default)
-    field = field_name(where, key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(field, f"must be a finite number, got {value!r}")
-    if positive and value <= 0:
-        raise ConfigError(field, f"must be > 0, got {value!r}")
-    return float(value)
-
-
-def read_int(spec: Mapping[str, Any], key: str, where: str, default: int, *, minimum: int,
-             maximum: int) -> int:
-    value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ConfigError(field_name(where, key), f"must be an integer in {minimum}..{maximum}, got {value!r}")
-    return value
-
-
-def read_bool(spec: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = spec.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(field_name(where, key), f"must be true or false, got {value!r}")
-    return value
-
-
-def read_duration(spec: Mapping[str, Any], key: str, where: str, default: float, *,
-                  maximum: float | None = None) -> float:
-    """Seconds, from a number or a Go-style duration ("15s", "1m30s", "500ms"); must be > 0."""
-    field = field_name(where, key)
-    seconds = parse_duration(spec.get(key, default), field)
-    if seconds <= 0:
-        raise ConfigError(field, "must be > 0")
-    if maximum is not None and seconds > maximum:
-        raise ConfigError(field, f"must be at most {maximum:g}s, got {seconds:g}s")
-    return seconds
+    reader.check_keys(spec, known, where)
 
 
 def read_timeout(spec: Mapping[str, Any], where: str, default: float = MAX_TIMEOUT_SECONDS,

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
-from metrics_sched.podinfo import parse_pod
+from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 SIZES = (1_000, 5_000, 15_000)

@@ -25,10 +25,10 @@ import httpx
 import numpy as np
 import yaml
 
-from metrics_sched.devcluster import DevCluster
-from metrics_sched.devcluster.cluster import wait_until
-from metrics_sched.devcluster.kubeapi import Credentials, tls_context
-from metrics_sched.devcluster.ports import free_port
+from devcluster import DevCluster
+from devcluster.cluster import wait_until
+from devcluster.kubeapi import Credentials, tls_context
+from devcluster.ports import free_port
 
 TELEMETRY_PLUGINS = ("GPUTemperature", "NodeLoad", "Cost")
 
@@ -226,9 +226,9 @@ def run_contender(cluster: DevCluster, contender: Contender, pods: int, timeout:
 
 def sources_cost(cluster: DevCluster) -> dict[str, Any]:
     """One refresh of every telemetry source against this cluster: queries, wall time, CPU (this process)."""
+    from devcluster.kubeapi import Credentials as Creds
     from metrics_sched.cli.sources import build_sources
     from metrics_sched.config import parse_config
-    from metrics_sched.devcluster.kubeapi import Credentials as Creds
     from metrics_sched.framework.registry import Registry
     from metrics_sched.ports import NodeDirectory
 

@@ -10,7 +10,7 @@ import argparse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI
+from devcluster.kubeapi import Credentials, KubeAPI
 
 
 def pod(name: str, scheduler: str) -> dict[str, object]:

@@ -41,7 +41,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
 
 from bench.scenario import GPU, Scenario, build_scheduler, make_scenario
-from metrics_sched.plugins.metric_terms import Normalization, normalize
+from metrics_sched.framework import Scale
 
 TARGET_PCT = 95.0
 
@@ -74,19 +74,21 @@ class ObjectiveModel:
 
     weights: dict[str, int]
     threshold: float
-    temperature: Normalization
-    load: tuple[tuple[str, Normalization], ...]
+    temperature: Scale
+    load: tuple[tuple[str, Scale], ...]
     cost_metric: str
-    cost: Normalization
+    cost: Scale
     cost_per_resource: str | None
 
     @classmethod
     def from_framework(cls, framework: Any) -> ObjectiveModel:
         weights = {plugin.name: weight for plugin, weight in framework.scores}
         gt, nl, cost = (framework.instances[n] for n in ("GPUTemperature", "NodeLoad", "Cost"))
+        [temperature], [cost_term] = gt.terms(), cost.terms()
         return cls(weights={n: weights[n] for n in ("GPUTemperature", "NodeLoad", "Cost")},
-                   threshold=gt.threshold, temperature=gt.normalization, load=tuple(nl.metrics),
-                   cost_metric=cost.metric, cost=cost.normalization, cost_per_resource=cost.per_resource)
+                   threshold=gt.args.threshold, temperature=temperature.scale,
+                   load=tuple((t.metric, t.scale) for t in nl.terms()),
+                   cost_metric=cost_term.metric, cost=cost_term.scale, cost_per_resource=cost_term.per_resource)
 
     @classmethod
     def default(cls) -> ObjectiveModel:
@@ -109,8 +111,8 @@ def node_scores(scenario: Scenario, model: ObjectiveModel) -> tuple[np.ndarray, 
               for metric in scenario.nodes[0].telemetry()}
     temps = values["gpu_temperature"]
     allowed = ~(temps > model.threshold)
-    temperature = normalize(temps, "lower", model.temperature)
-    load = np.mean([normalize(values[metric], "lower", norm) for metric, norm in model.load], axis=0)
+    temperature = model.temperature.apply(temps, "lower")
+    load = np.mean([norm.apply(values[metric], "lower") for metric, norm in model.load], axis=0)
     price = values[model.cost_metric].copy()
     if model.cost_per_resource == GPU:
         price = price / np.array([node.gpus for node in scenario.nodes], dtype=np.float64)
@@ -118,8 +120,8 @@ def node_scores(scenario: Scenario, model: ObjectiveModel) -> tuple[np.ndarray, 
     if cost_norm.method == "minmax":  # bounds from the admissible nodes, as the plugin takes them from its candidates
         base = price[allowed] if allowed.any() else price
         low, high = float(base.min()), float(base.max())
-        cost_norm = Normalization("range", low, high) if high > low else cost_norm
-    cost = normalize(price, "lower", cost_norm)
+        cost_norm = Scale("range", low, high) if high > low else cost_norm
+    cost = cost_norm.apply(price, "lower")
     w = model.weights
     total = (w["GPUTemperature"] * temperature + w["NodeLoad"] * load + w["Cost"] * cost) / sum(w.values())
     return total, allowed

@@ -70,9 +70,6 @@ class NullWriter:
                                     reason: str, message: str) -> None:
         pass
 
-    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        pass
-
 
 @dataclass
 class Harness:
@@ -105,7 +102,7 @@ def build_scheduler(config: Mapping[str, Any] | None = None, *, seed: int | None
     cache = MetricCache(parsed.metrics, clock=clock)
     ledger = InFlightLedgerStore(clock=clock)
     writer = NullWriter()
-    scheduler = Scheduler(parsed, registry.plugins, writer, services={"metrics": cache, "ledger": ledger})
+    scheduler = Scheduler(parsed, registry.plugins, writer, metrics=cache, ledger=ledger)
     cache.health[SOURCE] = SourceHealth(SOURCE, 5.0, [])
     if seed is not None:
         for framework in scheduler.frameworks.values():

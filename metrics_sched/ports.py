@@ -1,7 +1,8 @@
 """What the scheduling core needs from the outside world, as small protocols.
 
-adapters/ implements them against the Kubernetes API (and, later, telemetry sources); unit tests use
-in-memory fakes. Objects cross this boundary as the API's own JSON (dicts), never as generated
+adapters/ implements them against the Kubernetes API; unit tests use in-memory fakes. Telemetry sources
+subclass metrics_sched.telemetry.PolledSource (their health bookkeeping is shared there) and exchange
+the data types at the end of this module. Objects cross this boundary as the API's own JSON (dicts), never as generated
 models: the hot path reads raw JSON.
 """
 
@@ -93,8 +94,6 @@ class PodWriter(Protocol):
         """Patches pods/status so `kubectl describe pod` shows PodScheduled with reason and message."""
         ...
 
-    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None: ...
-
 
 @dataclass(frozen=True)
 class LeaseRecord:
@@ -154,26 +153,3 @@ class FetchResult:
     errors: dict[str, str]
     queries: int = 0
     unmatched_series: int = 0
-
-
-class MetricSource(Protocol):
-    """A telemetry source, refreshed by the metric cache in the background, never on the scheduling path."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def interval(self) -> float:
-        """Seconds between refreshes."""
-        ...
-
-    def metrics(self) -> list[str]:
-        """The metric names this source provides."""
-        ...
-
-    def fetch(self, nodes: NodeDirectory) -> FetchResult:
-        """One refresh of every metric; may block (bounded by the source's own timeouts). Must not raise
-        for a per-metric failure: report it in FetchResult.errors. May raise for a whole-source failure."""
-        ...
-
-    def close(self) -> None: ...

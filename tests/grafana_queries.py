@@ -2,8 +2,10 @@
 
 `dashboard_queries(job)` lists (dashboard uid, panel title, expression) for every target of every panel
 in grafana/dashboards/*.json, with Grafana's template variables replaced the way Grafana would for a
-query over a short range: `$job` by the given job regex, `$__rate_interval` by 30s, `$__interval` by
-15s, `$__range` by 5m. Unknown variables raise, so a dashboard that gains one fails loudly here.
+query over a short range: `$job` by the given job regex, `$metric` (the per-metric panels' repeat
+variable) by `.*` (every value of the label, i.e. Grafana's "All"), `$__rate_interval` by 30s,
+`$__interval` by 15s, `$__range` by 5m. Unknown variables raise, so a dashboard that gains one fails
+loudly here.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ DASHBOARD_DIR = Path(__file__).resolve().parents[1] / "grafana" / "dashboards"
 
 # Grafana's built-in interval variables, as Grafana would expand them for a 5-minute range.
 BUILTINS = {"__rate_interval": "30s", "__interval": "15s", "__range": "5m"}
+
+# Dashboard template variables other than $job and $datasource, with the regex that stands for "All".
+TEMPLATE_VARIABLES = {"metric": ".*"}
 
 # $name, ${name} and ${name:format}.
 _VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
@@ -43,7 +48,7 @@ def promql_string(value: str) -> str:
 
 def substitute(expr: str, job: str) -> str:
     """Replace the dashboard's template variables by live values (see the module docstring)."""
-    values = {"job": promql_string(job), **BUILTINS}
+    values = {"job": promql_string(job), **{k: promql_string(v) for k, v in TEMPLATE_VARIABLES.items()}, **BUILTINS}
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)

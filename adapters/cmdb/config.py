@@ -29,7 +29,7 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
     request of every type but none; empty string: not sent), `offsetParam` (default `offset`),
     `pageSize` (default 500, 1..10000).
 - `maxPages` (default 100, 1..10000): a safety cap; a refresh that hits it keeps what it has and reports
-  `truncated` in health().
+  `truncated` in the source's health (`extra.truncated` in /sources).
 - `nodeKey` (required): dotted path to the node name in an item, e.g. `name`, `properties.name`. Matched
   exactly, then lower-cased (Kubernetes node names are lower case).
 - `fields` (required, non-empty): `{metric_name: spec}`, spec either a dotted path string or
@@ -40,7 +40,7 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
   RFC 3339 or unix seconds.
 - `circuitBreaker` (default `{failureThreshold: 3, coolDown: 30s, maxCoolDown: 5m}`): after that many
   consecutive failed refreshes no request is made for `coolDown`, doubling after each failed probe up
-  to `maxCoolDown`.
+  to `maxCoolDown`. Its state shows in /sources as the source's `breaker`.
 """
 
 from __future__ import annotations
@@ -48,27 +48,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from adapters.cmdb.paths import ItemsMode, split_path
 from adapters.cmdb.presets import PRESETS, apply_preset
-from adapters.http_common import (
-    CALLER_KEYS,
-    Credentials,
-    check_keys,
+from adapters.http_common import CALLER_KEYS, Credentials, check_keys, read_auth, read_timeout, read_tls, read_url
+from metrics_sched.config import ConfigError
+from metrics_sched.config.reader import (
     field_name,
     mapping,
-    read_auth,
     read_bool,
+    read_choice,
     read_duration,
     read_float,
     read_int,
     read_str,
-    read_timeout,
-    read_tls,
-    read_url,
 )
-from metrics_sched.config import ConfigError
 
 PaginationType = Literal["none", "next", "link", "offset"]
 _PAGINATION_TYPES: tuple[PaginationType, ...] = ("none", "next", "link", "offset")
@@ -76,7 +71,6 @@ _ITEMS_MODES: tuple[ItemsMode, ...] = ("list", "dictValues")
 _KEYS = {"preset", "url", "params", "interval", "timeout", "retries", "auth", "tls", "itemsPath", "itemsMode",
          "match", "pagination", "maxPages", "nodeKey", "fields", "timestampPath", "circuitBreaker", *CALLER_KEYS}
 _SCHEMES = ("Token", "Bearer")
-T = TypeVar("T", bound=str)
 
 
 @dataclass(frozen=True)
@@ -139,9 +133,7 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> CmdbConfig:
         spec = apply_preset(preset, spec)
         token_scheme = preset.token_scheme
     url = read_url(spec, "")
-    node_key = read_str(spec, "nodeKey", "").strip()
-    if not node_key:
-        raise ConfigError("nodeKey", "must not be empty")
+    node_key = read_str(spec, "nodeKey", "", non_empty=True)
     timestamp_path = read_str(spec, "timestampPath", "").strip() if spec.get("timestampPath") is not None else None
     return CmdbConfig(
         url=url,
@@ -155,7 +147,7 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> CmdbConfig:
                               default_scheme=token_scheme),
         ca_file=read_tls(spec, "", base_dir, url),
         items_path=split_path(read_str(spec, "itemsPath", "", "")),
-        items_mode=_choice(spec, "itemsMode", "", _ITEMS_MODES, "list"),
+        items_mode=read_choice(spec, "itemsMode", "", _ITEMS_MODES, "list"),
         match=_match(spec.get("match") or {}),
         pagination=_pagination(spec.get("pagination") or {}),
         max_pages=read_int(spec, "maxPages", "", 100, minimum=1, maximum=10_000),
@@ -163,14 +155,6 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> CmdbConfig:
         breaker=_breaker(spec.get("circuitBreaker") or {}),
         preset=preset_name,
     )
-
-
-def _choice(spec: Mapping[str, Any], key: str, where: str, choices: tuple[T, ...], default: T) -> T:
-    value = read_str(spec, key, where, default)
-    for choice in choices:
-        if choice == value:
-            return choice
-    raise ConfigError(field_name(where, key), f"must be one of {', '.join(choices)}, got {value!r}")
 
 
 def _fields(raw: object) -> dict[str, FieldSpec]:
@@ -188,9 +172,7 @@ def _fields(raw: object) -> dict[str, FieldSpec]:
             value = {"path": value}
         spec = mapping(value, where)
         check_keys(spec, {"path", "scale", "divideByPath", "allowNegative"}, where)
-        path = read_str(spec, "path", where).strip()
-        if not path:
-            raise ConfigError(field_name(where, "path"), "must not be empty")
+        path = read_str(spec, "path", where, non_empty=True)
         divide_by = spec.get("divideByPath")
         if divide_by is not None and (not isinstance(divide_by, str) or not divide_by.strip()):
             raise ConfigError(field_name(where, "divideByPath"), "must be a non-empty dotted path")
@@ -228,16 +210,14 @@ def _pagination(raw: object) -> Pagination:
     where = "pagination"
     check_keys(spec, {"type", "nextPath", "limitParam", "offsetParam", "pageSize"}, where)
     defaults = Pagination()
-    next_path = read_str(spec, "nextPath", where, "next").strip()
-    if not next_path:
-        raise ConfigError(field_name(where, "nextPath"), "must not be empty")
+    next_path = read_str(spec, "nextPath", where, "next", non_empty=True)
     limit_param = spec.get("limitParam", defaults.limit_param)
     if limit_param is None:
         limit_param = ""
     if not isinstance(limit_param, str):
         raise ConfigError(field_name(where, "limitParam"), "must be a string (empty: do not send a limit)")
     pagination = Pagination(
-        type=_choice(spec, "type", where, _PAGINATION_TYPES, "none"),
+        type=read_choice(spec, "type", where, _PAGINATION_TYPES, "none"),
         next_path=split_path(next_path),
         limit_param=limit_param.strip(),
         offset_param=read_str(spec, "offsetParam", where, defaults.offset_param).strip(),

@@ -1,8 +1,11 @@
 """CmdbSource: per-node values from a JSON inventory or cost API, mapped declaratively.
 
-Outcomes of a refresh: unreachable (after retries) or circuit open -> raises SourceError, the source is
-down; answered but unusable (4xx, malformed JSON, wrong shape) -> every metric gets the error; otherwise
-samples, with refused values counted by reason. Both failures count towards the circuit breaker.
+Outcomes of a refresh: unreachable (after retries) -> raises SourceError, the source is down; answered
+but unusable (4xx, malformed JSON, wrong shape) -> every metric gets the error; otherwise samples, with
+refused values counted by reason. Both failures count towards the circuit breaker, which PolledSource
+drives (no request while it is open) and shows in the source's health.
+
+The source type `cmdb` (entry point in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -12,84 +15,55 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from adapters.cmdb.breaker import CircuitBreaker
 from adapters.cmdb.config import CmdbConfig, FieldSpec, parse_config
 from adapters.cmdb.http_client import BadReply, CmdbHttp
 from adapters.cmdb.pages import Collected, collect
 from adapters.cmdb.paths import MISSING, ShapeError, lookup
 from adapters.cmdb.values import to_number
-from adapters.http_common import HealthTracker, SourceError, clean_message, parse_rfc3339
+from adapters.http_common import clean_message, parse_rfc3339
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample
+from metrics_sched.telemetry import CircuitBreaker, PolledSource, SourceContext
 
 log = logging.getLogger(__name__)
 
-
-class CircuitOpen(SourceError):
-    pass
+TYPE = "cmdb"
 
 
-class CmdbSource:
-    """A MetricSource over a JSON API. `transport` replaces the network (tests); `clock` drives the circuit
-    breaker, `wall_clock` stamps samples, `sleep` is the retry backoff's."""
+class CmdbSource(PolledSource):
+    """A source over a JSON API. `transport` replaces the network (tests); `clock` drives the circuit
+    breaker, `wall_clock` stamps samples and health, `sleep` is the retry backoff's."""
 
     def __init__(self, name: str, config: CmdbConfig, *, transport: httpx.BaseTransport | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self._name = name
+        breaker = CircuitBreaker(failure_threshold=config.breaker.failure_threshold,
+                                 cool_down=config.breaker.cool_down,
+                                 max_cool_down=config.breaker.max_cool_down, clock=clock)
+        super().__init__(name, config.interval, list(config.fields), breaker=breaker, clock=wall_clock)
         self.config = config
         self._http = CmdbHttp(timeout=config.timeout, retries=config.retries, credentials=config.credentials,
                               ca_file=config.ca_file, transport=transport, sleep=sleep, wall_clock=wall_clock)
-        self.breaker = CircuitBreaker(failure_threshold=config.breaker.failure_threshold,
-                                      cool_down=config.breaker.cool_down,
-                                      max_cool_down=config.breaker.max_cool_down, clock=clock)
-        self._health = HealthTracker(wall_clock)
-        self._pages = 0
-        self._truncated = False
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def interval(self) -> float:
-        return self.config.interval
-
-    def metrics(self) -> list[str]:
-        return list(self.config.fields)
+        self.health.extra.update(url=config.url, pages=0, truncated=False)
 
     def fetch(self, nodes: NodeDirectory) -> FetchResult:
-        if not self.breaker.allow():
-            raise CircuitOpen(f"circuit open after {self.config.breaker.failure_threshold} consecutive failed "
-                              f"refreshes; next attempt in {self.breaker.retry_in():.0f}s")
         try:
+            # SourceError (unreachable after retries) propagates: the whole source is down this round.
             collected = collect(self._http.get, self.config)
-        except SourceError as exc:
-            self._failed(str(exc))
-            raise
         except (BadReply, ShapeError) as exc:
             message = clean_message(str(exc), self._http.secrets())
-            self._failed(message)
             malformed = isinstance(exc, BadReply) and exc.malformed
             return FetchResult(samples=[], dropped={"malformed": 1} if malformed else {},
                                errors=dict.fromkeys(self.metrics(), message), queries=1)
         result = self._samples(collected, nodes)
-        self._pages, self._truncated = collected.pages, collected.truncated
+        self.health.extra.update(pages=collected.pages, truncated=collected.truncated)
         if collected.truncated:
             log.warning("source %s: stopped at maxPages=%d; nodes on later pages are missing this round",
-                        self._name, self.config.max_pages)
-        self.breaker.record_success()
-        self._health.success()
+                        self.name, self.config.max_pages)
         return result
-
-    def _failed(self, message: str) -> None:
-        self.breaker.record_failure()
-        self._health.failure(message)
-        log.warning("source %s: %s (circuit %s)", self._name, message, self.breaker.state)
 
     def _samples(self, collected: Collected, nodes: NodeDirectory) -> FetchResult:
         result = FetchResult(samples=[], dropped={}, errors={}, queries=collected.pages)
@@ -146,15 +120,11 @@ class CmdbSource:
         value, reason = to_number(raw) if not isinstance(raw, bool) else (None, "malformed")
         return value if reason is None else None
 
-    def health(self) -> dict[str, Any]:
-        return {"type": "cmdb", "url": self.config.url, **self._health.snapshot(),
-                "circuit": self.breaker.snapshot(), "pages": self._pages, "truncated": self._truncated}
-
     def close(self) -> None:
         self._http.close()
 
     def __repr__(self) -> str:
-        return f"CmdbSource(name={self._name!r}, url={self.config.url!r}, metrics={self.metrics()!r})"
+        return f"CmdbSource(name={self.name!r}, url={self.config.url!r}, metrics={self.metrics()!r})"
 
 
 def _field_value(item: Mapping[str, Any], spec: FieldSpec, dropped: Counter[str]) -> float | None:
@@ -181,6 +151,6 @@ def _number_at(item: Mapping[str, Any], path: tuple[str, ...]) -> tuple[float | 
     return to_number(None if raw is MISSING else raw)
 
 
-def from_config(name: str, spec: Mapping[str, Any], *, base_dir: Path) -> CmdbSource:
+def from_config(name: str, spec: Mapping[str, Any], ctx: SourceContext) -> CmdbSource:
     """Validates `spec` (see adapters.cmdb.config) and builds the source; raises ConfigError."""
-    return CmdbSource(name, parse_config(spec, base_dir=base_dir))
+    return CmdbSource(name, parse_config(spec, base_dir=ctx.base_dir))

@@ -1,4 +1,4 @@
-"""KubePodWriter: the PodWriter port (bind, re-read, event, status condition, annotations) as raw JSON calls.
+"""KubePodWriter: the PodWriter port (bind with annotations, re-read, event, status condition) as raw JSON calls.
 
 The bind reads only the status code: generated clients that parsed the Binding reply used to fail
 after the bind had already happened (kubernetes-client/python #547, #825).
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import quote
 
-from adapters.kubernetes.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
+from adapters.kubernetes.client import STRATEGIC_MERGE_PATCH, KubeClient
 from adapters.kubernetes.kube_time import Clock, micro_time, seconds_time, utc_now
 from metrics_sched.ports import ApiError, KubeObject, SchedulingEvent
 
@@ -79,10 +79,6 @@ class KubePodWriter:
             "lastProbeTime": None, "lastTransitionTime": seconds_time(self._clock()),
         }]}}
         self._client.send("PATCH", f"{_pod_path(namespace, name)}/status", body, content_type=STRATEGIC_MERGE_PATCH)
-
-    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        body = {"metadata": {"annotations": dict(annotations)}}
-        self._client.send("PATCH", _pod_path(namespace, name), body, content_type=MERGE_PATCH)
 
 
 def _pod_path(namespace: str, name: str) -> str:

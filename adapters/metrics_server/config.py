@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.http_common import CALLER_KEYS, check_keys, mapping, read_duration, read_str, read_timeout
+from adapters.http_common import CALLER_KEYS, check_keys, read_timeout
 from metrics_sched.config import ConfigError
+from metrics_sched.config.reader import mapping, read_duration, read_str
 
 DEFAULT_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
 _KEYS = {"interval", "timeout", "cpuMetric", "memoryMetric", "path", *CALLER_KEYS}
@@ -37,11 +38,8 @@ def parse_config(spec: Mapping[str, Any]) -> MetricsServerConfig:
     spec = mapping(spec, "")
     check_keys(spec, _KEYS, "")
     defaults = MetricsServerConfig()
-    cpu = read_str(spec, "cpuMetric", "", defaults.cpu_metric).strip()
-    memory = read_str(spec, "memoryMetric", "", defaults.memory_metric).strip()
-    for key, value in (("cpuMetric", cpu), ("memoryMetric", memory)):
-        if not value:
-            raise ConfigError(key, "must not be empty")
+    cpu = read_str(spec, "cpuMetric", "", defaults.cpu_metric, non_empty=True)
+    memory = read_str(spec, "memoryMetric", "", defaults.memory_metric, non_empty=True)
     if cpu == memory:
         raise ConfigError("memoryMetric", "must differ from cpuMetric")
     path = read_str(spec, "path", "", defaults.path).strip()

@@ -3,72 +3,56 @@
 One LIST per refresh. Usage quantities are parsed exactly ("287982098n", "1156520Ki") and divided by
 the node's allocatable from the NodeDirectory; each sample is stamped with its item's own `timestamp`
 (the end of Metrics Server's window), not with when we asked.
+
+The source type `metrics-server` (entry point in pyproject.toml); health and backoff are PolledSource's.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from adapters.http_common import HealthTracker, SourceError, clean_message, describe_error, parse_rfc3339
+from adapters.http_common import SourceError, clean_message, describe_error, parse_rfc3339
 from adapters.metrics_server.config import MetricsServerConfig, parse_config
+from metrics_sched.model.quantity import QuantityError, parse_quantity
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample
-from metrics_sched.quantity import QuantityError, parse_quantity
+from metrics_sched.telemetry import PolledSource, SourceContext
 
-log = logging.getLogger(__name__)
+TYPE = "metrics-server"
 
 
-class MetricsServerSource:
+class MetricsServerSource(PolledSource):
     """`client` is an httpx.Client already pointed at the API server (base_url, auth, verify). The source
     closes it only when `close_client` is set (from_config does: the client came from its factory)."""
 
     def __init__(self, name: str, client: httpx.Client, config: MetricsServerConfig | None = None, *,
                  close_client: bool = False, clock: Callable[[], float] = time.time) -> None:
-        self._name = name
+        config = config or MetricsServerConfig()
+        super().__init__(name, config.interval, [config.cpu_metric, config.memory_metric], clock=clock)
         self._client = client
-        self.config = config or MetricsServerConfig()
+        self.config = config
         self._close_client = close_client
-        self._health = HealthTracker(clock)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def interval(self) -> float:
-        return self.config.interval
-
-    def metrics(self) -> list[str]:
-        return [self.config.cpu_metric, self.config.memory_metric]
+        self.health.extra["path"] = config.path
 
     def fetch(self, nodes: NodeDirectory) -> FetchResult:
-        try:
-            body = self._list()
-        except SourceError as exc:
-            self._health.failure(str(exc))
-            log.warning("source %s: %s", self._name, exc)
-            raise
+        body = self._list()  # SourceError propagates: the whole source is down this round
         result = FetchResult(samples=[], dropped={}, errors={}, queries=1)
         items = body.get("items") if isinstance(body, Mapping) else None
         if not isinstance(items, list):
             message = "malformed NodeMetricsList: no items list"
             result.errors = dict.fromkeys(self.metrics(), message)
             result.dropped = {"malformed": 1}
-            self._health.failure(message)
             return result
         dropped: Counter[str] = Counter()
         for item in items:
             self._item(item, nodes, result, dropped)
         result.dropped = dict(dropped)
-        self._health.success()
         return result
 
     def _list(self) -> object:
@@ -114,15 +98,12 @@ class MetricsServerSource:
             if value is not None:
                 result.samples.append(Sample(metric=metric, node=node, value=value, observed_at=observed_at))
 
-    def health(self) -> dict[str, Any]:
-        return {"type": "metrics-server", "path": self.config.path, **self._health.snapshot()}
-
     def close(self) -> None:
         if self._close_client:
             self._client.close()
 
     def __repr__(self) -> str:
-        return f"MetricsServerSource(name={self._name!r}, path={self.config.path!r})"
+        return f"MetricsServerSource(name={self.name!r}, path={self.config.path!r})"
 
 
 def _utilisation(raw: object, allocatable: float | None, dropped: Counter[str]) -> float | None:
@@ -154,9 +135,14 @@ def _status(resp: httpx.Response) -> str:
     return str(body.get("message", "")) if isinstance(body, Mapping) else resp.text[:200]
 
 
-def from_config(name: str, spec: Mapping[str, Any], *, base_dir: Path,
-                kube_client_factory: Callable[[], httpx.Client]) -> MetricsServerSource:
-    """Validates `spec` (see adapters.metrics_server.config), then takes a client from the factory.
-    base_dir is unused (nothing here is a file) and kept for a uniform factory signature."""
+def from_config(name: str, spec: Mapping[str, Any], ctx: SourceContext) -> MetricsServerSource:
+    """Validates `spec` (see adapters.metrics_server.config), then takes a client from the context's
+    Kubernetes client factory (nothing here is a file: ctx.base_dir is not used)."""
     config = parse_config(spec)
-    return MetricsServerSource(name, kube_client_factory(), config, close_client=True)
+    factory: Callable[[], httpx.Client] = ctx.kube_client_factory or _unavailable
+    return MetricsServerSource(name, factory(), config, close_client=True)
+
+
+def _unavailable() -> httpx.Client:
+    # check-config validates without a cluster; the real client is only made when the scheduler runs.
+    return httpx.Client(base_url="https://kubernetes.invalid")

@@ -36,23 +36,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.http_common import (
-    CALLER_KEYS,
-    Credentials,
-    check_keys,
+from adapters.http_common import CALLER_KEYS, Credentials, check_keys, read_auth, read_timeout, read_tls, read_url
+from adapters.prometheus.presets import AGGREGATIONS, DEFAULT_SENTINEL, PRESETS, Aggregation
+from metrics_sched.config import ConfigError
+from metrics_sched.config.reader import (
     field_name,
     mapping,
-    read_auth,
     read_bool,
+    read_choice,
     read_duration,
     read_float,
     read_str,
-    read_timeout,
-    read_tls,
-    read_url,
+    sequence,
 )
-from adapters.prometheus.presets import AGGREGATIONS, DEFAULT_SENTINEL, PRESETS, Aggregation
-from metrics_sched.config import ConfigError
 
 DEFAULT_INTERVAL = 10.0
 DEFAULT_NODE_LABELS = ("node", "hostname", "Hostname", "nodename", "instance")
@@ -96,11 +92,8 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> PrometheusConfig
     check_keys(spec, _SOURCE_KEYS, "")
     url = read_url(spec, "").rstrip("/")
     node_labels = _node_labels(spec.get("nodeLabels", list(DEFAULT_NODE_LABELS)), "nodeLabels")
-    raw_metrics = spec.get("metrics")
-    if not isinstance(raw_metrics, list) or not raw_metrics:
-        raise ConfigError("metrics", "must be a non-empty list")
     metrics: list[MetricSpec] = []
-    for i, raw in enumerate(raw_metrics):
+    for i, raw in enumerate(sequence(spec.get("metrics"), "metrics", non_empty=True)):
         metric = _metric(raw, field_name("metrics", i), node_labels)
         if any(m.name == metric.name for m in metrics):
             raise ConfigError(field_name(field_name("metrics", i), "name"), f"duplicate metric {metric.name!r}")
@@ -119,9 +112,7 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> PrometheusConfig
 def _metric(raw: object, where: str, source_labels: tuple[str, ...]) -> MetricSpec:
     spec = mapping(raw, where)
     check_keys(spec, _METRIC_KEYS, where)
-    name = read_str(spec, "name", where).strip()
-    if not name:
-        raise ConfigError(field_name(where, "name"), "must not be empty")
+    name = read_str(spec, "name", where, non_empty=True)
     if ("preset" in spec) == ("query" in spec):
         raise ConfigError(where, "needs exactly one of preset or query")
     if "preset" in spec:
@@ -136,9 +127,7 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...]) -> MetricSp
         aggregation, sentinel = preset.aggregation, preset.sentinel_above
     else:
         preset_name = None
-        query = read_str(spec, "query", where).strip()
-        if not query:
-            raise ConfigError(field_name(where, "query"), "must not be empty")
+        query = read_str(spec, "query", where, non_empty=True)
         if "timestampQuery" in spec:
             timestamp_query = read_str(spec, "timestampQuery", where).strip()
         elif is_plain_selector(query):
@@ -151,11 +140,7 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...]) -> MetricSp
             )
         aggregation, sentinel = "max", DEFAULT_SENTINEL
     if "aggregation" in spec:
-        value = read_str(spec, "aggregation", where)
-        chosen = next((a for a in AGGREGATIONS if a == value), None)
-        if chosen is None:
-            raise ConfigError(field_name(where, "aggregation"), f"must be one of {', '.join(AGGREGATIONS)}")
-        aggregation = chosen
+        aggregation = read_choice(spec, "aggregation", where, AGGREGATIONS)
     return MetricSpec(
         name=name,
         query=query,

@@ -8,22 +8,23 @@ from collections.abc import Callable
 
 from metrics_sched.audit.record import DecisionRecord, build_record
 from metrics_sched.audit.ring import DecisionRing
+from metrics_sched.framework.cycle_state import BINDING_ANNOTATIONS, StateKey
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.scheduler.binding import BindOutcome
-from metrics_sched.scheduler.reporting import PodReporter
 from metrics_sched.state.cluster_state import ClusterState
 
 log = logging.getLogger("metrics_sched.decisions")
 
 ANNOTATION = "metrics-sched.io/decision"
+# The record travels with the cycle to the bind, which fills in the bind's outcome.
+RECORD = StateKey[DecisionRecord]("audit/record")
 
 
 class Auditor:
-    def __init__(self, state: ClusterState, ring: DecisionRing, reporter: PodReporter, *, config_hash: str,
+    def __init__(self, state: ClusterState, ring: DecisionRing, *, config_hash: str,
                  top: int = 5, annotate: bool = True, log_decisions: bool = True) -> None:
         self.state = state
         self.ring = ring
-        self.reporter = reporter
         self.config_hash = config_hash
         self.top = top
         self.annotate = annotate
@@ -34,11 +35,11 @@ class Auditor:
     def on_cycle(self, result: CycleResult) -> None:
         with self.state.lock:
             record = build_record(result, self.state.table, config_hash=self.config_hash, top=self.top)
-        result.cycle["record"] = record
-        result.cycle["summary"] = record.summary()
+        result.cycle.write(RECORD, record)
+        result.summary = record.summary()
         if self.annotate and record.node is not None:
             # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
-            result.cycle["annotations"] = {ANNOTATION: f"#{record.id} {result.cycle['summary']}"[:1000]}
+            result.cycle.write(BINDING_ANNOTATIONS, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
         self.ring.add(record)
         for observer in self.record_observers:
             observer(record, result)
@@ -48,11 +49,11 @@ class Auditor:
                 "decision_id": record.id, "pod": record.pod, "result": record.result, "node": record.node,
                 "score": record.candidates[0].total if record.candidates else None, "margin": record.margin,
                 "feasible": record.feasible, "nodes": record.nodes_total, "rejections": record.rejections,
-                "summary": result.cycle["summary"], "config_hash": record.config_hash,
+                "summary": result.summary, "config_hash": record.config_hash,
             })
 
     def on_bind(self, outcome: BindOutcome, result: CycleResult) -> None:
-        record: DecisionRecord | None = result.cycle.get("record")
+        record = result.cycle.get(RECORD)
         if record is None:
             return
         record.bind = outcome.result

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from metrics_sched.framework.interfaces import Code
 from metrics_sched.framework.runtime import CycleResult
+from metrics_sched.framework.status import Code
 from metrics_sched.state.node_table import NodeTable
 
 _ids = itertools.count(1)
@@ -69,6 +69,7 @@ class DecisionRecord:
     margin: float | None  # winner's total minus the runner-up's
     duration_ms: float
     attempts: int
+    nominated_node: str | None = None  # PostFilter's pick when nothing fit (e.g. where preemption would make room)
     bind: str | None = None  # outcome of the bind, filled in later
     bind_ms: float | None = None
 
@@ -94,13 +95,15 @@ class DecisionRecord:
 def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
                  now: float | None = None) -> DecisionRecord:
     now = time.time() if now is None else now
-    if result.node is not None:
+    placed = result.node is not None and result.status.code in (Code.SUCCESS, Code.WAIT)
+    if placed:
         outcome = "scheduled"
     elif result.status.code == Code.ERROR:
         outcome = "error"
     else:
         outcome = "unschedulable"
     candidates: list[Candidate] = []
+    # A pod Reserve or Permit turned down keeps its ranking: the record shows what it was denied.
     margin = None
     rows = result.feasible_rows
     if result.total.size:
@@ -109,16 +112,14 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
             winner_pos = int(np.flatnonzero(rows == result.row)[0])
             order = np.concatenate([[winner_pos], order[order != winner_pos]])
         order = order[:top]
-        raw_metrics: dict[tuple[str, str], dict[str, Any]] = result.cycle.get("raw_metrics", {})
         for rank, pos in enumerate(order.tolist()):
             terms = []
             for term in result.terms:
                 metrics = [
-                    RawValue(metric, _finite(raw["values"][pos]),
-                             _finite(now - raw["observed_at"][pos]) if np.isfinite(raw["observed_at"][pos]) else None,
-                             list(raw["sources"]),
-                             None if raw.get("in_flight") is None else _finite(raw["in_flight"][pos]))
-                    for (plugin, metric), raw in raw_metrics.items() if plugin == term.plugin
+                    RawValue(e.metric, _finite(e.values[pos]),
+                             _finite(now - e.observed_at[pos]) if np.isfinite(e.observed_at[pos]) else None,
+                             list(e.sources), None if e.in_flight is None else _finite(e.in_flight[pos]))
+                    for e in term.evidence
                 ]
                 terms.append(TermDetail(term.plugin, term.weight, _finite(term.normalized[pos]),
                                         _finite(term.raw[pos]), metrics))
@@ -131,8 +132,10 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
     timings = sum(t[2] for t in result.timings)
     return DecisionRecord(
         id=next(_ids), time=now, pod=result.pod.key, uid=result.pod.uid, profile=result.profile,
-        config_hash=config_hash, result=outcome, node=result.node,
-        message=result.message() if result.node is None else f"bound to {result.node}",
+        config_hash=config_hash, result=outcome, node=result.node if placed else None,
+        message=(f"bound to {result.node}" if placed else result.message() if result.node is None
+                 else f"{result.status.plugin} rejected {result.node}: {result.status.reason}"),
         nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
         candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
+        nominated_node=result.nominated_node,
     )

@@ -1,23 +1,73 @@
-"""The `metrics-sched` command. The one place that wires the core to adapters and the dev cluster."""
+"""The `metrics-sched` command.
+
+Built-in commands (`run`, `check-config`, `explain`, ...) are registered here; further commands come from
+the entry-point group `metrics_sched.cli` (the dev tooling's `demo` and `devcluster` verbs, which a
+product install does not have). Each entry point names a callable `register(subparsers)`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
-from metrics_sched.cli import config_cmd, demo_cmd, devcluster_cmd, explain_cmd, run_cmd
+from metrics_sched.cli import config_cmd, explain_cmd, run_cmd
+
+CLI_GROUP = "metrics_sched.cli"
+
+log = logging.getLogger("metrics_sched.cli")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="metrics-sched", description=__doc__)
+def build_parser(commands: Iterable[EntryPoint] | None = None) -> argparse.ArgumentParser:
+    """`commands` defaults to the installed entry points of the group `metrics_sched.cli`."""
+    parser = argparse.ArgumentParser(prog="metrics-sched", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_cmd.register(sub)
     config_cmd.register(sub)
     explain_cmd.register(sub)
-    devcluster_cmd.register(sub)
-    demo_cmd.register(sub)
+    load_commands(sub, entry_points(group=CLI_GROUP) if commands is None else commands)
     return parser
+
+
+def _not_installed(ep: EntryPoint, exc: ModuleNotFoundError) -> bool:
+    """True when the module the entry point names (or a parent package of it) is itself absent."""
+    module = ep.value.split(":", 1)[0].strip()
+    return exc.name is not None and (module == exc.name or module.startswith(exc.name + "."))
+
+
+def load_commands(sub: Any, commands: Iterable[EntryPoint]) -> list[str]:
+    """Registers every command entry point; returns the names registered.
+
+    An entry point whose module is not installed (a product install has no dev tooling) is skipped with
+    a debug message; any other failure is logged as an error and skipped, never hiding the other commands.
+    """
+    registered: list[str] = []
+    seen: set[str] = set()
+    for ep in sorted(commands, key=lambda e: e.name):
+        if ep.name in seen:
+            continue
+        seen.add(ep.name)
+        try:
+            register: Callable[[Any], None] = ep.load()
+        except ModuleNotFoundError as exc:
+            if _not_installed(ep, exc):
+                log.debug("command %r skipped: %s is not installed", ep.name, exc.name)
+            else:
+                log.error("command %r (%s) failed to load: %s", ep.name, ep.value, exc, exc_info=True)
+            continue
+        except Exception as exc:
+            log.error("command %r (%s) failed to load: %s", ep.name, ep.value, exc, exc_info=True)
+            continue
+        try:
+            register(sub)
+        except Exception as exc:
+            log.error("command %r (%s) failed to register: %s", ep.name, ep.value, exc, exc_info=True)
+            continue
+        registered.append(ep.name)
+    return registered
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -93,12 +93,9 @@ class App:
         return 200, "application/json", json.dumps(body).encode()
 
     def sources(self, _: dict[str, list[str]]) -> Response:
+        # One health model for every source (breaker state included); the ages are computed now.
         now = time.time()
-        body = {}
-        for name, health in self.scheduler.metrics.health.items():
-            entry = health.as_dict()
-            entry["last_success_age"] = None if health.last_success is None else round(now - health.last_success, 3)
-            body[name] = entry
+        body = {name: health.as_dict(now) for name, health in list(self.scheduler.metrics.health.items())}
         return 200, "application/json", json.dumps(body, default=str).encode()
 
 
@@ -131,7 +128,7 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     for metric_source in build_sources(config, config_dir or Path.cwd(), kube_http):
         scheduler.metrics.add_source(metric_source)
     ring = DecisionRing(config.audit.ring_size)
-    auditor = Auditor(scheduler.state, ring, scheduler.reporter, config_hash=config.config_hash,
+    auditor = Auditor(scheduler.state, ring, config_hash=config.config_hash,
                       top=config.audit.top_candidates, annotate=config.audit.annotate_pods,
                       log_decisions=config.audit.log_decisions)
     scheduler.cycle_observers.append(auditor.on_cycle)

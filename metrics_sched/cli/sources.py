@@ -1,41 +1,21 @@
-"""Builds the configured telemetry sources from the adapters (the CLI is where core meets adapters)."""
+"""Builds the configured telemetry sources through the source registry (entry points), by `type`.
+
+No adapter is named here: the built-in types are registered in pyproject.toml like any other.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import httpx
-
-from metrics_sched.config import ConfigError, SchedulerConfig
-from metrics_sched.ports import MetricSource
-
-SOURCE_TYPES = ("prometheus", "metrics-server", "cmdb")
+from metrics_sched.config import SchedulerConfig
+from metrics_sched.telemetry import PolledSource, SourceContext, SourceRegistry, default_registry
 
 
-def build_sources(config: SchedulerConfig, base_dir: Path,
-                  kube_client_factory: Callable[[], httpx.Client] | None) -> list[MetricSource]:
-    """Validates and builds every source; ConfigError names the field as `sources[i].<field>`."""
-    from adapters import cmdb, metrics_server, prometheus
-
-    sources: list[MetricSource] = []
-    for i, spec in enumerate(config.sources):
-        kind, name = spec["type"], spec["name"]
-        try:
-            if kind == "prometheus":
-                sources.append(prometheus.from_config(name, spec, base_dir=base_dir))
-            elif kind == "cmdb":
-                sources.append(cmdb.from_config(name, spec, base_dir=base_dir))
-            elif kind == "metrics-server":
-                factory = kube_client_factory or _unavailable
-                sources.append(metrics_server.from_config(name, spec, base_dir=base_dir, kube_client_factory=factory))
-            else:
-                raise ConfigError("type", f"unknown source type {kind!r} (expected {', '.join(SOURCE_TYPES)})")
-        except ConfigError as exc:
-            raise ConfigError(f"sources[{i}].{exc.field}" if exc.field else f"sources[{i}]", exc.message) from None
-    return sources
-
-
-def _unavailable() -> httpx.Client:
-    # check-config validates without a cluster; the client is only made when the scheduler runs.
-    return httpx.Client(base_url="https://kubernetes.invalid")
+def build_sources(config: SchedulerConfig, base_dir: Path, kube_client_factory: Callable[[], Any] | None, *,
+                  registry: SourceRegistry | None = None) -> list[PolledSource]:
+    """Validates and builds every source; ConfigError names the field as `sources[i].<field>`.
+    kube_client_factory is None when only validating (check-config): no cluster is needed then."""
+    ctx = SourceContext(base_dir=base_dir, kube_client_factory=kube_client_factory)
+    return (registry or default_registry()).build_all(config.sources, ctx)

@@ -1,5 +1,10 @@
-"""Scheduler configuration: a YAML file shaped like KubeSchedulerConfiguration v1."""
+"""Scheduler configuration: a YAML file shaped like KubeSchedulerConfiguration v1.
 
+The bottom layer of the core: it imports nothing else of metrics_sched (telemetry, framework and the CLI
+import it). `metrics_sched.config.reader` is the toolkit every config parser uses.
+"""
+
+from metrics_sched.config.contract import FreshnessContract, OnMissing, parse_contract
 from metrics_sched.config.errors import ArgsError, ConfigError
 from metrics_sched.config.loader import DEFAULT_PLUGINS, PluginSpec, load_config, parse_config
 from metrics_sched.config.model import (
@@ -11,6 +16,7 @@ from metrics_sched.config.model import (
 )
 
 __all__ = [
-    "DEFAULT_PLUGINS", "DEFAULT_SCHEDULER_NAME", "ArgsError", "ConfigError", "LeaderElectionConfig", "PluginRef",
-    "PluginSpec", "ProfileConfig", "SchedulerConfig", "load_config", "parse_config",
+    "DEFAULT_PLUGINS", "DEFAULT_SCHEDULER_NAME", "ArgsError", "ConfigError", "FreshnessContract",
+    "LeaderElectionConfig", "OnMissing", "PluginRef", "PluginSpec", "ProfileConfig", "SchedulerConfig", "load_config",
+    "parse_config", "parse_contract",
 ]

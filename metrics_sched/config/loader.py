@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from metrics_sched.config.durations import parse_duration
+from metrics_sched.config.contract import parse_contract
 from metrics_sched.config.errors import ArgsError, ConfigError
 from metrics_sched.config.model import (
     DEFAULT_SCHEDULER_NAME,
@@ -28,7 +28,17 @@ from metrics_sched.config.model import (
     SchedulerConfig,
     ServerConfig,
 )
-from metrics_sched.telemetry.contract import parse_contract
+from metrics_sched.config.reader import (
+    check_keys,
+    mapping,
+    read_bool,
+    read_choice,
+    read_duration,
+    read_float,
+    read_int,
+    read_str,
+    sequence,
+)
 
 API_VERSIONS = ("metrics-sched.io/v1alpha1", "kubescheduler.config.k8s.io/v1")
 KINDS = ("MetricsSchedulerConfiguration", "KubeSchedulerConfiguration")
@@ -47,6 +57,7 @@ class PluginSpec:
 
 
 DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
+    "preEnqueue": (),
     "queueSort": (PluginRef("PrioritySort"),),
     "preFilter": (PluginRef("NodeResourcesFit"),),
     "filter": (
@@ -54,61 +65,27 @@ DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
         PluginRef("TaintToleration"), PluginRef("NodeAffinity"), PluginRef("NodeResourcesFit"),
         PluginRef("GPUTemperature"),
     ),
+    "postFilter": (),
     "preScore": (),
     "score": (
         PluginRef("NodeResourcesFit", 1), PluginRef("NodeAffinity", 2), PluginRef("TaintToleration", 3),
         PluginRef("ZoneSpread", 1), PluginRef("GPUTemperature", 3), PluginRef("NodeLoad", 2), PluginRef("Cost", 2),
     ),
     "reserve": (PluginRef("InFlightLedger"),),
+    "permit": (),
+    "preBind": (),
     "bind": (PluginRef("DefaultBinder"),),
     "postBind": (),
 }
 
 
-def _mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(field, f"must be a mapping, got {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, field: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ConfigError(field, f"must be a list, got {type(value).__name__}")
-    return value
-
-
-def _known_keys(data: Mapping[str, Any], allowed: set[str], prefix: str) -> None:
-    for key in data:
-        if key not in allowed:
-            where = f"{prefix}.{key}" if prefix else str(key)
-            raise ConfigError(where, f"unknown field (expected one of: {', '.join(sorted(allowed))})")
-
-
-def _number(value: Any, field: str, *, minimum: float | None = None, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
-        raise ConfigError(field, f"must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(field, f"must be >= {minimum:g}, got {value!r}")
-    return float(value)
-
-
-def _string(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(field, f"must be a non-empty string, got {value!r}")
-    return value
-
-
 def _plugin_list(value: Any, field: str, catalog: PluginCatalog, point: str) -> list[PluginRef]:
     refs = []
-    for i, item in enumerate(_list(value, field)):
+    for i, item in enumerate(sequence(value, field, optional=True)):
         where = f"{field}[{i}]"
-        item = _mapping(item, where)
-        _known_keys(item, {"name", "weight"}, where)
-        name = _string(item.get("name"), f"{where}.name")
+        item = mapping(item, where)
+        check_keys(item, {"name", "weight"}, where)
+        name = read_str(item, "name", where, non_empty=True)
         if name != "*":
             spec = catalog.get(name)
             if spec is None:
@@ -119,27 +96,25 @@ def _plugin_list(value: Any, field: str, catalog: PluginCatalog, point: str) -> 
         if "weight" in item:
             if point != "score":
                 raise ConfigError(f"{where}.weight", "only score plugins have a weight")
-            weight = int(_number(item["weight"], f"{where}.weight", minimum=1, integer=True))
-            if weight > MAX_WEIGHT:
-                raise ConfigError(f"{where}.weight", f"must be <= {MAX_WEIGHT}, got {weight}")
+            weight = read_int(item, "weight", where, minimum=1, maximum=MAX_WEIGHT)
         refs.append(PluginRef(name, weight))
     return refs
 
 
 def _profile(data: Any, i: int, catalog: PluginCatalog) -> ProfileConfig:
     where = f"profiles[{i}]"
-    data = _mapping(data, where)
-    _known_keys(data, {"schedulerName", "plugins", "pluginConfig"}, where)
-    name = _string(data.get("schedulerName", DEFAULT_SCHEDULER_NAME), f"{where}.schedulerName")
-    plugins_data = _mapping(data.get("plugins"), f"{where}.plugins")
-    _known_keys(plugins_data, set(EXTENSION_POINT_NAMES) | {"multiPoint"}, f"{where}.plugins")
+    data = mapping(data, where, optional=True)
+    check_keys(data, {"schedulerName", "plugins", "pluginConfig"}, where)
+    name = read_str(data, "schedulerName", where, DEFAULT_SCHEDULER_NAME, non_empty=True)
+    plugins_data = mapping(data.get("plugins"), f"{where}.plugins", optional=True)
+    check_keys(plugins_data, set(EXTENSION_POINT_NAMES) | {"multiPoint"}, f"{where}.plugins")
     if "multiPoint" in plugins_data:
         raise ConfigError(f"{where}.plugins.multiPoint", "not supported; list plugins per extension point")
     resolved: dict[str, tuple[PluginRef, ...]] = {}
     for point in EXTENSION_POINT_NAMES:
         field = f"{where}.plugins.{point}"
-        point_data = _mapping(plugins_data.get(point), field)
-        _known_keys(point_data, {"enabled", "disabled"}, field)
+        point_data = mapping(plugins_data.get(point), field, optional=True)
+        check_keys(point_data, {"enabled", "disabled"}, field)
         enabled = _plugin_list(point_data.get("enabled"), f"{field}.enabled", catalog, point)
         disabled = {r.name for r in _plugin_list(point_data.get("disabled"), f"{field}.disabled", catalog, point)}
         if any(r.name == "*" for r in enabled):
@@ -155,68 +130,65 @@ def _profile(data: Any, i: int, catalog: PluginCatalog) -> ProfileConfig:
         raise ConfigError(f"{where}.plugins.bind", "at least one bind plugin must be enabled")
 
     args: dict[str, dict[str, Any]] = {}
-    for j, item in enumerate(_list(data.get("pluginConfig"), f"{where}.pluginConfig")):
+    for j, item in enumerate(sequence(data.get("pluginConfig"), f"{where}.pluginConfig", optional=True)):
         field = f"{where}.pluginConfig[{j}]"
-        item = _mapping(item, field)
-        _known_keys(item, {"name", "args"}, field)
-        plugin = _string(item.get("name"), f"{field}.name")
+        item = mapping(item, field)
+        check_keys(item, {"name", "args"}, field)
+        plugin = read_str(item, "name", field, non_empty=True)
         spec = catalog.get(plugin)
         if spec is None:
             raise ConfigError(f"{field}.name", f"unknown plugin {plugin!r}")
         if plugin in args:
             raise ConfigError(f"{field}.name", f"args for {plugin!r} given twice")
-        plugin_args = dict(_mapping(item.get("args"), f"{field}.args"))
+        plugin_args = dict(mapping(item.get("args"), f"{field}.args", optional=True))
         try:
             spec.check_args(plugin_args)
-        except ArgsError as exc:
-            raise ConfigError(f"{field}.args.{exc.field}", exc.message) from None
+        except (ArgsError, ConfigError) as exc:
+            # check_args names fields relative to the args (ArgsError, or the config readers' ConfigError).
+            raise ConfigError(f"{field}.args.{exc.field}" if exc.field else f"{field}.args", exc.message) from None
         args[plugin] = plugin_args
     for point, refs in resolved.items():
         for ref in refs:
             if ref.name not in args:
                 try:
                     catalog[ref.name].check_args({})
-                except ArgsError as exc:
+                except (ArgsError, ConfigError) as exc:
                     raise ConfigError(f"{where}.pluginConfig", f"{ref.name} ({point}) needs args: {exc}") from None
     return ProfileConfig(scheduler_name=name, plugins=resolved, plugin_args=args)
 
 
 def _leader_election(data: Any) -> LeaderElectionConfig:
     where = "leaderElection"
-    data = _mapping(data, where)
-    _known_keys(data, {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceName",
-                       "resourceNamespace", "resourceLock"}, where)
+    data = mapping(data, where, optional=True)
+    check_keys(data, {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceName",
+                      "resourceNamespace", "resourceLock"}, where)
     defaults = LeaderElectionConfig()
-    leader_elect = data.get("leaderElect", defaults.leader_elect)
-    if not isinstance(leader_elect, bool):
-        raise ConfigError(f"{where}.leaderElect", f"must be true or false, got {leader_elect!r}")
-    if data.get("resourceLock", "leases") != "leases":
-        raise ConfigError(f"{where}.resourceLock", "only 'leases' is supported")
-    lease = parse_duration(data.get("leaseDuration", defaults.lease_duration), f"{where}.leaseDuration")
-    renew = parse_duration(data.get("renewDeadline", defaults.renew_deadline), f"{where}.renewDeadline")
-    retry = parse_duration(data.get("retryPeriod", defaults.retry_period), f"{where}.retryPeriod")
+    leader_elect = read_bool(data, "leaderElect", where, defaults.leader_elect)
+    read_choice(data, "resourceLock", where, ("leases",), "leases")
+    lease = read_duration(data, "leaseDuration", where, defaults.lease_duration)
+    renew = read_duration(data, "renewDeadline", where, defaults.renew_deadline)
+    retry = read_duration(data, "retryPeriod", where, defaults.retry_period)
     if not lease > renew:
         raise ConfigError(f"{where}.renewDeadline", f"must be shorter than leaseDuration ({renew:g}s >= {lease:g}s)")
     if not renew > retry * 1.2:
         raise ConfigError(f"{where}.retryPeriod", f"must be shorter than renewDeadline/1.2 ({retry:g}s)")
     return LeaderElectionConfig(
         leader_elect=leader_elect, lease_duration=lease, renew_deadline=renew, retry_period=retry,
-        resource_name=_string(data.get("resourceName", defaults.resource_name), f"{where}.resourceName"),
-        resource_namespace=_string(data.get("resourceNamespace", defaults.resource_namespace),
-                                   f"{where}.resourceNamespace"),
+        resource_name=read_str(data, "resourceName", where, defaults.resource_name, non_empty=True),
+        resource_namespace=read_str(data, "resourceNamespace", where, defaults.resource_namespace, non_empty=True),
     )
 
 
 def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
-    data = _mapping(data, "")
-    _known_keys(data, {"apiVersion", "kind", "profiles", "leaderElection", "clientConnection", "server",
+    data = mapping(data, "", optional=True)
+    check_keys(data, {"apiVersion", "kind", "profiles", "leaderElection", "clientConnection", "server",
                        "bindWorkers", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
                        "podMaxInUnschedulablePodsDuration", "metrics", "sources", "audit"}, "")
     if data.get("apiVersion", API_VERSIONS[0]) not in API_VERSIONS:
         raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
     if data.get("kind", KINDS[0]) not in KINDS:
         raise ConfigError("kind", f"must be one of {', '.join(KINDS)}, got {data.get('kind')!r}")
-    profiles_data = _list(data.get("profiles"), "profiles") or [{}]
+    profiles_data = sequence(data.get("profiles"), "profiles", optional=True) or [{}]
     profiles = tuple(_profile(p, i, catalog) for i, p in enumerate(profiles_data))
     names = [p.scheduler_name for p in profiles]
     for i, name in enumerate(names):
@@ -225,45 +197,44 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     if len({p.plugins["queueSort"] for p in profiles}) > 1:
         raise ConfigError("profiles", "all profiles must use the same queueSort plugin")
 
-    client = _mapping(data.get("clientConnection"), "clientConnection")
-    _known_keys(client, {"qps", "burst", "watchReadTimeout", "kubeconfig"}, "clientConnection")
+    client = mapping(data.get("clientConnection"), "clientConnection", optional=True)
+    check_keys(client, {"qps", "burst", "watchReadTimeout", "kubeconfig"}, "clientConnection")
     client_config = ClientConnectionConfig(
-        qps=_number(client.get("qps", 0), "clientConnection.qps", minimum=0),
-        burst=int(_number(client.get("burst", 0), "clientConnection.burst", minimum=0, integer=True)),
-        watch_read_timeout=parse_duration(client.get("watchReadTimeout", 60), "clientConnection.watchReadTimeout"),
+        qps=read_float(client, "qps", "clientConnection", 0, minimum=0),
+        burst=read_int(client, "burst", "clientConnection", 0, minimum=0),
+        watch_read_timeout=read_duration(client, "watchReadTimeout", "clientConnection", 60, positive=False),
     )
-    server = _mapping(data.get("server"), "server")
-    _known_keys(server, {"bindAddress", "port"}, "server")
+    server = mapping(data.get("server"), "server", optional=True)
+    check_keys(server, {"bindAddress", "port"}, "server")
     server_config = ServerConfig(
-        bind_address=_string(server.get("bindAddress", ServerConfig.bind_address), "server.bindAddress"),
-        port=int(_number(server.get("port", ServerConfig.port), "server.port", minimum=0, integer=True)),
+        bind_address=read_str(server, "bindAddress", "server", ServerConfig.bind_address, non_empty=True),
+        port=read_int(server, "port", "server", ServerConfig.port, minimum=0),
     )
-    initial = parse_duration(data.get("podInitialBackoffSeconds", 1), "podInitialBackoffSeconds")
-    maximum = parse_duration(data.get("podMaxBackoffSeconds", 10), "podMaxBackoffSeconds")
+    initial = read_duration(data, "podInitialBackoffSeconds", "", 1, positive=False)
+    maximum = read_duration(data, "podMaxBackoffSeconds", "", 10, positive=False)
     if maximum < initial:
         raise ConfigError("podMaxBackoffSeconds", "must be >= podInitialBackoffSeconds")
     contracts = {
-        str(name): parse_contract(_mapping(spec, f"metrics.{name}"), f"metrics.{name}")
-        for name, spec in _mapping(data.get("metrics"), "metrics").items()
+        name: parse_contract(spec, f"metrics.{name}")
+        for name, spec in mapping(data.get("metrics"), "metrics", optional=True).items()
     }
     sources: list[dict[str, Any]] = []
-    for i, spec in enumerate(_list(data.get("sources"), "sources")):
-        spec = _mapping(spec, f"sources[{i}]")
-        _string(spec.get("name"), f"sources[{i}].name")
-        _string(spec.get("type"), f"sources[{i}].type")
-        if spec["name"] in {s["name"] for s in sources}:
-            raise ConfigError(f"sources[{i}].name", f"duplicate source name {spec['name']!r}")
-        sources.append(dict(spec))
-    audit = _mapping(data.get("audit"), "audit")
-    _known_keys(audit, {"ringSize", "topCandidates", "annotatePods", "logDecisions"}, "audit")
-    for flag in ("annotatePods", "logDecisions"):
-        if not isinstance(audit.get(flag, True), bool):
-            raise ConfigError(f"audit.{flag}", f"must be true or false, got {audit[flag]!r}")
+    for i, spec in enumerate(sequence(data.get("sources"), "sources", optional=True)):
+        where = f"sources[{i}]"
+        spec = mapping(spec, where)
+        # Only what every source has; the rest is the source type's to validate (telemetry.registry).
+        name = read_str(spec, "name", where, non_empty=True)
+        read_str(spec, "type", where, non_empty=True)
+        if name in {s["name"] for s in sources}:
+            raise ConfigError(f"{where}.name", f"duplicate source name {name!r}")
+        sources.append(dict(spec, name=name))
+    audit = mapping(data.get("audit"), "audit", optional=True)
+    check_keys(audit, {"ringSize", "topCandidates", "annotatePods", "logDecisions"}, "audit")
     audit_config = AuditConfig(
-        ring_size=int(_number(audit.get("ringSize", 10_000), "audit.ringSize", minimum=1, integer=True)),
-        top_candidates=int(_number(audit.get("topCandidates", 5), "audit.topCandidates", minimum=1, integer=True)),
-        annotate_pods=audit.get("annotatePods", True),
-        log_decisions=audit.get("logDecisions", True),
+        ring_size=read_int(audit, "ringSize", "audit", 10_000, minimum=1),
+        top_candidates=read_int(audit, "topCandidates", "audit", 5, minimum=1),
+        annotate_pods=read_bool(audit, "annotatePods", "audit", True),
+        log_decisions=read_bool(audit, "logDecisions", "audit", True),
     )
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
     return SchedulerConfig(
@@ -271,11 +242,10 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         leader_election=_leader_election(data.get("leaderElection")),
         client_connection=client_config,
         server=server_config,
-        bind_workers=int(_number(data.get("bindWorkers", 16), "bindWorkers", minimum=1, integer=True)),
+        bind_workers=read_int(data, "bindWorkers", "", 16, minimum=1),
         pod_initial_backoff=initial,
         pod_max_backoff=maximum,
-        pod_max_in_unschedulable=parse_duration(data.get("podMaxInUnschedulablePodsDuration", 300),
-                                                "podMaxInUnschedulablePodsDuration"),
+        pod_max_in_unschedulable=read_duration(data, "podMaxInUnschedulablePodsDuration", "", 300, positive=False),
         audit=audit_config,
         metrics=contracts,
         sources=tuple(sources),

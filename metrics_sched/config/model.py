@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from metrics_sched.telemetry.contract import FreshnessContract
+from metrics_sched.config.contract import FreshnessContract
 
 DEFAULT_SCHEDULER_NAME = "metrics-sched"
-EXTENSION_POINT_NAMES = ("queueSort", "preFilter", "filter", "preScore", "score", "reserve", "bind", "postBind")
+EXTENSION_POINT_NAMES = (
+    "preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score", "reserve", "permit",
+    "preBind", "bind", "postBind",
+)
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,63 @@
-"""The plugin framework: extension-point interfaces, the registry and the per-profile runtime."""
+"""The plugin SDK: everything a plugin needs, from one import.
+
+    from metrics_sched.framework import FilterPlugin, Filtered, Handle, PodInfo, ...
+
+Interfaces are in `interfaces`, the cycle runner in `runtime`, typed cycle state in `cycle_state`,
+typed args in `args`, and the base for telemetry plugins in `metric_score`. A plugin package makes
+its plugins known through the `metrics_sched.plugins` entry-point group (see `registry`).
+"""
+
+from metrics_sched.config.errors import ArgsError
+from metrics_sched.framework.args import NoArgs, parse_args
+from metrics_sched.framework.cycle_state import BINDING_ANNOTATIONS, CycleState, StateData, StateKey
+from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, QueueingHint
+from metrics_sched.framework.handle import Handle, MetricReader, Services
+from metrics_sched.framework.interfaces import (
+    EXTENSION_POINTS,
+    BindOutcomeKind,
+    BindPlugin,
+    BindStatus,
+    Filtered,
+    FilterPlugin,
+    MetricAwarePlugin,
+    MetricEvidence,
+    PermitPlugin,
+    PermitVerdict,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScoreDetail,
+    ScorePlugin,
+    max_normalize,
+)
+from metrics_sched.framework.metric_score import (
+    Direction,
+    MetricRead,
+    MetricScorePlugin,
+    MetricTerm,
+    Normalization,
+    Scale,
+    read_metric,
+)
+from metrics_sched.framework.status import SUCCESS, Code, Status
+from metrics_sched.framework.waiting import WaitingPod, WaitingPods
+from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
+
+__all__ = [
+    "ALL_EVENTS", "BINDING_ANNOTATIONS", "EXTENSION_POINTS", "SUCCESS", "ArgsError", "BindOutcomeKind", "BindPlugin",
+    "BindStatus", "BoolArray", "ClusterEvent", "Code", "CycleState", "Direction", "EventHint", "FilterPlugin",
+    "Filtered", "FloatArray", "Handle", "IntArray", "MetricAwarePlugin", "MetricEvidence", "MetricRead",
+    "MetricReader", "MetricScorePlugin", "MetricTerm", "NoArgs", "NodeTable", "Normalization", "PermitPlugin",
+    "PermitVerdict", "Plugin", "PodInfo", "PostBindPlugin", "PostFilterPlugin", "PostFilterResult", "PreBindPlugin",
+    "PreEnqueuePlugin", "PreFilterPlugin", "PreScorePlugin", "QueueSortPlugin", "QueueingHint", "ReservePlugin",
+    "Scale", "ScoreDetail", "ScorePlugin", "Services", "StateData", "StateKey", "Status", "WaitingPod", "WaitingPods",
+    "max_normalize", "parse_args", "read_metric",
+]

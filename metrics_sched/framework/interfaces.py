@@ -1,58 +1,56 @@
 """Extension points, after the Kubernetes scheduling framework (pkg/scheduler/framework/interface.go).
 
-A plugin is a class with a `name`, constructed with its args and a Handle; it implements one or more
-extension-point interfaces. Filters work on the whole NodeTable at once and return a boolean mask;
-scores return a float vector over the feasible rows. `events` names the cluster events that may make
-a pod this plugin rejected schedulable again (the queue moves parked pods only on those).
+A plugin is a class with a `name` and a typed `Args` dataclass, constructed once per profile with its
+parsed args and the profile's Handle; it implements one or more extension-point interfaces. Filters
+work on the whole NodeTable at once and return a boolean mask; scores return a float vector over the
+feasible rows. `events_to_register()` names the cluster events (with optional queueing hints) that
+may make a pod this plugin rejected schedulable again; the queue moves parked pods only on those.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from metrics_sched.config.errors import ArgsError
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework.args import NoArgs, parse_args
+from metrics_sched.framework.cycle_state import CycleState
+from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint
+from metrics_sched.framework.status import Status
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 
+if TYPE_CHECKING:
+    from metrics_sched.framework.handle import Handle
 
-class ClusterEvent(enum.StrEnum):
-    NODE_ADDED = "NodeAdd"
-    NODE_ALLOCATABLE = "NodeAllocatableChange"
-    NODE_SCHEDULABLE = "NodeSchedulableChange"
-    NODE_LABELS = "NodeLabelChange"
-    NODE_TAINTS = "NodeTaintChange"
-    POD_DELETED = "AssignedPodDelete"
-    METRIC_CHANGED = "MetricChange"
-
-
-ALL_EVENTS = frozenset(ClusterEvent)
-
-
-class Code(enum.Enum):
-    SUCCESS = "Success"
-    UNSCHEDULABLE = "Unschedulable"
-    UNRESOLVABLE = "UnschedulableAndUnresolvable"
-    ERROR = "Error"
-    SKIP = "Skip"
-
-
-@dataclass(frozen=True)
-class Status:
-    code: Code = Code.SUCCESS
-    reason: str = ""
-    plugin: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.code in (Code.SUCCESS, Code.SKIP)
-
-
-SUCCESS = Status()
+__all__ = [
+    "EXTENSION_POINTS",
+    "BindOutcomeKind",
+    "BindPlugin",
+    "BindStatus",
+    "FilterPlugin",
+    "Filtered",
+    "MetricAwarePlugin",
+    "MetricEvidence",
+    "PermitPlugin",
+    "PermitVerdict",
+    "Plugin",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
+    "PreEnqueuePlugin",
+    "PreFilterPlugin",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "ReservePlugin",
+    "ScoreDetail",
+    "ScorePlugin",
+    "max_normalize",
+]
 
 
 @dataclass
@@ -61,47 +59,93 @@ class Filtered:
 
     `reasons` maps a human reason (as in FailedScheduling messages) to the rows it rejects; a row
     may fail for several reasons, the first reason listed wins when they are counted.
+    `unresolvable` marks reasons no retry can fix until the cluster changes (kube-scheduler's
+    UnschedulableAndUnresolvable: PostFilter does not try to preempt for them).
     """
 
     feasible: BoolArray
     reasons: dict[str, BoolArray] = field(default_factory=dict)
+    unresolvable: frozenset[str] = frozenset()
 
     @classmethod
     def single(cls, feasible: BoolArray, reason: str) -> Filtered:
         return cls(feasible, {reason: ~feasible})
 
+    @classmethod
+    def all(cls, table: NodeTable) -> Filtered:
+        return cls(np.ones(table.capacity, dtype=bool))
 
-class CycleState(dict[str, Any]):
-    """Scratch space of one scheduling cycle, shared by the plugins of that cycle."""
+
+@dataclass(frozen=True)
+class MetricEvidence:
+    """The raw telemetry behind a score term, per candidate row, for the decision record."""
+
+    metric: str
+    values: FloatArray  # the sample as measured (without the in-flight part), over the scored rows
+    in_flight: FloatArray | None  # what the in-flight ledger added, over the scored rows
+    observed_at: FloatArray  # unix seconds, NaN when no sample
+    sources: tuple[str, ...]
 
 
-class Handle(Protocol):
-    """What a plugin may read from the scheduler."""
+@dataclass(frozen=True)
+class ScoreDetail:
+    """A score with the evidence the audit shows; a plain FloatArray is a score without evidence."""
 
-    @property
-    def table(self) -> NodeTable: ...
+    scores: FloatArray
+    evidence: tuple[MetricEvidence, ...] = ()
 
-    def owner_counts(self, owner_key: str) -> IntArray: ...
 
-    def service(self, name: str) -> Any:
-        """A named collaborator registered at wiring time (e.g. the metric cache), or KeyError."""
-        ...
+@dataclass(frozen=True)
+class PostFilterResult:
+    """What PostFilter found: a node the pod may go to once something changes (e.g. victims leave)."""
+
+    nominated_node: str | None = None
+
+
+class PermitVerdict(enum.Enum):
+    ALLOW = "allow"
+    WAIT = "wait"
+    REJECT = "reject"
+
+
+class BindOutcomeKind(enum.StrEnum):
+    BOUND = "bound"
+    ALREADY_BOUND = "already_bound"  # our bind answered ambiguously; the re-read shows the pod on our node
+    BOUND_ELSEWHERE = "bound_elsewhere"  # another scheduler instance won a race
+    GONE = "gone"  # deleted, or re-created under the same name with another UID
+    NODE_GONE = "node_gone"
+    NOT_LEADER = "not_leader"
+    UNKNOWN = "unknown"  # neither the bind nor the re-read answered: keep the pod assumed, retry
+    REJECTED = "rejected"  # Permit rejected it (or timed out)
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class BindStatus(Status):
+    """A Bind plugin's status with what happened to the pod; a plain Status means BOUND or ERROR."""
+
+    outcome: BindOutcomeKind = BindOutcomeKind.BOUND
 
 
 class Plugin:
     name: ClassVar[str] = ""
+    Args: ClassVar[type[Any]] = NoArgs
     events: ClassVar[frozenset[ClusterEvent]] = ALL_EVENTS
+    args: Any
 
-    def __init__(self, args: Mapping[str, Any], handle: Handle) -> None:
-        self.check_args(args)
-        self.args = args
+    def __init__(self, args: Any, handle: Handle) -> None:
+        """`args` is this plugin's parsed Args (a raw mapping is parsed, for tests and scripts)."""
+        self.args = args if isinstance(args, self.Args) else self.parse_args(args)
         self.handle = handle
 
     @classmethod
-    def check_args(cls, args: Mapping[str, Any]) -> None:
-        """Raises ArgsError naming the offending field; plugins with args override this."""
-        for key in args:
-            raise ArgsError(str(key), f"{cls.name} takes no args")
+    def parse_args(cls, raw: Mapping[str, Any] | None) -> Any:
+        """Raises ArgsError naming the offending field (relative to the plugin's args)."""
+        return parse_args(cls.Args, raw)
+
+    def events_to_register(self) -> Sequence[EventHint]:
+        """Events that may make a pod this plugin rejected schedulable; override to add queueing hints."""
+        return [EventHint(event) for event in self.events]
 
 
 class MetricAwarePlugin(Plugin):
@@ -109,6 +153,13 @@ class MetricAwarePlugin(Plugin):
     may have become admissible (then the queue moves the pods it parked, at once)."""
 
     def metrics_changed(self, table: NodeTable) -> bool:
+        raise NotImplementedError
+
+
+class PreEnqueuePlugin(Plugin):
+    """Before a pod enters activeQ: anything but SUCCESS keeps it waiting (gated) until it changes."""
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
         raise NotImplementedError
 
 
@@ -127,15 +178,25 @@ class FilterPlugin(Plugin):
         raise NotImplementedError
 
 
+class PostFilterPlugin(Plugin):
+    """Runs when no node fits (e.g. preemption). `rejections` counts nodes per filter reason.
+    SUCCESS with a nominated node ends PostFilter; UNSCHEDULABLE lets the next plugin try."""
+
+    def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
+                    rejections: Mapping[str, int]) -> tuple[PostFilterResult, Status]:
+        raise NotImplementedError
+
+
 class PreScorePlugin(Plugin):
     def pre_score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> Status:
         raise NotImplementedError
 
 
 class ScorePlugin(Plugin):
-    """score() returns raw values over `rows`; normalize() maps them to 0-100 (NaN = no value)."""
+    """score() returns raw values over `rows` (or a ScoreDetail with evidence); normalize() maps them
+    to 0-100 (NaN = no value: the term drops out for that node and the others are re-weighted)."""
 
-    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
+    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | ScoreDetail:
         raise NotImplementedError
 
     def normalize(self, scores: FloatArray) -> FloatArray:
@@ -150,9 +211,23 @@ class ReservePlugin(Plugin):
         raise NotImplementedError
 
 
+class PermitPlugin(Plugin):
+    """ALLOW, REJECT (with a message), or WAIT up to `timeout` seconds for allow()/reject() on the
+    waiting pod (Handle.waiting_pods), called from any thread."""
+
+    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[PermitVerdict, str, float]:
+        """(verdict, message, timeout seconds for WAIT)."""
+        raise NotImplementedError
+
+
+class PreBindPlugin(Plugin):
+    def pre_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        raise NotImplementedError
+
+
 class BindPlugin(Plugin):
     def bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
-        """Status(SKIP) passes the pod to the next bind plugin."""
+        """SKIP passes the pod to the next bind plugin; a BindStatus tells what happened after an error."""
         raise NotImplementedError
 
 
@@ -162,12 +237,16 @@ class PostBindPlugin(Plugin):
 
 
 EXTENSION_POINTS: dict[str, type[Plugin]] = {
+    "preEnqueue": PreEnqueuePlugin,
     "queueSort": QueueSortPlugin,
     "preFilter": PreFilterPlugin,
     "filter": FilterPlugin,
+    "postFilter": PostFilterPlugin,
     "preScore": PreScorePlugin,
     "score": ScorePlugin,
     "reserve": ReservePlugin,
+    "permit": PermitPlugin,
+    "preBind": PreBindPlugin,
     "bind": BindPlugin,
     "postBind": PostBindPlugin,
 }
@@ -182,3 +261,5 @@ def max_normalize(scores: FloatArray, reverse: bool = False) -> FloatArray:
         return np.full_like(scores, 0.0 if not reverse else 100.0)
     normalized = scores * (100.0 / top)
     return 100.0 - normalized if reverse else normalized
+
+

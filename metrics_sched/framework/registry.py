@@ -5,7 +5,7 @@ A third-party package declares, in its pyproject.toml:
     [project.entry-points."metrics_sched.plugins"]
     MyPlugin = "my_package.my_module:MyPlugin"
 
-The class subclasses one or more extension-point interfaces of metrics_sched.framework.interfaces.
+The class subclasses one or more extension-point interfaces exported by metrics_sched.framework.
 """
 
 from __future__ import annotations
@@ -58,4 +58,4 @@ class Registry:
                 log.error("cannot load plugin entry point %s = %s: %s", ep.name, ep.value, exc)
 
     def catalog(self) -> dict[str, PluginSpec]:
-        return {name: PluginSpec(points_of(cls), cls.check_args) for name, cls in self.plugins.items()}
+        return {name: PluginSpec(points_of(cls), cls.parse_args) for name, cls in self.plugins.items()}

@@ -1,4 +1,12 @@
-"""Framework: one profile's plugins, run over the whole node table for one pod at a time.
+"""Framework: one profile's plugins and the whole cycle of a pod, in kube-scheduler's order.
+
+Scheduling cycle (the scheduling thread, one pod at a time):
+    PreFilter → Filter → [PostFilter when nothing fits] → PreScore → Score → NormalizeScore → weights
+    → assume → Reserve → Permit (allow / reject / wait)
+Binding cycle (a bind worker; for a waiting pod, only once every Permit plugin allowed it):
+    PreBind → Bind → PostBind
+Any failure after assume runs Unreserve in reverse order and un-assumes the pod (`unwind`), except an
+ambiguous bind (outcome unknown), which keeps the pod assumed so it is never overcommitted.
 
 Filters narrow a boolean mask over all rows (counting, per reason, the nodes each one rejected
 among those still feasible, which gives kube-scheduler's "0/N nodes are available: ..." message);
@@ -8,33 +16,52 @@ no value for a node (NaN) drops out and the others are re-weighted for that node
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from metrics_sched.config.model import ProfileConfig
+from metrics_sched.framework.cycle_state import CycleState
+from metrics_sched.framework.events import EventHint
+from metrics_sched.framework.handle import Handle, Services
 from metrics_sched.framework.interfaces import (
+    BindOutcomeKind,
     BindPlugin,
-    Code,
-    CycleState,
+    BindStatus,
+    Filtered,
     FilterPlugin,
-    Handle,
+    MetricAwarePlugin,
+    MetricEvidence,
+    PermitPlugin,
+    PermitVerdict,
     Plugin,
     PostBindPlugin,
+    PostFilterPlugin,
+    PreBindPlugin,
+    PreEnqueuePlugin,
     PreFilterPlugin,
     PreScorePlugin,
     QueueSortPlugin,
     ReservePlugin,
+    ScoreDetail,
     ScorePlugin,
-    Status,
 )
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework.scoring import nan_weighted_mean
+from metrics_sched.framework.status import SUCCESS, Code, Status
+from metrics_sched.framework.waiting import WaitingPod
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+
+__all__ = ["CycleResult", "Framework", "ScoreTerm"]
+
+log = logging.getLogger(__name__)
+P = TypeVar("P", bound=Plugin)
 
 
 @dataclass
@@ -43,10 +70,13 @@ class ScoreTerm:
     weight: int
     raw: FloatArray  # over the feasible rows
     normalized: FloatArray
+    evidence: tuple[MetricEvidence, ...] = ()
 
 
 @dataclass
 class CycleResult:
+    """Everything one attempt produced; the audit reads these typed fields, never the plugins' state."""
+
     pod: PodInfo
     profile: str
     node: str | None = None
@@ -60,6 +90,11 @@ class CycleResult:
     nodes_total: int = 0
     timings: list[tuple[str, str, float, str]] = field(default_factory=list)  # plugin, point, seconds, status
     cycle: CycleState = field(default_factory=CycleState)
+    nominated_node: str | None = None  # from PostFilter
+    assumed: bool = False
+    # Set by the audit before the bind: the Scheduled event's text and the annotations the Binding carries.
+    summary: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def scheduled(self) -> bool:
@@ -68,11 +103,9 @@ class CycleResult:
     def release_arrays(self) -> None:
         """Drops the per-node arrays once the decision record holds what the audit needs: a result waiting
         for its bind must not keep megabytes of scores alive."""
-        empty = np.zeros(0)
         self.terms = []
-        self.total = empty
+        self.total = np.zeros(0)
         self.feasible_rows = np.zeros(0, dtype=np.int64)
-        self.cycle.pop("raw_metrics", None)
 
     def message(self) -> str:
         """kube-scheduler's FailedScheduling message shape."""
@@ -85,39 +118,86 @@ class CycleResult:
 
 
 class Framework:
-    def __init__(self, profile: ProfileConfig, plugins: Mapping[str, type[Plugin]], handle: Handle) -> None:
+    def __init__(self, profile: ProfileConfig, plugins: Mapping[str, type[Plugin]], services: Services) -> None:
         self.profile = profile
         self.name = profile.scheduler_name
+        self.handle = Handle.of(services)
+        self.handle.filters = self
+        self.cluster = services.cluster
         self.instances: dict[str, Plugin] = {}
         for point in profile.plugins:
             for ref in profile.enabled(point):
                 if ref.name not in self.instances:
-                    self.instances[ref.name] = plugins[ref.name](profile.plugin_args.get(ref.name, {}), handle)
+                    cls = plugins[ref.name]
+                    self.instances[ref.name] = cls(cls.parse_args(profile.plugin_args.get(ref.name)), self.handle)
 
-        def get(point: str) -> list[Any]:
-            return [self.instances[ref.name] for ref in profile.enabled(point)]
-
-        self.queue_sort: QueueSortPlugin = get("queueSort")[0]
-        self.pre_filters: list[PreFilterPlugin] = get("preFilter")
-        self.filters: list[FilterPlugin] = get("filter")
-        self.pre_scores: list[PreScorePlugin] = get("preScore")
+        self.pre_enqueues = self._at("preEnqueue", PreEnqueuePlugin)
+        sorts = self._at("queueSort", QueueSortPlugin)
+        if len(sorts) != 1:
+            raise ValueError(f"profile {self.name}: exactly one queueSort plugin must be enabled, got {len(sorts)}")
+        self.queue_sort = sorts[0]
+        self.pre_filters = self._at("preFilter", PreFilterPlugin)
+        self.filters = self._at("filter", FilterPlugin)
+        self.post_filters = self._at("postFilter", PostFilterPlugin)
+        self.pre_scores = self._at("preScore", PreScorePlugin)
         self.scores: list[tuple[ScorePlugin, int]] = [
-            (self.instances[ref.name], ref.weight) for ref in profile.enabled("score")  # type: ignore[misc]
-        ]
-        self.reserves: list[ReservePlugin] = get("reserve")
-        self.binders: list[BindPlugin] = get("bind")
-        self.post_binds: list[PostBindPlugin] = get("postBind")
+            (self._typed(ref.name, ScorePlugin), ref.weight) for ref in profile.enabled("score")]
+        self.reserves = self._at("reserve", ReservePlugin)
+        self.permits = self._at("permit", PermitPlugin)
+        self.pre_binds = self._at("preBind", PreBindPlugin)
+        self.binders = self._at("bind", BindPlugin)
+        self.post_binds = self._at("postBind", PostBindPlugin)
+        self.metric_aware = [p for p in self.filters if isinstance(p, MetricAwarePlugin)]
         self.random = random.Random()
 
-    def events_of(self, plugin_names: set[str]) -> set[Any]:
-        events: set[Any] = set()
+    def _typed(self, name: str, interface: type[P]) -> P:
+        plugin = self.instances[name]
+        if not isinstance(plugin, interface):
+            raise TypeError(f"plugin {name} does not implement {interface.__name__}")
+        return plugin
+
+    def _at(self, point: str, interface: type[P]) -> list[P]:
+        return [self._typed(ref.name, interface) for ref in self.profile.enabled(point)]
+
+    # -- queueing --------------------------------------------------------------------------------
+    def events_of(self, plugin_names: set[str]) -> list[EventHint]:
+        hints: list[EventHint] = []
         for name in plugin_names:
             plugin = self.instances.get(name)
             if plugin is not None:
-                events |= plugin.events
-        return events
+                hints.extend(plugin.events_to_register())
+        return hints
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        for plugin in self.pre_enqueues:
+            status = plugin.pre_enqueue(pod)
+            if not status.ok:
+                return status.by(plugin.name)
+        return SUCCESS
+
+    def metrics_changed(self, table: NodeTable) -> bool:
+        """After a telemetry refresh: True if a metric filter may admit a node now."""
+        admitted = False
+        for plugin in self.metric_aware:
+            admitted = plugin.metrics_changed(table) or admitted  # every plugin sees the refresh
+        return admitted
+
+    # -- scheduling cycle ------------------------------------------------------------------------
+    def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        """All filters, for PostFilter's what-if runs (no timings, no early exit bookkeeping)."""
+        feasible = table.present[: table.capacity].copy()
+        reasons: dict[str, Any] = {}
+        for plugin in self.filters:
+            verdict = plugin.filter(cycle, pod, table)
+            for reason, rows in verdict.reasons.items():
+                reasons[reason] = rows & feasible
+            feasible = feasible & verdict.feasible
+            if not feasible.any():
+                break
+        return Filtered(feasible, reasons)
 
     def schedule(self, pod: PodInfo, table: NodeTable) -> CycleResult:
+        """PreFilter → Filter → (PostFilter) → PreScore → Score: picks a node, changes nothing."""
         result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
         cycle = result.cycle
         clock = time.perf_counter
@@ -126,7 +206,7 @@ class Framework:
             status = pre_filter.pre_filter(cycle, pod)
             result.timings.append((pre_filter.name, "PreFilter", clock() - started, status.code.value))
             if not status.ok:
-                result.status = Status(status.code, status.reason, pre_filter.name)
+                result.status = status.by(pre_filter.name)
                 result.rejected_by.add(pre_filter.name)
                 return result
 
@@ -153,30 +233,175 @@ class Framework:
         if rows.size == 0:
             result.status = Status(Code.UNSCHEDULABLE, "no node fits" if not result.rejections else "",
                                    ",".join(sorted(result.rejected_by)))
+            self._post_filter(result, table)
             return result
 
         for pre in self.pre_scores:
             started = clock()
             status = pre.pre_score(cycle, pod, table, rows)
             result.timings.append((pre.name, "PreScore", clock() - started, status.code.value))
+            if not status.ok:
+                result.status = status.by(pre.name)
+                return result
 
-        total = np.zeros(rows.size, dtype=np.float64)
-        weight_sum = np.zeros(rows.size, dtype=np.float64)
+        parts: list[FloatArray] = []
+        weights: list[float] = []
         for scorer, weight in self.scores:
             started = clock()
-            raw = np.asarray(scorer.score(cycle, pod, table, rows), dtype=np.float64)
+            scored = scorer.score(cycle, pod, table, rows)
+            detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
+            raw = np.asarray(detail.scores, dtype=np.float64)
             normalized = np.asarray(scorer.normalize(raw), dtype=np.float64)
             normalized = np.where(np.isfinite(normalized), np.clip(normalized, 0.0, 100.0), np.nan)
-            result.terms.append(ScoreTerm(scorer.name, weight, raw, normalized))
-            present = ~np.isnan(normalized)
-            total += np.where(present, normalized * weight, 0.0)
-            weight_sum += present * weight
+            result.terms.append(ScoreTerm(scorer.name, weight, raw, normalized, detail.evidence))
+            parts.append(normalized)
+            weights.append(weight)
             result.timings.append((scorer.name, "Score", clock() - started, "Success"))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            total = np.where(weight_sum > 0, total / weight_sum, 0.0)
+        total = nan_weighted_mean(parts, weights, rows.size, empty=0.0)
         result.total = total
         best = np.flatnonzero(total == total.max())
         pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
         result.row = int(rows[pick])
         result.node = table.name(result.row)
         return result
+
+    def _post_filter(self, result: CycleResult, table: NodeTable) -> None:
+        for plugin in self.post_filters:
+            started = time.perf_counter()
+            found, status = plugin.post_filter(result.cycle, result.pod, table, result.rejections)
+            result.timings.append((plugin.name, "PostFilter", time.perf_counter() - started, status.code.value))
+            if status.code == Code.SUCCESS:
+                result.nominated_node = found.nominated_node
+                return
+            if status.code not in (Code.UNSCHEDULABLE, Code.SKIP):
+                result.status = status.by(plugin.name)
+                return
+
+    def run_scheduling_cycle(self, pod: PodInfo,
+                             on_permit: Callable[[CycleResult, Status], None]) -> CycleResult | None:
+        """Schedule, assume, Reserve, Permit. result.status tells the scheduler what to do next:
+        SUCCESS bind now; WAIT held at Permit (`on_permit` is called once the waiting ends); a
+        rejection or error: the pod was un-assumed. None: the pod is already placed (the watch lags)."""
+        with self.cluster.lock:
+            if self.cluster.is_placed(pod.uid):
+                return None
+            result = self.schedule(pod, self.cluster.table)
+            if result.node is None:
+                return result
+            self.cluster.assume(pod, result.node)
+            result.assumed = True
+        status = self._reserve(result)
+        if status.ok:
+            status = self._permit(result, on_permit)
+        result.status = status
+        return result
+
+    def _call(self, result: CycleResult, plugin: Plugin, point: str, call: Callable[[CycleState, PodInfo, str], Status],
+              node: str) -> Status:
+        started = time.perf_counter()
+        try:
+            status = call(result.cycle, result.pod, node)
+        except Exception as exc:
+            log.exception("%s %s failed for %s", point, plugin.name, result.pod.key)
+            status = Status.error(repr(exc))
+        result.timings.append((plugin.name, point, time.perf_counter() - started, status.code.value))
+        return status.by(plugin.name)
+
+    def _reserve(self, result: CycleResult) -> Status:
+        node = result.node
+        assert node is not None
+        for plugin in self.reserves:
+            status = self._call(result, plugin, "Reserve", plugin.reserve, node)
+            if not status.ok:
+                self.unwind(result)
+                return status
+        return SUCCESS
+
+    def _permit(self, result: CycleResult, on_permit: Callable[[CycleResult, Status], None]) -> Status:
+        node = result.node
+        assert node is not None
+        timeouts: dict[str, float] = {}
+        for plugin in self.permits:
+            started = time.perf_counter()
+            try:
+                verdict, message, timeout = plugin.permit(result.cycle, result.pod, node)
+            except Exception as exc:
+                log.exception("Permit %s failed for %s", plugin.name, result.pod.key)
+                verdict, message, timeout = PermitVerdict.REJECT, repr(exc), 0.0
+                result.timings.append((plugin.name, "Permit", time.perf_counter() - started, Code.ERROR.value))
+                self.unwind(result)
+                return Status.error(message, plugin.name)
+            result.timings.append((plugin.name, "Permit", time.perf_counter() - started, verdict.value))
+            if verdict == PermitVerdict.REJECT:
+                self.unwind(result)
+                return Status(Code.UNSCHEDULABLE, message, plugin.name)
+            if verdict == PermitVerdict.WAIT:
+                timeouts[plugin.name] = max(0.0, timeout)
+        if not timeouts:
+            return SUCCESS
+
+        def resolved(status: Status) -> None:
+            self.handle.waiting_pods.remove(result.pod.uid)
+            if not status.ok:
+                self.unwind(result)
+            on_permit(result, status)
+
+        self.handle.waiting_pods.add(WaitingPod(result.pod, node, timeouts, resolved))
+        return Status(Code.WAIT, f"waiting at Permit for {', '.join(sorted(timeouts))}", ",".join(sorted(timeouts)))
+
+    def unwind(self, result: CycleResult) -> None:
+        """Unreserve and un-assume the pod. As in kube-scheduler, every Reserve plugin's Unreserve runs, in
+        reverse order, whether or not its Reserve ran or failed (Unreserve must be idempotent)."""
+        node = result.node
+        if node is not None:
+            for plugin in reversed(self.reserves):
+                try:
+                    plugin.unreserve(result.cycle, result.pod, node)
+                except Exception:
+                    log.exception("unreserve of %s failed", plugin.name)
+        if result.assumed:
+            self.cluster.forget(result.pod.uid)
+            result.assumed = False
+
+    # -- binding cycle ---------------------------------------------------------------------------
+    def run_binding_cycle(self, result: CycleResult) -> BindStatus:
+        """PreBind → Bind → PostBind. On failure the pod is unwound, except when the bind's outcome is
+        unknown (PENDING): it stays assumed and the same binding cycle is run again later."""
+        node = result.node
+        assert node is not None
+        pod, cycle = result.pod, result.cycle
+        for plugin in self.pre_binds:
+            status = self._call(result, plugin, "PreBind", plugin.pre_bind, node)
+            if not status.ok:
+                self.unwind(result)
+                return BindStatus(status.code, status.reason, status.plugin, BindOutcomeKind.ERROR)
+        bound: BindStatus | None = None
+        for binder in self.binders:
+            status = self._call(result, binder, "Bind", binder.bind, node)
+            if status.code == Code.SKIP:
+                continue
+            bound = _as_bind_status(status)
+            break
+        if bound is None:
+            bound = BindStatus(Code.ERROR, "no bind plugin bound the pod (all skipped)", "", BindOutcomeKind.ERROR)
+        if bound.code == Code.PENDING:
+            return bound
+        if bound.code != Code.SUCCESS:
+            self.unwind(result)
+            return bound
+        for post in self.post_binds:
+            try:
+                post.post_bind(cycle, pod, node)
+            except Exception:
+                log.exception("postBind %s failed", post.name)
+        return bound
+
+    def plugins(self) -> Sequence[Plugin]:
+        return list(self.instances.values())
+
+
+def _as_bind_status(status: Status) -> BindStatus:
+    if isinstance(status, BindStatus):
+        return status
+    outcome = BindOutcomeKind.BOUND if status.code == Code.SUCCESS else BindOutcomeKind.ERROR
+    return BindStatus(status.code, status.reason, status.plugin, outcome)

@@ -28,6 +28,11 @@ ATTEMPTS_BUCKETS = (1, 2, 4, 8, 16)
 PLUGIN_SAMPLE_RATE = 0.1
 CLUSTER_METRICS = ("gpu_temperature", "node_hourly_cost", "node_cpu_utilisation")
 QUANTILES = ("0.1", "0.5", "0.9", "1")
+# One bucket layout for every metric's unit: fine steps for ratios (0-1), $/h (0.25-64) and °C (20-100).
+DECISION_VALUE_BUCKETS = tuple(sorted({
+    *(i / 10 for i in range(11)), 0.25, 0.5, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
+    *range(20, 101, 5), 150, 250, 500, 1000, 10_000,
+}))
 
 
 class SchedulerMetrics:
@@ -59,15 +64,11 @@ class SchedulerMetrics:
         self.unschedulable = Counter("metrics_sched_unschedulable_reasons",
                                      "Unschedulable attempts, by a filter reason that rejected nodes.", ["reason"],
                                      registry=r)
-        self.decision_temperature = Histogram(
-            "metrics_sched_decision_gpu_temperature_celsius", "Hottest GPU of the chosen node at decision time.",
-            buckets=tuple(range(20, 101, 5)), registry=r)
-        self.decision_cost = Histogram(
-            "metrics_sched_decision_node_hourly_cost", "Hourly cost of the chosen node at decision time ($/h).",
-            buckets=(0.25, 0.5, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64), registry=r)
-        self.decision_load = Histogram(
-            "metrics_sched_decision_node_load_ratio", "CPU utilisation (0-1) of the chosen node at decision time.",
-            buckets=tuple(i / 10 for i in range(11)), registry=r)
+        # Labelled by metric name, so a new telemetry plugin's metric shows here (and on the dashboards) by itself.
+        self.decision_value = Histogram(
+            "metrics_sched_decision_metric_value",
+            "Value of each metric a score term used, on the chosen node at decision time (the metric's own unit).",
+            ["metric"], buckets=DECISION_VALUE_BUCKETS, registry=r)
         self.decision_score = Histogram("metrics_sched_decision_score", "Total score (0-100) of the chosen node.",
                                         buckets=tuple(range(0, 101, 10)), registry=r)
         self.decision_margin = Histogram(
@@ -105,14 +106,8 @@ class SchedulerMetrics:
                 self.decision_margin.observe(record.margin)
             for term in winner.terms:
                 for raw in term.metrics:
-                    if raw.value is None:
-                        continue
-                    if raw.metric == "gpu_temperature":
-                        self.decision_temperature.observe(raw.value)
-                    elif raw.metric in ("node_hourly_cost", "hourly_cost"):
-                        self.decision_cost.observe(raw.value)
-                    elif raw.metric == "node_cpu_utilisation":
-                        self.decision_load.observe(raw.value)
+                    if raw.value is not None:
+                        self.decision_value.labels(raw.metric).observe(raw.value)
 
     def on_bind(self, record: DecisionRecord, outcome: BindOutcome) -> None:
         self.bind_results.labels(outcome.result).inc()

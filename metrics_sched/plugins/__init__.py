@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from metrics_sched.framework.interfaces import Plugin
+from metrics_sched.framework import Plugin
 from metrics_sched.plugins.cost import Cost
 from metrics_sched.plugins.custom_metric import CustomMetric
 from metrics_sched.plugins.default_binder import DefaultBinder

@@ -7,76 +7,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-import numpy as np
-
-from metrics_sched.config.errors import ArgsError
-from metrics_sched.framework.interfaces import (
-    ClusterEvent,
-    CycleState,
-    Filtered,
-    FilterPlugin,
-    MetricAwarePlugin,
-    ScorePlugin,
-)
-from metrics_sched.plugins.metric_terms import (
-    Normalization,
-    apply_missing,
-    denies_missing,
-    deny_missing_mask,
-    normalize,
-    parse_normalization,
-    read_metric,
-    stash_raw,
-)
-from metrics_sched.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+from metrics_sched.framework import ArgsError, Handle, MetricScorePlugin, MetricTerm, Normalization, Scale
 
 
-class Cost(FilterPlugin, ScorePlugin, MetricAwarePlugin):
+class Cost(MetricScorePlugin):
     name = "Cost"
-    events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.METRIC_CHANGED})
 
-    def __init__(self, args: Mapping[str, Any], handle: Any) -> None:
+    @dataclass(frozen=True)
+    class Args:
+        metric: str = "node_hourly_cost"
+        per_resource: str | None = None
+        normalization: Normalization = field(default_factory=Normalization)
+
+        def validate(self) -> None:
+            try:
+                self.normalization.scale(Scale())
+            except ArgsError as exc:
+                raise ArgsError(f"normalization.{exc.field}", exc.message) from None
+
+    args: Args
+
+    def __init__(self, args: Args, handle: Handle) -> None:
         super().__init__(args, handle)
-        self.metric: str = args.get("metric", "node_hourly_cost")
-        self.per_resource: str | None = args.get("perResource")
-        self.normalization = parse_normalization(args.get("normalization"), "normalization", Normalization())
-        handle.service("metrics")
+        # A price is what it is: the in-flight ledger estimates load, not cost.
+        self._terms = (MetricTerm(self.args.metric, "lower", self.args.normalization.scale(Scale()),
+                                  per_resource=self.args.per_resource, ledger=False),)
 
-    @classmethod
-    def check_args(cls, args: Mapping[str, Any]) -> None:
-        for key in args:
-            if key not in ("metric", "perResource", "normalization"):
-                raise ArgsError(key, "unknown field (expected metric, perResource, normalization)")
-        for key in ("metric", "perResource"):
-            if key in args and not isinstance(args[key], str):
-                raise ArgsError(key, "must be a string")
-        parse_normalization(args.get("normalization"), "normalization", Normalization())
-
-    def metrics_changed(self, table: NodeTable) -> bool:
-        # Thresholds (or a deny-on-missing contract) can admit a node after a refresh: let parked pods retry.
-        return denies_missing(self.handle, [self.metric])
-
-    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
-        deny = deny_missing_mask(read_metric(self.handle, self.metric, table, with_ledger=False))
-        if deny is None:
-            return Filtered(np.ones(table.capacity, dtype=bool))
-        return Filtered.single(~deny, f"node(s) had no fresh {self.metric}")
-
-    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
-        read = read_metric(self.handle, self.metric, table, with_ledger=False)
-        stash_raw(cycle, self.name, self.metric, read, rows)
-        price = read.values[rows]
-        if self.per_resource:
-            col = table.resource_index.get(self.per_resource)
-            units = table.allocatable[rows, col].astype(np.float64) if col is not None else np.zeros(rows.size)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                price = np.where(units > 0, price / units, np.nan)
-        scores = normalize(price, "lower", self.normalization)
-        return apply_missing(scores, read.missing[rows], read.column.contract.on_missing)
-
-    def normalize(self, scores: FloatArray) -> FloatArray:
-        return scores
+    def terms(self) -> Sequence[MetricTerm]:
+        return self._terms

@@ -10,48 +10,42 @@ until a sample measured after the placement covers it (see metrics_sched.telemet
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
 
-from metrics_sched.config.errors import ArgsError
-from metrics_sched.framework.interfaces import SUCCESS, CycleState, ReservePlugin, Status
-from metrics_sched.plugins.metric_terms import number
-from metrics_sched.podinfo import PodInfo
-from metrics_sched.telemetry.ledger import InFlightLedgerStore
+from metrics_sched.framework import SUCCESS, CycleState, Handle, ReservePlugin, Status
+from metrics_sched.model.podinfo import PodInfo
 
-DEFAULT_ESTIMATES: dict[str, tuple[str, float]] = {
-    "node_cpu_utilisation": ("cpu", 1.0),
-    "node_load_per_cpu": ("cpu", 1.0),
-    "gpu_utilisation": ("nvidia.com/gpu", 100.0),
-    "gpu_temperature": ("nvidia.com/gpu", 15.0),
+
+@dataclass(frozen=True)
+class Estimate:
+    """The metric grows by factor * (pod's request of `from` / node's allocatable of it)."""
+
+    resource: str = field(metadata={"key": "from"})
+    factor: float = 1.0
+
+
+DEFAULT_ESTIMATES: dict[str, Estimate] = {
+    "node_cpu_utilisation": Estimate("cpu", 1.0),
+    "node_load_per_cpu": Estimate("cpu", 1.0),
+    "gpu_utilisation": Estimate("nvidia.com/gpu", 100.0),
+    "gpu_temperature": Estimate("nvidia.com/gpu", 15.0),
 }
 
 
 class InFlightLedger(ReservePlugin):
     name = "InFlightLedger"
 
-    def __init__(self, args: Mapping[str, Any], handle: Any) -> None:
-        super().__init__(args, handle)
-        raw = args.get("estimates")
-        self.estimates = DEFAULT_ESTIMATES if raw is None else {
-            metric: (spec["from"], float(spec.get("factor", 1.0))) for metric, spec in raw.items()}
-        self.store: InFlightLedgerStore = handle.service("ledger")
-        self._reserved = 0
+    @dataclass(frozen=True)
+    class Args:
+        estimates: dict[str, Estimate] = field(default_factory=lambda: dict(DEFAULT_ESTIMATES))
 
-    @classmethod
-    def check_args(cls, args: Mapping[str, Any]) -> None:
-        for key in args:
-            if key != "estimates":
-                raise ArgsError(key, "unknown field (expected estimates)")
-        raw = args.get("estimates")
-        if raw is None:
-            return
-        if not isinstance(raw, Mapping):
-            raise ArgsError("estimates", "must map metric names to {from: resource, factor: number}")
-        for metric, spec in raw.items():
-            if not isinstance(spec, Mapping) or not isinstance(spec.get("from"), str):
-                raise ArgsError(f"estimates.{metric}.from", "must name a resource (cpu, memory, nvidia.com/gpu...)")
-            number(spec.get("factor", 1.0), f"estimates.{metric}.factor")
+    args: Args
+
+    def __init__(self, args: Args, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self.estimates = {metric: (e.resource, e.factor) for metric, e in self.args.estimates.items()}
+        self.store = handle.ledger
+        self._reserved = 0
 
     def reserve(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
         table = self.handle.table

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from metrics_sched.framework.interfaces import (
+from metrics_sched.framework import (
     ClusterEvent,
     CycleState,
     Filtered,
     FilterPlugin,
+    Handle,
+    NoArgs,
     ScorePlugin,
     max_normalize,
 )
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.plugins.node_selector import selector_mask, term_mask
-from metrics_sched.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 
 _CACHE_SIZE = 256
@@ -32,7 +33,7 @@ class NodeAffinity(FilterPlugin, ScorePlugin):
     name = "NodeAffinity"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
 
-    def __init__(self, args: Mapping[str, Any], handle: Any) -> None:
+    def __init__(self, args: NoArgs, handle: Handle) -> None:
         super().__init__(args, handle)
         self._masks: OrderedDict[tuple[str, int, int], BoolArray] = OrderedDict()
 

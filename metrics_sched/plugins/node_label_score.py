@@ -8,14 +8,12 @@ A node's score is the mean over the configured keys, so it is already on the 0-1
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-from metrics_sched.config.errors import ArgsError
-from metrics_sched.framework.interfaces import ClusterEvent, CycleState, ScorePlugin
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework import ArgsError, ClusterEvent, CycleState, Handle, ScorePlugin
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 
@@ -23,27 +21,26 @@ class NodeLabelScore(ScorePlugin):
     name = "NodeLabelScore"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
 
-    def __init__(self, args: Mapping[str, Any], handle: Any) -> None:
-        super().__init__(args, handle)
-        self.weights: dict[str, dict[str, float]] = {
-            key: {value: float(w) for value, w in values.items()} for key, values in args["labelWeights"].items()
-        }
-        self._cache: tuple[int, int, FloatArray] | None = None
+    @dataclass(frozen=True)
+    class Args:
+        label_weights: dict[str, dict[str, float]]
 
-    @classmethod
-    def check_args(cls, args: Mapping[str, Any]) -> None:
-        for key in args:
-            if key != "labelWeights":
-                raise ArgsError(key, "unknown field (expected labelWeights)")
-        weights = args.get("labelWeights")
-        if not isinstance(weights, Mapping) or not weights:
-            raise ArgsError("labelWeights", "must map label keys to {value: weight 0-100}")
-        for key, values in weights.items():
-            if not isinstance(values, Mapping) or not values:
-                raise ArgsError(f"labelWeights.{key}", "must map label values to a weight 0-100")
-            for value, weight in values.items():
-                if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 100:
-                    raise ArgsError(f"labelWeights.{key}.{value}", f"must be a number 0-100, got {weight!r}")
+        def validate(self) -> None:
+            if not self.label_weights:
+                raise ArgsError("labelWeights", "must map label keys to {value: weight 0-100}")
+            for key, values in self.label_weights.items():
+                if not values:
+                    raise ArgsError(f"labelWeights.{key}", "must map label values to a weight 0-100")
+                for value, weight in values.items():
+                    if not 0 <= weight <= 100:
+                        raise ArgsError(f"labelWeights.{key}.{value}", f"must be a number 0-100, got {weight!r}")
+
+    args: Args
+
+    def __init__(self, args: Args, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self.weights = self.args.label_weights
+        self._cache: tuple[int, int, FloatArray] | None = None
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         if self._cache is None or self._cache[:2] != (table.labels_generation, table.capacity):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from metrics_sched.framework.interfaces import ClusterEvent, CycleState, Filtered, FilterPlugin
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import NodeTable
 
 

@@ -6,8 +6,8 @@ that may run without that controller (or ahead of it) checks the condition itsel
 
 from __future__ import annotations
 
-from metrics_sched.framework.interfaces import ClusterEvent, CycleState, Filtered, FilterPlugin
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import NodeTable
 
 

@@ -7,75 +7,72 @@ Scores use kube-scheduler's non-zero view of cpu and memory (a container without
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from metrics_sched.config.errors import ArgsError
-from metrics_sched.framework.interfaces import (
+from metrics_sched.framework import (
     SUCCESS,
+    ArgsError,
     ClusterEvent,
     CycleState,
     Filtered,
     FilterPlugin,
+    Handle,
     PreFilterPlugin,
     ScorePlugin,
+    StateKey,
     Status,
 )
-from metrics_sched.podinfo import PodInfo
-from metrics_sched.resources import CPU, MEMORY, PODS
+from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.model.resources import CPU, MEMORY, PODS
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
-STRATEGIES = ("LeastAllocated", "MostAllocated")
-_STATE_KEY = "NodeResourcesFit/requests"
+_REQUESTS = StateKey[IntArray]("NodeResourcesFit/requests")
+
+
+@dataclass(frozen=True)
+class ResourceWeight:
+    name: str
+    weight: int = 1
+
+    def validate(self) -> None:
+        if not 1 <= self.weight <= 100:
+            raise ArgsError("weight", f"must be an integer 1-100, got {self.weight!r}")
+
+
+@dataclass(frozen=True)
+class ScoringStrategy:
+    type: Literal["LeastAllocated", "MostAllocated"] = "LeastAllocated"
+    resources: tuple[ResourceWeight, ...] = (ResourceWeight(CPU), ResourceWeight(MEMORY))
 
 
 class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
     name = "NodeResourcesFit"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_ALLOCATABLE, ClusterEvent.POD_DELETED})
 
-    def __init__(self, args: Mapping[str, Any], handle: Any) -> None:
-        super().__init__(args, handle)
-        strategy = args.get("scoringStrategy") or {}
-        self.strategy: str = strategy.get("type", "LeastAllocated")
-        resources = strategy.get("resources") or [{"name": CPU, "weight": 1}, {"name": MEMORY, "weight": 1}]
-        self.score_resources: list[tuple[str, int]] = [(r["name"], int(r.get("weight", 1))) for r in resources]
+    @dataclass(frozen=True)
+    class Args:
+        scoring_strategy: ScoringStrategy = ScoringStrategy()
 
-    @classmethod
-    def check_args(cls, args: Mapping[str, Any]) -> None:
-        for key in args:
-            if key != "scoringStrategy":
-                raise ArgsError(key, "unknown field (expected scoringStrategy)")
-        strategy = args.get("scoringStrategy") or {}
-        if not isinstance(strategy, Mapping):
-            raise ArgsError("scoringStrategy", "must be a mapping")
-        for key in strategy:
-            if key not in ("type", "resources"):
-                raise ArgsError(f"scoringStrategy.{key}", "unknown field (expected type, resources)")
-        if strategy.get("type", "LeastAllocated") not in STRATEGIES:
-            raise ArgsError("scoringStrategy.type", f"must be one of {', '.join(STRATEGIES)}, "
-                                                    f"got {strategy.get('type')!r}")
-        resources = strategy.get("resources", [])
-        if not isinstance(resources, list):
-            raise ArgsError("scoringStrategy.resources", "must be a list of {name, weight}")
-        for i, item in enumerate(resources):
-            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
-                raise ArgsError(f"scoringStrategy.resources[{i}].name", "must be a resource name")
-            weight = item.get("weight", 1)
-            if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
-                raise ArgsError(f"scoringStrategy.resources[{i}].weight", f"must be an integer 1-100, got {weight!r}")
+    args: Args
+
+    def __init__(self, args: Args, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self.strategy = self.args.scoring_strategy.type
+        self.score_resources = [(r.name, r.weight) for r in self.args.scoring_strategy.resources]
 
     def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
-        cycle[_STATE_KEY] = self.handle.table.vector(pod.requests)
+        cycle.write(_REQUESTS, self.handle.table.vector(pod.requests))
         return SUCCESS
 
     def _requests(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> IntArray:
-        vector = cycle.get(_STATE_KEY)
+        vector = cycle.get(_REQUESTS)
         if vector is None or vector.shape[0] != len(table.resources):
-            vector = cycle[_STATE_KEY] = table.vector(pod.requests)
-        result: IntArray = vector
-        return result
+            vector = table.vector(pod.requests)
+            cycle.write(_REQUESTS, vector)
+        return vector
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         request = self._requests(cycle, pod, table)

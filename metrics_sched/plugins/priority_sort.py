@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from metrics_sched.framework.interfaces import QueueSortPlugin
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework import QueueSortPlugin
+from metrics_sched.model.podinfo import PodInfo
 
 
 class PrioritySort(QueueSortPlugin):

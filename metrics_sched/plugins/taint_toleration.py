@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metrics_sched.framework.interfaces import (
+from metrics_sched.framework import (
     ClusterEvent,
     CycleState,
     Filtered,
@@ -13,7 +13,7 @@ from metrics_sched.framework.interfaces import (
     ScorePlugin,
     max_normalize,
 )
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable, Taint
 
 

@@ -6,14 +6,12 @@ higher when its zone holds fewer pods of the same controller. Pods without an ow
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-from metrics_sched.config.errors import ArgsError
-from metrics_sched.framework.interfaces import ClusterEvent, CycleState, ScorePlugin
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework import ClusterEvent, CycleState, Handle, ScorePlugin
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -23,18 +21,16 @@ class ZoneSpread(ScorePlugin):
     name = "ZoneSpread"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.POD_DELETED})
 
-    def __init__(self, args: Mapping[str, Any], handle: Any) -> None:
-        super().__init__(args, handle)
-        self.topology_key: str = args.get("topologyKey", ZONE_LABEL)
-        self._zones: tuple[int, int, IntArray, int] | None = None
+    @dataclass(frozen=True)
+    class Args:
+        topology_key: str = ZONE_LABEL
 
-    @classmethod
-    def check_args(cls, args: Mapping[str, Any]) -> None:
-        for key in args:
-            if key != "topologyKey":
-                raise ArgsError(key, "unknown field (expected topologyKey)")
-        if "topologyKey" in args and not isinstance(args["topologyKey"], str):
-            raise ArgsError("topologyKey", "must be a label key")
+    args: Args
+
+    def __init__(self, args: Args, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self.topology_key = self.args.topology_key
+        self._zones: tuple[int, int, IntArray, int] | None = None
 
     def _zone_ids(self, table: NodeTable) -> tuple[IntArray, int]:
         if self._zones is None or self._zones[:2] != (table.labels_generation, table.capacity):

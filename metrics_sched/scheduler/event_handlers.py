@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
-from metrics_sched.framework.interfaces import ClusterEvent
-from metrics_sched.podinfo import PodInfo, parse_pod
+from metrics_sched.framework.events import ClusterEvent
+from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.ports import EventType, KubeObject
-from metrics_sched.queue import SchedulingQueue
+from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.state.cluster_state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -40,14 +40,14 @@ class ClusterEventHandlers:
             return
         change = self.state.upsert_node(node)
         if change.added:
-            self.queue.move_all(ClusterEvent.NODE_ADDED)
+            self.queue.move_all(ClusterEvent.NODE_ADDED, node)
             return
         for flag, event in ((change.allocatable, ClusterEvent.NODE_ALLOCATABLE),
                             (change.schedulable, ClusterEvent.NODE_SCHEDULABLE),
                             (change.labels, ClusterEvent.NODE_LABELS),
                             (change.taints, ClusterEvent.NODE_TAINTS)):
             if flag:
-                self.queue.move_all(event)
+                self.queue.move_all(event, node)
 
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         if kind == "MODIFIED" and self._unchanged_placement(pod):
@@ -57,7 +57,7 @@ class ClusterEventHandlers:
             released = self.state.remove_pod(info.uid)
             self.queue.delete(info.uid)
             if released is not None and not released.assumed:
-                self.queue.move_all(ClusterEvent.POD_DELETED)
+                self.queue.move_all(ClusterEvent.POD_DELETED, released)
             return
         if info.node_name:
             self.state.observe_bound_pod(info)

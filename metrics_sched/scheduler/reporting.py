@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.ports import ApiError, PodWriter, SchedulingEvent
 
 log = logging.getLogger(__name__)

@@ -1,25 +1,27 @@
 """Scheduler: the cluster state, the queue, one Framework per profile, the binder, and the loop.
 
-One thread runs scheduling cycles (pop, filter, score, assume, reserve) while holding the state
-lock, so a cycle sees a consistent table; binds and API reporting run on worker pools.
+The loop pops a pod, lets its profile's Framework run the scheduling cycle (which assumes the pod and
+runs Reserve and Permit), and hands the binding cycle to the binder's workers. It holds no
+extension-point logic of its own: it only turns the cycle's Status into a queue action and a report.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from metrics_sched.config.model import SchedulerConfig
-from metrics_sched.framework.interfaces import ClusterEvent, Code, MetricAwarePlugin, Plugin, Status
+from metrics_sched.framework.events import ClusterEvent, EventHint
+from metrics_sched.framework.handle import Services
+from metrics_sched.framework.interfaces import BindOutcomeKind, Plugin
 from metrics_sched.framework.runtime import CycleResult, Framework
-from metrics_sched.podinfo import PodInfo
+from metrics_sched.framework.status import Code, Status
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.ports import NodeDirectory, PodWriter
-from metrics_sched.queue import SchedulingQueue
 from metrics_sched.scheduler.binding import Binder, BindOutcome
 from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
-from metrics_sched.scheduler.handle import SchedulerHandle
+from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.scheduler.reporting import PodReporter
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
@@ -35,25 +37,26 @@ class Scheduler:
     def __init__(
         self,
         config: SchedulerConfig,
-        plugins: dict[str, type[Plugin]],
+        plugins: Mapping[str, type[Plugin]],
         writer: PodWriter,
         *,
         is_leader: Callable[[], bool] = lambda: True,
-        services: dict[str, Any] | None = None,
+        metrics: MetricCache | None = None,
+        ledger: InFlightLedgerStore | None = None,
         instance: str | None = None,
     ) -> None:
         self.config = config
         self.state = ClusterState()
-        services = dict(services or {})
-        self.metrics: MetricCache = services.setdefault("metrics", MetricCache(config.metrics))
-        self.ledger: InFlightLedgerStore = services.setdefault("ledger", InFlightLedgerStore())
+        self.metrics = metrics if metrics is not None else MetricCache(config.metrics)
+        self.ledger = ledger if ledger is not None else InFlightLedgerStore()
         self.ledger.bind_table(self.state.table)
-        self.handle = SchedulerHandle(self.state, {"pod_writer": writer, **services})
-        self.frameworks = {p.scheduler_name: Framework(p, plugins, self.handle) for p in config.profiles}
+        services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer)
+        self.frameworks = {p.scheduler_name: Framework(p, plugins, services) for p in config.profiles}
         first = next(iter(self.frameworks.values()))
         self.queue = SchedulingQueue(
             first.queue_sort.sort_key,
             events_of=self._events_of,
+            pre_enqueue=self._pre_enqueue,
             initial_backoff=config.pod_initial_backoff,
             max_backoff=config.pod_max_backoff,
             max_unschedulable=config.pod_max_in_unschedulable,
@@ -62,7 +65,7 @@ class Scheduler:
         self.reporter = PodReporter(writer, first.name, instance=instance)
         self.cycle_observers: list[CycleObserver] = []
         self.bind_observers: list[BindObserver] = []
-        self.binder = Binder(self.state, self.queue, writer, self.reporter, workers=config.bind_workers,
+        self.binder = Binder(self.state, self.queue, self.reporter, workers=config.bind_workers,
                              is_leader=is_leader, on_outcome=self._bind_outcome)
         self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names)
         self._stop = threading.Event()
@@ -70,9 +73,13 @@ class Scheduler:
         self.metrics.on_update(self.metrics_updated)
 
     # -- wiring ----------------------------------------------------------------------------------
-    def _events_of(self, pod: PodInfo, plugins: set[str]) -> set[ClusterEvent]:
+    def _events_of(self, pod: PodInfo, plugins: set[str]) -> list[EventHint]:
         framework = self.frameworks.get(pod.scheduler_name)
-        return framework.events_of(plugins) if framework else set(ClusterEvent)
+        return framework.events_of(plugins) if framework else [EventHint(e) for e in ClusterEvent]
+
+    def _pre_enqueue(self, pod: PodInfo) -> bool:
+        framework = self.frameworks.get(pod.scheduler_name)
+        return framework is None or framework.pre_enqueue(pod).ok
 
     def _bind_outcome(self, outcome: BindOutcome, result: CycleResult) -> None:
         for observer in self.bind_observers:
@@ -83,11 +90,9 @@ class Scheduler:
         with self.state.lock:
             admitted = False
             for framework in self.frameworks.values():
-                for plugin in framework.filters:
-                    if isinstance(plugin, MetricAwarePlugin) and plugin.metrics_changed(self.state.table):
-                        admitted = True
+                admitted = framework.metrics_changed(self.state.table) or admitted
         if admitted:
-            self.queue.move_all(ClusterEvent.METRIC_CHANGED)
+            self.queue.move_all(ClusterEvent.METRIC_CHANGED, metrics)
 
     def node_directory(self) -> NodeDirectory:
         """Node names, InternalIPs and allocatable cpu/memory, for the metric sources (built off the hot path)."""
@@ -112,49 +117,52 @@ class Scheduler:
             self.queue.done(pod.uid)
             return None
         if pod.parse_error:
-            result = CycleResult(pod=pod, profile=framework.name)
-            result.status = Status(Code.ERROR, pod.parse_error, "PodInfo")
+            result = CycleResult(pod=pod, profile=framework.name, status=Status.error(pod.parse_error, "PodInfo"))
             # Retrying cannot fix the pod: park it until it is updated (or the periodic flush).
             self.queue.unschedulable(pod.uid, {"PodInfo"})
             self.reporter.failed(pod, pod.parse_error, reason="SchedulerError")
             self._observe(result)
             return result
         try:
-            with self.state.lock:
-                if self.state.is_placed(pod.uid):
-                    self.queue.done(pod.uid)  # already assumed or bound; the watch was behind
-                    return None
-                result = framework.schedule(pod, self.state.table)
-                if result.node is not None:
-                    self.state.assume(pod, result.node)
+            cycle = framework.run_scheduling_cycle(pod, self._permit_resolved)
         except Exception as exc:
             log.exception("scheduling %s failed", pod.key)
-            result = CycleResult(pod=pod, profile=framework.name)
-            result.status = Status(Code.ERROR, repr(exc), "framework")
+            result = CycleResult(pod=pod, profile=framework.name, status=Status.error(repr(exc), "framework"))
             self.queue.retry_later(pod.uid)
             self.reporter.failed(pod, f"scheduler error: {exc}", reason="SchedulerError")
             self._observe(result)
             return result
+        if cycle is None:
+            self.queue.done(pod.uid)  # already assumed or bound; the watch was behind
+            return None
+        self._observe(cycle)
+        status = cycle.status
+        if status.code == Code.SUCCESS:
+            self.binder.submit(framework, cycle)
+        elif status.code != Code.WAIT:  # a waiting pod stays in flight until Permit resolves it
+            self._failed(cycle, status)
+        return cycle
 
-        if result.node is None:
-            self.queue.unschedulable(pod.uid, result.rejected_by)
-            self.reporter.failed(pod, result.message(), reason="Unschedulable")
-            self._observe(result)
-            return result
+    def _failed(self, result: CycleResult, status: Status) -> None:
+        pod = result.pod
+        if status.code == Code.ERROR:
+            self.queue.retry_later(pod.uid)
+            self.reporter.failed(pod, result.message() if result.node is None else
+                                 f"running {status.plugin}: {status.reason}", reason="SchedulerError")
+            return
+        rejected_by = result.rejected_by if result.node is None else {status.plugin}
+        self.queue.unschedulable(pod.uid, rejected_by)
+        message = result.message() if result.node is None else f"{status.plugin}: {status.reason}"
+        self.reporter.failed(pod, message, reason="Unschedulable")
 
-        for plugin in framework.reserves:
-            status = plugin.reserve(result.cycle, pod, result.node)
-            if not status.ok:
-                for done in framework.reserves[: framework.reserves.index(plugin) + 1][::-1]:
-                    done.unreserve(result.cycle, pod, result.node)
-                self.state.forget(pod.uid)
-                self.queue.retry_later(pod.uid)
-                result.status = status
-                self._observe(result)
-                return result
-        self._observe(result)
-        self.binder.submit(framework, result)
-        return result
+    def _permit_resolved(self, result: CycleResult, status: Status) -> None:
+        """A pod held at Permit was allowed (bind it) or rejected (already unwound by the framework)."""
+        if status.ok:
+            self.binder.submit(self.frameworks[result.profile], result)
+            return
+        self._failed(result, status)
+        assert result.node is not None
+        self._bind_outcome(BindOutcome(result.pod, result.node, BindOutcomeKind.REJECTED, status.reason), result)
 
     def _observe(self, result: CycleResult) -> None:
         for observer in self.cycle_observers:

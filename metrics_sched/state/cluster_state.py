@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from metrics_sched.podinfo import PodInfo
-from metrics_sched.resources import CPU, MEMORY
+from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.model.resources import CPU, MEMORY
 from metrics_sched.state.node_table import IntArray, NodeRecord, NodeTable, parse_node
 
 

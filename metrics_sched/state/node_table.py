@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from metrics_sched.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources, node_allocatable
+from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources, node_allocatable
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 

@@ -1,9 +1,11 @@
 """MetricCache: the latest value of every metric for every node, with when it was measured
 (observed_at), when we got it (fetched_at) and from which source.
 
-Each source refreshes on its own interval in its own thread; the scheduling path only reads
-numpy columns built from the store (rebuilt once per change, not per pod). A failed metric drops
-only itself; a failed source keeps its last values until their ttl runs out and shows as down.
+Each source refreshes on its own interval (longer after failures, see PolledSource) in its own
+thread; the scheduling path only reads numpy columns built from the store (rebuilt once per change,
+not per pod). A failed metric drops only itself; a failed source keeps its last values until their
+ttl runs out and shows as down. Health bookkeeping is the source's (PolledSource); the cache adds
+coverage and the values it refused.
 """
 
 from __future__ import annotations
@@ -13,40 +15,20 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from metrics_sched.ports import FetchResult, MetricSource, NodeDirectory
+from metrics_sched.config.contract import FreshnessContract
+from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.state.node_table import BoolArray, FloatArray, NodeTable
-from metrics_sched.telemetry.contract import FreshnessContract
+from metrics_sched.telemetry.health import SourceHealth
+from metrics_sched.telemetry.polled import PolledSource
 
 log = logging.getLogger(__name__)
 
 SENTINEL_LIMIT = 1e15
-
-
-@dataclass
-class SourceHealth:
-    name: str
-    interval: float
-    metrics: list[str]
-    up: bool = False
-    last_success: float | None = None  # unix time
-    last_attempt: float | None = None
-    last_duration: float = 0.0
-    consecutive_failures: int = 0
-    last_error: str = ""
-    queries: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
-    errors_by_reason: dict[str, int] = field(default_factory=dict)
-    unmatched_series: int = 0
-    coverage: dict[str, float] = field(default_factory=dict)  # metric -> share of nodes with a fresh value
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
 
 
 @dataclass(frozen=True)
@@ -77,7 +59,7 @@ class MetricCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._store: dict[str, dict[str, _Entry]] = {}
-        self._sources: dict[str, MetricSource] = {}
+        self._sources: dict[str, PolledSource] = {}
         self.health: dict[str, SourceHealth] = {}
         self.generation = 0
         self._columns: dict[str, tuple[tuple[int, int, int], MetricColumn, float]] = {}
@@ -91,9 +73,9 @@ class MetricCache:
     def contract(self, metric: str) -> FreshnessContract:
         return self.contracts.get(metric, FreshnessContract())
 
-    def add_source(self, source: MetricSource) -> None:
+    def add_source(self, source: PolledSource) -> None:
         self._sources[source.name] = source
-        self.health[source.name] = SourceHealth(source.name, source.interval, list(source.metrics()))
+        self.health[source.name] = source.health  # the same object: the source keeps it up to date
 
     def on_update(self, listener: Callable[[set[str]], None]) -> None:
         """listener(metrics) runs after each ingest that changed values (in the source's thread)."""
@@ -115,35 +97,22 @@ class MetricCache:
             except Exception:
                 log.exception("closing source %s", source.name)
 
-    def _loop(self, source: MetricSource) -> None:
+    def _loop(self, source: PolledSource) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
             self.refresh(source.name)
-            self._stop.wait(max(0.0, source.interval - (time.monotonic() - started)))
+            self._stop.wait(max(0.0, source.next_delay() - (time.monotonic() - started)))
 
     def refresh(self, name: str) -> None:
         """One refresh of one source (its own thread calls this; tests may call it directly)."""
         source = self._sources[name]
-        health = self.health[name]
         assert self._directory is not None, "start() the cache (or set a directory) before refreshing"
         directory = self._directory()
-        started_wall, started = self._clock(), time.monotonic()
-        health.last_attempt = started_wall
-        try:
-            result = source.fetch(directory)
-        except Exception as exc:  # noqa: BLE001 - a failing source degrades scoring, never stops binding
-            health.up = False
-            health.consecutive_failures += 1
-            health.last_error = f"{type(exc).__name__}: {exc}"[:500]
-            reason = type(exc).__name__
-            health.errors_by_reason[reason] = health.errors_by_reason.get(reason, 0) + 1
-            health.last_duration = time.monotonic() - started
-            log.warning("source %s failed: %s", name, health.last_error)
+        result = source.poll(directory)
+        self._observe_refresh(name, source.health.last_duration, result is not None)
+        if result is None:
             self.update_coverage(directory)
-            self._observe_refresh(name, health.last_duration, False)
             return
-        health.last_duration = time.monotonic() - started
-        self._observe_refresh(name, health.last_duration, True)
         self.ingest(name, result, fetched_at=self._clock(), directory=directory)
 
     def _observe_refresh(self, name: str, seconds: float, ok: bool) -> None:
@@ -170,22 +139,7 @@ class MetricCache:
 
     def ingest(self, name: str, result: FetchResult, *, fetched_at: float,
                directory: NodeDirectory | None = None) -> None:
-        health = self.health[name]
-        health.queries += result.queries
-        health.unmatched_series = result.unmatched_series
-        for reason, count in result.dropped.items():
-            health.dropped[reason] = health.dropped.get(reason, 0) + count
-        for metric, error in result.errors.items():
-            health.errors_by_reason["metric_error"] = health.errors_by_reason.get("metric_error", 0) + 1
-            log.warning("source %s: metric %s failed: %s", name, metric, error)
-        health.up = len(result.errors) < max(1, len(health.metrics)) or not health.metrics
-        if health.up:
-            health.last_success = fetched_at
-            health.consecutive_failures = 0
-            health.last_error = "; ".join(f"{m}: {e}" for m, e in result.errors.items())[:500]
-        else:
-            health.consecutive_failures += 1
-            health.last_error = "; ".join(f"{m}: {e}" for m, e in result.errors.items())[:500]
+        """Stores a refresh's samples (the source's health is already recorded by its poll)."""
         changed: set[str] = set()
         bad = 0
         with self._lock:
@@ -199,7 +153,8 @@ class MetricCache:
                 changed.add(sample.metric)
             if changed:
                 self.generation += 1
-        if bad:
+        health = self.health.get(name)
+        if bad and health is not None:
             health.dropped["invalid"] = health.dropped.get("invalid", 0) + bad
         if directory is not None:
             self.update_coverage(directory)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from metrics_sched.devcluster import DevCluster
-from metrics_sched.devcluster.kubeapi import KubeAPI
+from devcluster import DevCluster
+from devcluster.kubeapi import KubeAPI
 from tests.e2e import kube
 
 E2E_NODES = int(os.environ.get("METRICS_SCHED_E2E_NODES", "50"))

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from metrics_sched.devcluster.kubeapi import KubeAPI
+from devcluster.kubeapi import KubeAPI
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from metrics_sched.devcluster import DevCluster, NodeSpec
-from metrics_sched.devcluster.nodes import node_ip
+from devcluster import DevCluster, NodeSpec
+from devcluster.nodes import node_ip
 
 POOL_LABEL = "metrics-sched.test/pool"
 

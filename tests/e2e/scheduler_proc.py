@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -13,9 +14,9 @@ from typing import Any
 import httpx
 import yaml
 
-from metrics_sched.devcluster import DevCluster
-from metrics_sched.devcluster.ports import free_port
-from metrics_sched.devcluster.processes import Managed
+from devcluster import DevCluster
+from devcluster.ports import free_port
+from devcluster.processes import Managed
 from tests.e2e.kube import poll
 
 
@@ -56,7 +57,8 @@ def write_config(cluster: DevCluster, scheduler_name: str, extra: dict[str, Any]
     return str(path)
 
 
-def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, replica: int = 0) -> SchedulerProcess:
+def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, replica: int = 0,
+                    env: Mapping[str, str] | None = None) -> SchedulerProcess:
     port = free_port()
     identity = f"{scheduler_name}-{replica}"
     name = f"{scheduler_name}-{replica}"
@@ -64,7 +66,7 @@ def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, 
         sys.executable, "-m", "metrics_sched.cli", "run", "--config", config_path,
         "--kubeconfig", str(cluster.kubeconfig), "--port", str(port), "--identity", identity,
         "--log-format", "text",
-    ])
+    ], env=None if env is None else {**os.environ, **env})
     proc = SchedulerProcess(name=name, identity=identity, port=port, managed=managed)
 
     def ready() -> bool:
@@ -81,10 +83,12 @@ def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, 
 
 @contextmanager
 def schedulers(cluster: DevCluster, replicas: int = 1, extra: dict[str, Any] | None = None,
-               leader_elect: bool = True) -> Iterator[tuple[str, list[SchedulerProcess]]]:
+               leader_elect: bool = True,
+               env: Mapping[str, str] | None = None) -> Iterator[tuple[str, list[SchedulerProcess]]]:
+    """`env` is added to the scheduler processes' environment (e.g. PYTHONPATH for third-party plugins)."""
     scheduler_name = f"ms-{secrets.token_hex(3)}"
     config = write_config(cluster, scheduler_name, extra, leader_elect)
-    procs = [start_scheduler(cluster, scheduler_name, config, i) for i in range(replicas)]
+    procs = [start_scheduler(cluster, scheduler_name, config, i, env) for i in range(replicas)]
     try:
         yield scheduler_name, procs
     finally:

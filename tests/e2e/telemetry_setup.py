@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from metrics_sched.devcluster import DevCluster
+from devcluster import DevCluster
 from tests.e2e.kube import poll
 from tests.e2e.scheduler_proc import SchedulerProcess
 

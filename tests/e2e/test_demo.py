@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from metrics_sched.devcluster.processes import leftovers
+from devcluster.processes import leftovers
 
 
 def test_demo_once(tmp_path: Path) -> None:

@@ -24,9 +24,9 @@ import httpx
 import pytest
 import yaml
 
-from metrics_sched.devcluster import DevCluster
-from metrics_sched.devcluster.kubeapi import Credentials, KubeAPI
-from metrics_sched.devcluster.ports import free_port
+from devcluster import DevCluster
+from devcluster.kubeapi import Credentials, KubeAPI
+from devcluster.ports import free_port
 from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, SERVICE_ACCOUNT, Rule
 from tests.e2e import kube, prom
 
@@ -436,22 +436,40 @@ def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI
         expected_events = {(n, "Scheduled") for n in names} | {("too-big", "FailedScheduling")}
         kube.poll(lambda: expected_events <= events(), 10, f"events {sorted(expected_events)}")
 
-        # Every source answers, metrics-server through the API server's metrics.k8s.io (its RBAC rule).
+        # Every source answers, metrics-server through the API server's metrics.k8s.io (its RBAC rule); and, as
+        # the stale-GPU-metrics alert below asserts, at least half the nodes have a fresh GPU temperature.
         def sources_up() -> dict[str, Any] | None:
             health: dict[str, Any] = httpx.get(f"{url}/sources", timeout=2).json()
-            return health if health and all(h.get("up") for h in health.values()) else None
+            gpu = [c["gpu_temperature"] for h in health.values() if "gpu_temperature" in (c := h.get("coverage") or {})]
+            ok = health and all(h.get("up") for h in health.values()) and gpu and min(gpu) >= 0.5
+            return health if ok else None
 
-        health = kube.poll(sources_up, 20, "every configured source up", interval=0.3)
+        try:
+            health = kube.poll(sources_up, 20, "every configured source up, gpu_temperature coverage >= 0.5",
+                               interval=0.3)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {httpx.get(f'{url}/sources', timeout=2).json()}") from None
         assert set(health) == {s["name"] for s in config["sources"]}
 
         # The alerts' metrics, as this scheduler exports them and as Prometheus evaluates the alerts on them.
-        exposition = httpx.get(f"{url}/metrics", timeout=5).text
-        for metric, labels in [("metrics_sched_source_up", {"source": "prometheus"}),
-                               ("metrics_sched_metric_coverage_ratio", {"metric": "gpu_temperature"}),
-                               ("scheduler_pending_pods", {"queue": "unschedulable"}),
-                               ("metrics_sched_bind_results_total", {"result": "bound"}),
-                               ("metrics_sched_leader", {})]:
-            assert exported(exposition, metric, **labels), f"/metrics has no {metric} {labels}"
+        # (Polled: a bind result is counted when the bind call returns, a moment after the API shows the pod.)
+        wanted = [("metrics_sched_source_up", {"source": "prometheus"}),
+                  ("metrics_sched_metric_coverage_ratio", {"metric": "gpu_temperature"}),
+                  ("scheduler_pending_pods", {"queue": "unschedulable"}),
+                  ("metrics_sched_bind_results_total", {"result": "bound"}),
+                  ("metrics_sched_leader", {})]
+        missing: list[str] = []
+
+        def all_exported() -> bool:
+            exposition = httpx.get(f"{url}/metrics", timeout=5).text
+            missing[:] = [f"{metric} {labels}" for metric, labels in wanted
+                          if not exported(exposition, metric, **labels)]
+            return not missing
+
+        try:
+            kube.poll(all_exported, 10, "the alerts' metrics on /metrics", interval=0.2)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; /metrics has no {missing}") from None
         instance = f"127.0.0.1:{port}"
         cluster.add_scrape_target(name, instance)
         try:

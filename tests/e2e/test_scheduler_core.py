@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 
-from metrics_sched.devcluster import DevCluster, NodeSpec
-from metrics_sched.devcluster.kubeapi import KubeAPI
-from metrics_sched.devcluster.nodes import node_ip
-from metrics_sched.quantity import to_milli
+from devcluster import DevCluster, NodeSpec
+from devcluster.kubeapi import KubeAPI
+from devcluster.nodes import node_ip
+from metrics_sched.model.quantity import to_milli
 from tests.e2e import kube
 from tests.e2e.pools import POOL_LABEL, in_pool, node_pool
 from tests.e2e.scheduler_proc import leader_of, schedulers
@@ -90,9 +90,13 @@ def test_unfit_pod_is_reported_then_bound_when_a_node_fits(cluster: DevCluster, 
         cond = kube.poll(condition, 5, "PodScheduled=False")
         assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
         assert "Insufficient nvidia.com/gpu" in cond["message"]
-        events = api.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
-        failed = [e for e in events if e["reason"] == "FailedScheduling" and e["regarding"]["name"] == "big"]
-        assert failed and failed[0]["reportingController"] == name and failed[0]["type"] == "Warning"
+
+        def failed_scheduling() -> list[dict[str, Any]]:
+            events = api.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+            return [e for e in events if e["reason"] == "FailedScheduling" and e["regarding"]["name"] == "big"]
+
+        failed = kube.poll(failed_scheduling, max(0.5, 5 - (time.monotonic() - created)), "FailedScheduling event")
+        assert failed[0]["reportingController"] == name and failed[0]["type"] == "Warning"
         assert time.monotonic() - created < 5
 
         big = NodeSpec(name=f"{pool}-big", internal_ip=node_ip(64999), cpu="8", gpus=4,
@@ -127,7 +131,8 @@ def test_pods_not_ours_are_never_touched(cluster: DevCluster, api: KubeAPI, name
         create_pods(api, namespace, ["sentinel"], name, **in_pool(pool))
         kube.poll(lambda: api.get(f"/api/v1/namespaces/{namespace}/pods/sentinel")["spec"].get("nodeName"), 10,
                   "sentinel bound")
-        time.sleep(1)
+        kube.poll(lambda: scheduled_events(api, namespace, name).get("sentinel"), 10, "the sentinel's Scheduled event")
+        time.sleep(1)  # the others must stay untouched: give the scheduler a chance to misbehave
         pods = {p["metadata"]["name"]: p for p in kube.list_pods(api, namespace)}
         assert not pods["theirs"]["spec"].get("nodeName")
         assert not pods["gated"]["spec"].get("nodeName")
@@ -204,7 +209,7 @@ def test_watch_expiry_and_apiserver_restart_miss_nothing(cluster: DevCluster, ap
         counts = kube.poll(lambda: (c := scheduled_events(api, namespace, name)) and
                            set(c) >= {p["metadata"]["name"] for p in pods} and c, 20, "Scheduled events")
         assert max(counts.values()) == 1
-        status = procs[0].status()
         assert procs[0].alive()
-        # What the scheduler holds must match the API: every bound pod counted once, nothing assumed left.
-        assert status["assumed"] == 0
+        # What the scheduler holds must match the API: every bound pod counted once, nothing assumed left (the
+        # watch confirms each bind a moment after the API shows it).
+        kube.poll(lambda: procs[0].status()["assumed"] == 0, 10, "no assumed pods left in the scheduler")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from metrics_sched.devcluster import DevCluster
-from metrics_sched.devcluster.kubeapi import KubeAPI
+from devcluster import DevCluster
+from devcluster.kubeapi import KubeAPI
 from tests.e2e import kube, prom
 from tests.e2e.conftest import E2E_GPUS
 

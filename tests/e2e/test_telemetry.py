@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.devcluster import DevCluster
-from metrics_sched.devcluster.kubeapi import KubeAPI
+from devcluster import DevCluster
+from devcluster.kubeapi import KubeAPI
 from tests.e2e import kube, prom
 from tests.e2e.pools import in_pool, node_pool
-from tests.e2e.scheduler_proc import schedulers
+from tests.e2e.scheduler_proc import SchedulerProcess, schedulers
 from tests.e2e.telemetry_setup import (
     REFRESH,
     decisions,
@@ -35,6 +35,16 @@ def node_of(api: KubeAPI, namespace: str, pod: str) -> str | None:
 
 def wait_bound(api: KubeAPI, namespace: str, pod: str, timeout: float = 15) -> str:
     return kube.poll(lambda: node_of(api, namespace, pod), timeout, f"{pod} bound")
+
+
+def usable(proc: SchedulerProcess, nodes: list[str], metric: str) -> list[str]:
+    """The nodes for which the scheduler holds a fresh, finite value of `metric`."""
+    out = []
+    for node in nodes:
+        entry = values(proc, node).get(metric)
+        if entry and entry["fresh"] and entry["value"] is not None and math.isfinite(entry["value"]):
+            out.append(node)
+    return out
 
 
 def term(decision: dict[str, Any], plugin: str) -> dict[str, Any] | None:
@@ -122,7 +132,9 @@ def test_prometheus_killed_then_restarted(cluster: DevCluster, api: KubeAPI, nam
         try:
             stopped = time.monotonic()
             kube.poll(lambda: not sources_health(proc)["prometheus"]["up"], 2 * REFRESH + 2, "source shown down")
-            time.sleep(max(0.0, 2 * REFRESH - (time.monotonic() - stopped)))
+            # What is asserted below: no pool node has a usable temperature any more (past the contract's ttl).
+            kube.poll(lambda: not usable(proc, [s.name for s in specs], "gpu_temperature"),
+                      max(0.5, 2 * REFRESH + 2 - (time.monotonic() - stopped)), "the temperatures to expire")
             create_pods(api, namespace, ["during"], name, gpus=1, **in_pool(pool))
             created = time.monotonic()
             wait_bound(api, namespace, "during")
@@ -159,7 +171,7 @@ def test_broken_cmdb_never_blocks_binding(cluster: DevCluster, api: KubeAPI, nam
     config = telemetry_config(cluster, contracts=contracts, prometheus=False, metrics_server=False,
                               weights={"Cost": 1, "NodeResourcesFit": 1},
                               plugin_args={"Cost": {"metric": "hourly_cost"}})
-    with node_pool(cluster, 3, cpu="32", memory="256Gi", gpus=8) as (pool, _), \
+    with node_pool(cluster, 3, cpu="32", memory="256Gi", gpus=8) as (pool, specs), \
             schedulers(cluster, extra=config, leader_elect=False) as (name, procs), cluster.emulator() as emulator:
         proc = procs[0]
         kube.poll(lambda: sources_health(proc)["cmdb"]["up"], 20, "cmdb source up")
@@ -179,8 +191,9 @@ def test_broken_cmdb_never_blocks_binding(cluster: DevCluster, api: KubeAPI, nam
                     assert 0 <= candidate["total"] <= 100
                     for t in candidate["terms"]:
                         assert t["normalized"] is None or 0 <= t["normalized"] <= 100
-            # After the contract's ttl nothing of the broken source is used any more.
-            time.sleep(max(0.0, 3 * REFRESH + 1 - (time.monotonic() - faulted)))
+            # After the contract's ttl nothing of the broken source is used any more: wait for exactly that.
+            kube.poll(lambda: not usable(proc, [s.name for s in specs], "hourly_cost"),
+                      max(0.5, 3 * REFRESH + 3 - (time.monotonic() - faulted)), "the CMDB's costs to expire")
             create_pods(api, namespace, ["late"], name, **in_pool(pool))
             wait_bound(api, namespace, "late", timeout=5)
             cost = term(decisions(proc, f"{namespace}/late")[0], "Cost")

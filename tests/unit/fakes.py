@@ -65,10 +65,6 @@ class FakeAPI:
         with self.lock:
             self.conditions[f"{namespace}/{name}"] = {"status": status, "reason": reason, "message": message}
 
-    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        with self.lock:
-            self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
-
     # test helpers
     def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         pod.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from metrics_sched.cli import main
 from metrics_sched.config import ConfigError, parse_config
@@ -67,6 +68,15 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"profilez": []}, "profilez"),
     ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "NodeLabelScore"}]}}}]},
      "profiles[0].pluginConfig"),
+    ({"metrics": {"gpu_temperature": {"ttl": 0}}}, "metrics.gpu_temperature.ttl"),
+    ({"metrics": {"gpu_temperature": {"onMissing": "skip"}}}, "metrics.gpu_temperature.onMissing"),
+    ({"metrics": {"gpu_temperature": {"maxage": "1m"}}}, "metrics.gpu_temperature.maxage"),
+    ({"sources": [{"name": "p", "type": "prometheus"}, {"name": "p", "type": "cmdb"}]}, "sources[1].name"),
+    ({"sources": [{"name": "p"}]}, "sources[0].type"),
+    ({"sources": [{"name": "", "type": "cmdb"}]}, "sources[0].name"),
+    ({"audit": {"annotatePods": "yes"}}, "audit.annotatePods"),
+    ({"server": {"port": 1.5}}, "server.port"),
+    ({"clientConnection": {"qps": -1}}, "clientConnection.qps"),
 ]
 
 
@@ -96,3 +106,34 @@ def test_check_config_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exit_info:
         main(["check-config", str(broken)])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(("source", "field"), [
+    ({"name": "s", "type": "graphite"}, "sources[0].type"),
+    ({"name": "s", "type": "prometheus", "url": "http://p", "metrics": [{"name": "a", "query": "up", "scale": 0}]},
+     "sources[0].metrics[0].scale"),
+    ({"name": "s", "type": "cmdb", "url": "https://c.test", "nodeKey": "name", "fields": {"v": "v"},
+      "circuitBreaker": {"coolDown": "never"}}, "sources[0].circuitBreaker.coolDown"),
+    ({"name": "s", "type": "metrics-server", "interval": 0}, "sources[0].interval"),
+])
+def test_check_config_names_a_bad_source_field(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               source: dict[str, Any], field: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"sources": [source]}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-config", str(path)])
+    assert exit_info.value.code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f": {field}: " in line
+    if field.endswith(".type"):
+        assert "cmdb, metrics-server, prometheus" in line  # the known types, from the entry points
+
+
+def test_check_config_accepts_every_built_in_source_type(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"sources": [
+        {"name": "p", "type": "prometheus", "url": "http://p", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]},
+        {"name": "m", "type": "metrics-server"},
+        {"name": "c", "type": "cmdb", "url": "https://c.test", "nodeKey": "name", "fields": {"v": "v"}},
+    ]}))
+    assert main(["check-config", str(path)]) == 0

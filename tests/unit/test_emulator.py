@@ -16,9 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from metrics_sched.devcluster.emulator import EmulatorControl, EmulatorServer, Scenario, serve
-from metrics_sched.devcluster.emulator.control import EmulatorError
-from metrics_sched.devcluster.emulator.exposition import RenderOptions
+from devcluster.emulator import EmulatorControl, EmulatorServer, Scenario, serve
+from devcluster.emulator.control import EmulatorError
+from devcluster.emulator.exposition import RenderOptions
 
 pytestmark = pytest.mark.unit
 

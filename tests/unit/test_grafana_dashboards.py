@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.grafana_queries import DASHBOARD_DIR, dashboard_queries, iter_panels, load_dashboards
+from tests.grafana_queries import (
+    BUILTINS,
+    DASHBOARD_DIR,
+    TEMPLATE_VARIABLES,
+    dashboard_queries,
+    iter_panels,
+    load_dashboards,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -37,9 +44,7 @@ KNOWN_METRICS = frozenset({
     "metrics_sched_bindings_total",
     "metrics_sched_decision_score_bucket",
     "metrics_sched_decision_score_margin_bucket",
-    "metrics_sched_decision_gpu_temperature_celsius_bucket",
-    "metrics_sched_decision_node_hourly_cost_bucket",
-    "metrics_sched_decision_node_load_ratio_bucket",
+    "metrics_sched_decision_metric_value_bucket",
     "metrics_sched_cluster_metric_quantile",
     "metrics_sched_unschedulable_reasons_total",
     "metrics_sched_bind_results_total",
@@ -69,6 +74,14 @@ FORBIDDEN_LABELS = {"pod", "pod_name", "exported_pod"}
 # label values of metrics_sched_cluster_metric_quantile the exporter publishes
 CLUSTER_METRICS = {"gpu_temperature", "node_hourly_cost", "node_cpu_utilisation"}
 CLUSTER_QUANTILES = {"0.1", "0.5", "0.9", "1"}
+# The per-metric decision panel: one histogram labelled by metric name, one panel Grafana repeats per value of
+# $metric, so a new telemetry metric reaches the dashboard without an edit.
+DECISION_VALUE = "metrics_sched_decision_metric_value_bucket"
+METRIC_VARIABLE_QUERY = f'label_values({DECISION_VALUE}{{job=~"$job"}}, metric)'
+METRIC_MATCHER = ("metric", "=~", "$metric")
+# Template variables a dashboard may define and use (besides Grafana's built-in $__ ones).
+ALLOWED_VARIABLES = {"datasource", "job", "metric"}
+_VARIABLE_USE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 
 # ---------------------------------------------------------------------------------------------
 # A small PromQL lexer
@@ -277,6 +290,10 @@ def _variable_query(variable: dict[str, Any]) -> str:
     return query["query"] if isinstance(query, dict) else str(query)
 
 
+def _variables_used(text: str) -> set[str]:
+    return {m.group(1) or m.group(2) for m in _VARIABLE_USE.finditer(text)}
+
+
 def _load_builder() -> ModuleType:  # grafana/ is not a package
     spec = importlib.util.spec_from_file_location("build_configmap", GRAFANA / "build_configmap.py")
     assert spec and spec.loader
@@ -352,6 +369,69 @@ def test_datasource_and_job_variables(dashboard: dict[str, Any]) -> None:
     assert job["current"]["value"] in ("$__all", ["$__all"])
     names = [v["name"] for v in dashboard["templating"]["list"]]
     assert len(names) == len(set(names))
+
+
+@per_dashboard
+def test_template_variables_are_known_defined_and_used(dashboard: dict[str, Any]) -> None:
+    defined = {v["name"] for v in dashboard["templating"]["list"]}
+    unexpected = sorted(defined - ALLOWED_VARIABLES)
+    assert not unexpected, f"{dashboard['uid']}: unexpected variables {unexpected}"
+    used: set[str] = set()
+    for panel in _panels(dashboard):
+        used |= _variables_used(panel["title"])
+        if panel.get("repeat"):
+            used.add(panel["repeat"])
+        for target in panel["targets"]:
+            used |= _variables_used(target["expr"]) | _variables_used(target.get("legendFormat", ""))
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            used |= _variables_used(_variable_query(variable))
+    used -= set(BUILTINS)
+    assert used <= defined, f"{dashboard['uid']}: uses undefined variables {sorted(used - defined)}"
+    assert defined - {"datasource"} <= used, f"{dashboard['uid']}: unused variables {sorted(defined - used)}"
+    # every variable the panels use is one the e2e helper knows how to substitute
+    assert used - {"datasource"} <= {"job", *TEMPLATE_VARIABLES}
+
+
+@per_dashboard
+def test_metric_variable_and_the_repeated_panel(dashboard: dict[str, Any]) -> None:
+    """$metric lists the metric label of the decision histogram; the panel that uses it repeats over it."""
+    names = {v["name"] for v in dashboard["templating"]["list"]}
+    repeated = [p for p in _panels(dashboard) if p.get("repeat")]
+    decision_panels = [p for p in _panels(dashboard)
+                       if any(DECISION_VALUE in t["expr"] for t in p["targets"])]
+    if "metric" not in names:
+        assert not repeated and not decision_panels, dashboard["uid"]
+        return
+    variable = _variable(dashboard, "metric")
+    assert variable["type"] == "query"
+    assert variable["datasource"] == DATASOURCE
+    assert _variable_query(variable) == METRIC_VARIABLE_QUERY
+    assert variable.get("definition", METRIC_VARIABLE_QUERY) == METRIC_VARIABLE_QUERY
+    assert variable["multi"] is True and variable["includeAll"] is True
+    assert variable["current"]["value"] in ("$__all", ["$__all"])
+    assert variable["refresh"] == 2  # on time range change: a new metric appears without a reload
+    # $metric must come after $job, which its query uses
+    order = [v["name"] for v in dashboard["templating"]["list"]]
+    assert order.index("job") < order.index("metric")
+    assert repeated and repeated == decision_panels, f"{dashboard['uid']}: one repeated panel per decision metric"
+    for panel in repeated:
+        assert panel["repeat"] == "metric" and panel["repeatDirection"] == "h", panel["title"]
+        assert panel.get("maxPerRow") == 3, panel["title"]
+        assert "$metric" in panel["title"], panel["title"]
+        assert panel["fieldConfig"]["defaults"]["unit"] in ("none", "short"), "units vary by metric"
+        assert panel["gridPos"]["w"] == 24 // panel["maxPerRow"], panel["title"]
+        quantiles = []
+        for target in panel["targets"]:
+            for selector in parse_promql(target["expr"]).selectors:
+                assert METRIC_MATCHER in selector.matchers, f"{panel['title']}: {selector.metric} lacks $metric"
+            if DECISION_VALUE in target["expr"]:
+                quantiles.extend(re.findall(r"^histogram_quantile\(([0-9.]+),", target["expr"]))
+        assert quantiles == ["0.1", "0.5", "0.9"], panel["title"]
+    # no other panel reads the per-metric histogram (it would mix units across metrics)
+    for panel in _panels(dashboard):
+        if panel not in repeated:
+            assert "$metric" not in json.dumps(panel), panel["title"]
 
 
 @per_dashboard
@@ -440,10 +520,12 @@ def test_metric_names_are_the_known_list() -> None:
             for selector in parse_promql(expr).selectors:
                 assert selector.metric in KNOWN_METRICS, f"{where}: unknown metric {selector.metric}"
                 used.add(selector.metric)
-        job_query = _variable_query(_variable(dashboard, "job"))
-        [metric] = re.findall(r"label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,", job_query)
-        assert metric in KNOWN_METRICS
-        used.add(metric)
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            [metric] = re.findall(r"label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*[,{]", _variable_query(variable))
+            assert metric in KNOWN_METRICS, f"{dashboard['uid']} / ${variable['name']}: unknown metric {metric}"
+            used.add(metric)
     assert not KNOWN_METRICS - used, f"listed but unused: {sorted(KNOWN_METRICS - used)}"
 
 
@@ -468,6 +550,8 @@ def test_cluster_quantile_gauge_uses_published_quantiles() -> None:
                     assert label in matchers, f"{where}: select one {label}"
                     op, value = matchers[label]
                     assert op in ("=", "=~"), where
+                    if label == "metric" and (op, value) == ("=~", "$metric"):
+                        continue  # the repeated per-metric panel: no line for a metric the gauge does not publish
                     values = set(value.split("|")) if op == "=~" else {value}
                     assert values <= allowed, f"{where}: {label} {sorted(values - allowed)} is not published"
 
@@ -484,6 +568,8 @@ def test_dashboard_queries_substitutes_every_variable() -> None:
     for uid, title, expr in queries:
         assert "$" not in expr, (uid, title, expr)
         assert 'job=~"metrics-sched"' in expr
+        if DECISION_VALUE in expr:
+            assert 'metric=~".*"' in expr, (uid, title, expr)  # $metric as Grafana's "All": every metric
         parsed = parse_promql(expr)  # still valid after substitution
         for selector in parsed.selectors:
             assert selector.range in (None, "30s")

@@ -13,7 +13,7 @@ import yaml
 
 from adapters.kubernetes.config import KubeConfigError, load, load_in_cluster, load_kubeconfig
 from adapters.kubernetes.tokens import FileToken, StaticToken
-from metrics_sched.devcluster.certs import ClusterPKI, generate_pki
+from devcluster.certs import ClusterPKI, generate_pki
 
 pytestmark = pytest.mark.unit
 

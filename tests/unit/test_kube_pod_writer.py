@@ -141,15 +141,6 @@ def test_pod_scheduled_condition_is_a_strategic_merge_patch_of_status() -> None:
         "lastProbeTime": None, "lastTransitionTime": "2026-11-30T13:05:10Z"}]}}
 
 
-def test_annotate_pod_is_a_merge_patch_of_metadata() -> None:
-    recorder = Recorder(lambda r: httpx.Response(200, json={}))
-    writer_for(recorder).annotate_pod("ns", "p", {"metrics-sched.io/score": "87"})
-    request = recorder.requests[0]
-    assert (request.method, request.url.path) == ("PATCH", "/api/v1/namespaces/ns/pods/p")
-    assert request.headers["Content-Type"] == "application/merge-patch+json"
-    assert recorder.body() == {"metadata": {"annotations": {"metrics-sched.io/score": "87"}}}
-
-
 # -- leases ----------------------------------------------------------------------------------------
 LEASE: dict[str, Any] = {
     "kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
@@ -228,6 +219,6 @@ def test_lease_calls_bypass_the_write_rate_limit() -> None:
         store.update(current)
     assert slept == []
     writer = KubePodWriter(client)
-    writer.annotate_pod("ns", "p", {"a": "b"})
-    writer.annotate_pod("ns", "p", {"a": "b"})
+    for _ in range(2):
+        writer.set_pod_scheduled_condition("ns", "p", status="False", reason="Unschedulable", message="m")
     assert slept == [pytest.approx(1.0)]

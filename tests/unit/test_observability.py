@@ -28,8 +28,7 @@ EXPECTED = {
     "metrics_sched_bind_results": {"result"},
     "metrics_sched_bind_duration_seconds": {"result"},
     "metrics_sched_unschedulable_reasons": {"reason"},
-    "metrics_sched_decision_gpu_temperature_celsius": set(),
-    "metrics_sched_decision_node_hourly_cost": set(),
+    "metrics_sched_decision_metric_value": {"metric"},
     "metrics_sched_decision_score": set(),
     "metrics_sched_decision_score_margin": set(),
     "metrics_sched_source_up": {"source"},
@@ -44,7 +43,7 @@ EXPECTED = {
 def test_metric_names_and_labels_and_no_pod_names() -> None:
     scheduler, api, cache = make()
     ring = DecisionRing(100)
-    auditor = Auditor(scheduler.state, ring, scheduler.reporter, config_hash="abc")
+    auditor = Auditor(scheduler.state, ring, config_hash="abc")
     metrics = SchedulerMetrics(scheduler)
     scheduler.cycle_observers.append(auditor.on_cycle)
     scheduler.bind_observers.append(auditor.on_bind)

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrics_sched.framework.interfaces import CycleState
+from metrics_sched.framework import CycleState, Handle
+from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins.node_affinity import NodeAffinity
 from metrics_sched.plugins.node_label_filter import NodeLabelFilter
 from metrics_sched.plugins.node_label_score import NodeLabelScore
@@ -15,13 +16,13 @@ from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
 from metrics_sched.plugins.node_unschedulable import NodeUnschedulable
 from metrics_sched.plugins.taint_toleration import TaintToleration
 from metrics_sched.plugins.zone_spread import ZoneSpread
-from metrics_sched.podinfo import parse_pod
-from metrics_sched.scheduler.handle import SchedulerHandle
 from metrics_sched.state.cluster_state import ClusterState
-from tests.unit.fakes import node, pod
+from metrics_sched.telemetry.cache import MetricCache
+from metrics_sched.telemetry.ledger import InFlightLedgerStore
+from tests.unit.fakes import FakeAPI, node, pod
 
 
-def cluster() -> tuple[ClusterState, SchedulerHandle]:
+def cluster() -> tuple[ClusterState, Handle]:
     state = ClusterState()
     state.upsert_node(node("a", labels={"zone": "z1", "disk-type": "ssd", "gen": "3", "role": "special"}))
     state.upsert_node(node("b", labels={"zone": "z1", "disk-type": "hdd", "gen": "5"}))
@@ -29,7 +30,7 @@ def cluster() -> tuple[ClusterState, SchedulerHandle]:
                            taints=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}]))
     state.upsert_node(node("d", labels={"zone": "z2"}, taints=[{"key": "soft", "effect": "PreferNoSchedule"}],
                            unschedulable=True))
-    return state, SchedulerHandle(state)
+    return state, Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI())
 
 
 def feasible(plugin: Any, p: dict[str, Any], state: ClusterState) -> list[str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from metrics_sched.framework.interfaces import ClusterEvent
-from metrics_sched.podinfo import PodInfo, parse_pod
-from metrics_sched.queue import SchedulingQueue
+from metrics_sched.framework import ClusterEvent, EventHint, QueueingHint
+from metrics_sched.model.podinfo import PodInfo, parse_pod
+from metrics_sched.scheduler.queue import SchedulingQueue
 from tests.unit.fakes import pod
 
 
@@ -21,8 +21,8 @@ class Clock:
 def make(clock: Clock, events: dict[str, set[ClusterEvent]] | None = None) -> SchedulingQueue:
     table = events or {"NodeResourcesFit": {ClusterEvent.NODE_ADDED, ClusterEvent.POD_DELETED}}
 
-    def events_of(_: PodInfo, plugins: set[str]) -> set[ClusterEvent]:
-        return set().union(*(table.get(p, set()) for p in plugins))
+    def events_of(_: PodInfo, plugins: set[str]) -> list[EventHint]:
+        return [EventHint(e) for p in plugins for e in table.get(p, set())]
 
     return SchedulingQueue(lambda p: (-p.priority, p.created), events_of=events_of, clock=clock)
 
@@ -116,3 +116,35 @@ def test_deleted_pod_leaves_the_queue() -> None:
     q.add(p)
     q.delete(p.uid)
     assert q.pop(0) is None
+
+
+def test_a_queueing_hint_decides_whether_an_event_moves_the_pod() -> None:
+    clock = Clock()
+    wanted = {"big"}  # the hint: only a node named "big" can help
+
+    def events_of(_: PodInfo, plugins: set[str]) -> list[EventHint]:
+        return [EventHint(ClusterEvent.NODE_ADDED, lambda pod, node: QueueingHint.QUEUE
+                          if node["metadata"]["name"] in wanted else QueueingHint.SKIP)]
+
+    q = SchedulingQueue(lambda p: (-p.priority, p.created), events_of=events_of, clock=clock)
+    q.add(info("p"))
+    popped = q.pop(0)
+    assert popped is not None
+    q.unschedulable(popped.uid, {"Fit"})
+    assert q.move_all(ClusterEvent.NODE_ADDED, {"metadata": {"name": "small"}}) == 0
+    assert q.lengths()["unschedulable"] == 1
+    assert q.move_all(ClusterEvent.NODE_ADDED, {"metadata": {"name": "big"}}) == 1
+
+
+def test_pre_enqueue_keeps_a_pod_gated_until_it_changes() -> None:
+    clock = Clock()
+    q = SchedulingQueue(lambda p: (-p.priority, p.created), events_of=lambda _p, _s: [],
+                        pre_enqueue=lambda p: "ready" in p.labels, clock=clock)
+    body = pod("p")
+    q.add(parse_pod(body))
+    assert q.lengths()["gated"] == 1 and q.pop(0) is None
+    body["metadata"]["labels"] = {"ready": "1"}
+    q.add(parse_pod(body))
+    assert q.lengths()["gated"] == 0
+    popped = q.pop(0)
+    assert popped is not None and popped.info.name == "p"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.quantity import QuantityError, parse_quantity, to_int, to_milli
-from metrics_sched.resources import DEFAULT_MEMORY_REQUEST, pod_requests
+from metrics_sched.model.quantity import QuantityError, parse_quantity, to_int, to_milli
+from metrics_sched.model.resources import DEFAULT_MEMORY_REQUEST, pod_requests
 
 
 @pytest.mark.parametrize(

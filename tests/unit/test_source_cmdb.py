@@ -15,13 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.cmdb import CircuitBreaker, CircuitOpen, CmdbSource, parse_config
+from adapters.cmdb import CmdbSource, parse_config
 from adapters.cmdb.paths import ShapeError, extract_items, split_path
 from adapters.http_common import Credentials, SecretFile, SourceError
+from devcluster.certs import generate_pki
+from devcluster.emulator import EmulatorControl, EmulatorServer, serve
 from metrics_sched.config import ConfigError
-from metrics_sched.devcluster.certs import generate_pki
-from metrics_sched.devcluster.emulator import EmulatorControl, EmulatorServer, serve
 from metrics_sched.ports import FetchResult, NodeDirectory
+from metrics_sched.telemetry import BreakerStatus, CircuitBreaker
 
 pytestmark = pytest.mark.unit
 
@@ -93,7 +94,9 @@ def test_next_url_pagination_stays_on_the_configured_origin_and_sends_the_token(
     assert all(r.headers["Authorization"] == f"Token {TOKEN}" for r in recorder.requests)
     assert values(result) == {("cost", "n1"): 1.5, ("cost", "n2"): 2.5, ("cost", "n3"): 3.5}
     assert all(s.observed_at == T_FETCH for s in result.samples)
-    assert result.queries == 2 and src.health()["pages"] == 2
+    assert result.queries == 2
+    src.poll(NODES)
+    assert src.health.extra["pages"] == 2 and src.health.extra["truncated"] is False
 
 
 def test_link_header_pagination_like_servicenow() -> None:
@@ -141,9 +144,9 @@ def test_max_pages_caps_a_refresh_and_health_says_so() -> None:
 
     src = make(handler, itemsPath="items", nodeKey="name", fields={"v": "v"}, pagination={"type": "next"},
                maxPages=2)
-    result = src.fetch(NODES)
-    assert len(result.samples) == 2
-    assert src.health()["truncated"] is True
+    result = src.poll(NODES)
+    assert result is not None and len(result.samples) == 2
+    assert src.health.extra["truncated"] is True and src.health.as_dict()["extra"]["truncated"] is True
 
 
 def test_a_pagination_loop_is_an_error_not_a_hang() -> None:
@@ -207,10 +210,11 @@ def test_nan_and_infinity_tokens_are_refused_one_value_at_a_time() -> None:
 def test_malformed_json_fails_every_metric_and_is_counted(caplog: pytest.LogCaptureFixture) -> None:
     src = make(lambda r: httpx.Response(200, content=b'{"results": [{"name": "n1", "co'), itemsPath="results",
                nodeKey="name", fields={"a": "a", "b": "b"})
-    result = src.fetch(NODES)
-    assert result.samples == [] and result.dropped == {"malformed": 1}
+    result = src.poll(NODES)
+    assert result is not None and result.samples == [] and result.dropped == {"malformed": 1}
     assert set(result.errors) == {"a", "b"} and "malformed JSON" in result.errors["a"]
-    assert src.health()["consecutive_failures"] == 1 and src.breaker.snapshot()["consecutive_failures"] == 1
+    assert src.health.consecutive_failures == 1 and not src.health.up
+    assert src.health.breaker is not None and src.health.breaker.consecutive_failures == 1
 
 
 def test_timestamp_path_rfc3339_or_unix_seconds() -> None:
@@ -277,24 +281,26 @@ def test_netbox_preset_sees_emulator_faults(emulator: tuple[EmulatorServer, Emul
     src = CmdbSource("netbox", parse_config(spec, base_dir=tmp_path), sleep=lambda s: None)
 
     control.set_fault("cmdb", nan=True)
-    result = src.fetch(NODES)
+    result = src.fetch(NODES)  # a partial result: still a success for the circuit breaker
     assert result.dropped == {"nan": 3, "unknown_node": 1}
     assert {s.metric for s in result.samples} == {"maintenance"}
 
     control.set_fault("cmdb", malformed=True)
-    assert src.fetch(NODES).dropped == {"malformed": 1}
+    malformed = src.poll(NODES)
+    assert malformed is not None and malformed.dropped == {"malformed": 1}
 
     control.set_fault("cmdb", bad_auth=True)
-    result = src.fetch(NODES)
+    result = src.poll(NODES)
+    assert result is not None
     assert result.errors["hourly_cost"].startswith(f"GET {server.url}/api/dcim/devices/?limit=500: HTTP 401")
 
     control.set_fault("cmdb", status=503)
     with pytest.raises(SourceError, match=r"HTTP 503 \(2 attempts\)"):
         src.fetch(NODES)
-    assert src.breaker.state == "open"  # three failed refreshes in a row
-    with pytest.raises(CircuitOpen):
-        src.fetch(NODES)
-    assert TOKEN not in caplog.text and TOKEN not in str(src.health())
+    assert src.poll(NODES) is None and "HTTP 503 (2 attempts)" in src.health.last_error
+    assert src.health.breaker is not None and src.health.breaker.state == "open"  # three failed refreshes in a row
+    assert src.poll(NODES) is None and src.health.errors_by_reason["circuit_open"] == 1
+    assert TOKEN not in caplog.text and TOKEN not in json.dumps(src.health.as_dict())
 
 
 def test_opencost_assets_preset_against_the_emulator(emulator: tuple[EmulatorServer, EmulatorControl]) -> None:
@@ -326,10 +332,10 @@ def test_timeouts_are_retried_a_bounded_number_of_times_then_the_source_is_down(
 
     recorder = Recorder(hang)
     src = make(recorder, nodeKey="name", fields={"v": "v"}, retries=3)
-    with pytest.raises(SourceError, match=r"ReadTimeout.*4 attempts"):
-        src.fetch(NODES)
+    assert src.poll(NODES) is None
     assert len(recorder.requests) == 4
-    assert src.health()["consecutive_failures"] == 1
+    assert "ReadTimeout" in src.health.last_error and "4 attempts" in src.health.last_error
+    assert src.health.consecutive_failures == 1 and src.health.errors_by_reason == {"Unreachable": 1}
 
 
 def test_4xx_is_not_retried() -> None:
@@ -357,28 +363,31 @@ def test_circuit_opens_after_three_failed_refreshes_and_closes_after_a_good_prob
     recorder = Recorder(handler)
     src = make(recorder, clock=clock, nodeKey="name", fields={"v": "v"}, retries=0)
     for _ in range(3):
-        with pytest.raises(SourceError):
-            src.fetch(NODES)
-    assert src.health()["circuit"]["state"] == "open"
-    with pytest.raises(CircuitOpen, match="next attempt in 30s"):
-        src.fetch(NODES)
+        assert src.poll(NODES) is None
+    breaker = src.health.breaker
+    assert breaker is not None and breaker.state == "open"
+    assert breaker.reopens_at == T_FETCH + 30  # in wall time, for /sources
+    assert src.next_delay() == pytest.approx(30)  # the refresh loop waits for the cool-down
+    assert src.health.as_dict(now=T_FETCH + 10)["breaker"]["reopens_in"] == 20
+    assert src.poll(NODES) is None
     assert len(recorder.requests) == 3  # no request while open
 
     clock.t += 30  # cool-down over: one probe, which fails, so it re-opens for twice as long
-    with pytest.raises(SourceError):
-        src.fetch(NODES)
-    assert src.breaker.snapshot()["cool_down"] == 60.0 and src.breaker.state == "open"
+    assert src.poll(NODES) is None
+    assert src.health.breaker == BreakerStatus(state="open", consecutive_failures=4, cool_down=60.0, opened=2,
+                                               reopens_at=T_FETCH + 60)
     clock.t += 59
-    with pytest.raises(CircuitOpen):
-        src.fetch(NODES)
+    assert src.poll(NODES) is None
     assert len(recorder.requests) == 4
 
     clock.t += 1
     healthy["ok"] = True
-    assert values(src.fetch(NODES)) == {("v", "n1"): 1.0}
-    circuit = src.health()["circuit"]
+    polled = src.poll(NODES)
+    assert polled is not None and values(polled) == {("v", "n1"): 1.0}
+    circuit = src.health.as_dict()["breaker"]
     assert circuit["state"] == "closed" and circuit["cool_down"] == 30.0 and circuit["opened"] == 2
-    assert src.health()["consecutive_failures"] == 0
+    assert circuit["reopens_at"] is None
+    assert src.health.consecutive_failures == 0 and src.health.up
 
 
 def test_breaker_cool_down_doubles_up_to_the_maximum() -> None:
@@ -390,7 +399,7 @@ def test_breaker_cool_down_doubles_up_to_the_maximum() -> None:
         clock.t += 1000
         assert breaker.allow() and breaker.state == "half_open"
         breaker.record_failure()
-        cool_downs.append(breaker.snapshot()["cool_down"])
+        cool_downs.append(breaker.status(0.0).cool_down)
     assert cool_downs == [60, 100, 100, 100]
 
 
@@ -415,8 +424,10 @@ def test_the_token_never_reaches_errors_logs_health_or_reprs(tmp_path: Path,
                 retries=0)
     with pytest.raises(SourceError) as info:
         down.fetch(NODES)
-    texts = [result.errors["v"], str(info.value), repr(info.value), caplog.text, json.dumps(src.health()),
-             json.dumps(down.health()), repr(src), repr(src.config)]
+    src.poll(NODES)
+    down.poll(NODES)
+    texts = [result.errors["v"], str(info.value), repr(info.value), caplog.text, json.dumps(src.health.as_dict()),
+             json.dumps(down.health.as_dict()), repr(src), repr(src.config)]
     assert "<redacted>" in result.errors["v"]
     for text in texts:
         assert TOKEN not in text

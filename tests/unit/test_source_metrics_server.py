@@ -14,6 +14,7 @@ from adapters.http_common import SourceError
 from adapters.metrics_server import MetricsServerSource, from_config
 from metrics_sched.config import ConfigError
 from metrics_sched.ports import NodeDirectory
+from metrics_sched.telemetry import SourceContext
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +39,7 @@ def node_metrics(*items: object) -> dict[str, Any]:
 
 def make(handler: Handler, **config: Any) -> MetricsServerSource:
     client = httpx.Client(base_url="https://kube.test", transport=httpx.MockTransport(handler))
-    return from_config("metrics-server", config, base_dir=Path("."), kube_client_factory=lambda: client)
+    return from_config("metrics-server", config, SourceContext(Path("."), lambda: client))
 
 
 def test_utilisation_from_exact_quantities_and_item_timestamps() -> None:
@@ -52,7 +53,8 @@ def test_utilisation_from_exact_quantities_and_item_timestamps() -> None:
         ))
 
     src = make(handler)
-    result = src.fetch(NODES)
+    result = src.poll(NODES)
+    assert result is not None
     assert seen[0].url.path == "/apis/metrics.k8s.io/v1beta1/nodes" and result.queries == 1
     values = {(s.metric, s.node): s.value for s in result.samples}
     assert values == {
@@ -64,7 +66,7 @@ def test_utilisation_from_exact_quantities_and_item_timestamps() -> None:
     stamps = {s.node: s.observed_at for s in result.samples}
     assert stamps == {"n1": 1714557600.0, "n2": 1714557607.25}
     assert result.dropped == {} and result.errors == {} and result.unmatched_series == 0
-    assert src.health()["consecutive_failures"] == 0
+    assert src.health.consecutive_failures == 0 and src.health.up and src.health.queries == 1
 
 
 def test_unknown_nodes_and_bad_items_are_counted() -> None:
@@ -107,7 +109,8 @@ def test_an_unavailable_metrics_api_is_a_source_failure(status: int, body: dict[
     src = make(lambda r: httpx.Response(status, json=body))
     with pytest.raises(SourceError, match=f"HTTP {status}: {body['message']}"):
         src.fetch(NODES)
-    assert src.health()["consecutive_failures"] == 1
+    assert src.poll(NODES) is None
+    assert src.health.consecutive_failures == 1 and f"HTTP {status}" in src.health.last_error
 
 
 def test_transport_errors_and_non_json_are_source_failures() -> None:
@@ -122,10 +125,10 @@ def test_transport_errors_and_non_json_are_source_failures() -> None:
 
 def test_a_reply_without_items_fails_both_metrics() -> None:
     src = make(lambda r: httpx.Response(200, json={"kind": "Status"}))
-    result = src.fetch(NODES)
-    assert set(result.errors) == {"node_cpu_utilisation", "node_memory_utilisation"}
+    result = src.poll(NODES)
+    assert result is not None and set(result.errors) == {"node_cpu_utilisation", "node_memory_utilisation"}
     assert result.dropped == {"malformed": 1}
-    assert src.health()["consecutive_failures"] == 1
+    assert src.health.consecutive_failures == 1 and not src.health.up
 
 
 def test_the_factory_client_is_closed_with_the_source_but_an_injected_one_is_not() -> None:
@@ -135,7 +138,7 @@ def test_the_factory_client_is_closed_with_the_source_but_an_injected_one_is_not
         made.append(httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200))))
         return made[-1]
 
-    src = from_config("ms", {}, base_dir=Path("."), kube_client_factory=factory)
+    src = from_config("ms", {}, SourceContext(Path("."), factory))
     src.close()
     assert len(made) == 1 and made[0].is_closed
     injected = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200)))
@@ -153,5 +156,5 @@ def test_the_factory_client_is_closed_with_the_source_but_an_injected_one_is_not
 ])
 def test_config_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:
-        from_config("ms", spec, base_dir=Path("."), kube_client_factory=httpx.Client)
+        from_config("ms", spec, SourceContext(Path("."), httpx.Client))
     assert info.value.field == field

@@ -28,9 +28,10 @@ from adapters.prometheus import PRESETS, PrometheusSource, from_config
 from adapters.prometheus.config import is_plain_selector
 from adapters.prometheus.node_names import strip_port
 from adapters.prometheus.series import PART_LABEL, combined_query
+from devcluster.certs import generate_pki
 from metrics_sched.config import ConfigError
-from metrics_sched.devcluster.certs import generate_pki
 from metrics_sched.ports import NodeDirectory
+from metrics_sched.telemetry import SourceContext
 
 pytestmark = pytest.mark.unit
 
@@ -130,7 +131,7 @@ NODES = NodeDirectory(
 def source(prom: FakePrometheus, metrics: list[dict[str, Any]], tmp_path: Path | None = None,
            **extra: Any) -> PrometheusSource:
     spec = {"url": prom.url, "metrics": metrics, **extra}
-    return from_config("prom", spec, base_dir=tmp_path or Path("."))
+    return from_config("prom", spec, SourceContext(tmp_path or Path(".")))
 
 
 def by_node(result_samples: list[Any], metric: str) -> dict[str, Any]:
@@ -313,9 +314,10 @@ def test_one_failing_metric_does_not_stop_the_others(prom: FakePrometheus) -> No
     assert result.errors["overloaded"] == "HTTP 503: unavailable: too many queries"
     assert result.errors["not_json"].startswith("malformed response")
     assert result.errors["matrix"].startswith("expected an instant vector")
-    health = src.health()
-    assert health["consecutive_failures"] == 0 and health["last_success"] is not None
-    assert health["last_error"]
+    src.poll(NODES)
+    health = src.health
+    assert health.consecutive_failures == 0 and health.last_success is not None and health.up
+    assert "bad_promql: HTTP 400" in health.last_error  # the partial failure stays visible
 
 
 def test_a_query_timeout_fails_only_that_metric(prom: FakePrometheus) -> None:
@@ -334,9 +336,9 @@ def test_a_query_timeout_fails_only_that_metric(prom: FakePrometheus) -> None:
 def test_every_metric_failing_counts_as_a_failed_refresh(prom: FakePrometheus) -> None:
     prom.replies["q"] = (500, {"status": "error", "errorType": "internal", "error": "boom"})
     src = source(prom, [{"name": "a", "query": "q_a"}, {"name": "b", "query": "q_b"}])
-    src.fetch(NODES)
-    src.fetch(NODES)
-    assert src.health()["consecutive_failures"] == 2
+    assert src.poll(NODES) is not None and src.poll(NODES) is not None
+    assert src.health.consecutive_failures == 2 and not src.health.up
+    assert src.health.errors_by_reason == {"metric_error": 4}
 
 
 def _closed_port() -> int:
@@ -348,11 +350,12 @@ def _closed_port() -> int:
 
 def test_unreachable_prometheus_raises_from_fetch() -> None:
     src = from_config("prom", {"url": f"http://127.0.0.1:{_closed_port()}", "metrics": [
-        {"name": "a", "preset": "dcgm_gpu_temp"}, {"name": "b", "preset": "dcgm_gpu_util"}]}, base_dir=Path("."))
+        {"name": "a", "preset": "dcgm_gpu_temp"}, {"name": "b", "preset": "dcgm_gpu_util"}]}, SourceContext(Path(".")))
     with pytest.raises(SourceError, match="unreachable"):
         src.fetch(NODES)
-    health = src.health()
-    assert health["consecutive_failures"] == 1 and "unreachable" in health["last_error"]
+    assert src.poll(NODES) is None
+    health = src.health
+    assert health.consecutive_failures == 1 and "unreachable" in health.last_error and not health.up
     src.close()
 
 
@@ -366,10 +369,11 @@ def test_bearer_token_from_file_is_sent_and_never_shown(prom: FakePrometheus, tm
                                        "error": f"bad header Authorization: {prom.seen[-1].headers['Authorization']}"})
     caplog.set_level(logging.DEBUG)
     src = source(prom, [{"name": "a", "query": "q"}], tmp_path, auth={"bearerTokenFile": "token"})
-    result = src.fetch(NODES)
+    result = src.poll(NODES)
+    assert result is not None
     assert prom.seen[-1].headers["Authorization"] == f"Bearer {TOKEN}"
     assert result.errors["a"].startswith("HTTP 401")
-    for text in (result.errors["a"], str(src.health()), repr(src), repr(src.config), caplog.text):
+    for text in (result.errors["a"], str(src.health.as_dict()), repr(src), repr(src.config), caplog.text):
         assert TOKEN not in text
 
 
@@ -380,9 +384,10 @@ def test_basic_auth_password_from_file(prom: FakePrometheus, tmp_path: Path,
     prom.replies["q"] = (403, {"status": "error", "errorType": "auth", "error": f"denied {encoded} / {PASSWORD}"})
     src = source(prom, [{"name": "a", "query": "q"}], tmp_path,
                  auth={"basicAuth": {"username": "scheduler", "passwordFile": str(tmp_path / "password")}})
-    result = src.fetch(NODES)
+    result = src.poll(NODES)
+    assert result is not None
     assert prom.seen[-1].headers["Authorization"] == f"Basic {encoded}"
-    for text in (result.errors["a"], str(src.health()), repr(src.config), caplog.text):
+    for text in (result.errors["a"], str(src.health.as_dict()), repr(src.config), caplog.text):
         assert PASSWORD not in text and encoded not in text
 
 
@@ -409,14 +414,14 @@ def test_tls_is_verified_against_the_configured_ca(tmp_path: Path) -> None:
 def test_config_defaults_and_durations() -> None:
     src = from_config("prom", {"url": "http://prom:9090/", "type": "prometheus", "name": "prom",
                                "interval": "15s", "metrics": [{"name": "t", "preset": "dcgm_gpu_temp"}]},
-                      base_dir=Path("."))
+                      SourceContext(Path(".")))
     assert (src.name, src.interval, src.metrics()) == ("prom", 15.0, ["t"])
     assert src.config.url == "http://prom:9090" and src.config.timeout == 2.0
     assert src.config.node_labels == ("node", "hostname", "Hostname", "nodename", "instance")
     metric = src.config.metrics[0]
     assert (metric.aggregation, metric.scale, metric.allow_negative) == ("max", 1.0, False)
     custom = from_config("p", {"url": "http://p", "interval": 30, "metrics": [{"name": "c", "query": "up"}]},
-                         base_dir=Path("."))
+                         SourceContext(Path(".")))
     assert custom.interval == 30.0
     assert (custom.config.metrics[0].timestamp_query, custom.config.metrics[0].aggregation) == ("timestamp(up)", "max")
 
@@ -452,7 +457,7 @@ def test_config_defaults_and_durations() -> None:
 ])
 def test_config_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:
-        from_config("prom", spec, base_dir=Path("."))
+        from_config("prom", spec, SourceContext(Path(".")))
     assert info.value.field == field
 
 
@@ -460,7 +465,7 @@ def test_an_empty_token_file_is_a_config_error_that_names_the_file(tmp_path: Pat
     (tmp_path / "token").write_text("  \n")
     with pytest.raises(ConfigError) as info:
         from_config("p", {"url": "http://p", "auth": {"bearerTokenFile": "token"},
-                          "metrics": [{"name": "a", "query": "up"}]}, base_dir=tmp_path)
+                          "metrics": [{"name": "a", "query": "up"}]}, SourceContext(tmp_path))
     assert info.value.field == "auth.bearerTokenFile" and "empty" in info.value.message
 
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metrics_sched.config import parse_config
+from metrics_sched.framework import Scale
 from metrics_sched.framework.registry import Registry
-from metrics_sched.plugins.metric_terms import Normalization, normalize
 from metrics_sched.ports import FetchResult, Sample
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.telemetry import FreshnessContract, MetricCache, OnMissing, SourceHealth
@@ -30,14 +30,15 @@ class Clock:
         return self.now
 
 
-def make(config: dict[str, Any] | None = None, clock: Clock | None = None) -> tuple[Scheduler, FakeAPI, MetricCache]:
-    registry = Registry.default(third_party=False)
+def make(config: dict[str, Any] | None = None, clock: Clock | None = None,
+         registry: Registry | None = None) -> tuple[Scheduler, FakeAPI, MetricCache]:
+    registry = registry or Registry.default(third_party=False)
     parsed = parse_config(config or {}, registry.catalog())
     clock = clock or Clock()
     cache = MetricCache(parsed.metrics, clock=clock)
     ledger = InFlightLedgerStore(clock=clock)
     api = FakeAPI()
-    scheduler = Scheduler(parsed, registry.plugins, api, services={"metrics": cache, "ledger": ledger})
+    scheduler = Scheduler(parsed, registry.plugins, api, metrics=cache, ledger=ledger)
     api.watchers.append(scheduler.handlers)
     cache.health["test"] = SourceHealth("test", 5, [])
     return scheduler, api, cache
@@ -170,7 +171,7 @@ def test_ledger_entries_stop_counting_once_a_newer_sample_covers_them() -> None:
     scheduler, _, _ = make(clock=clock)
     gpu_nodes(scheduler, ["a"])
     table = scheduler.state.table
-    ledger: InFlightLedgerStore = scheduler.handle.service("ledger")
+    ledger = scheduler.ledger
     ledger.add("uid1", "a", {"node_cpu_utilisation": 0.2}, at=NOW + 1)
     observed = np.full(table.capacity, NOW)
     assert ledger.adjustment("node_cpu_utilisation", table, observed)[table.index["a"]] == pytest.approx(0.2)
@@ -186,7 +187,7 @@ finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.jus
        better=st.sampled_from(["lower", "higher"]),
        method=st.sampled_from(["minmax", "range"]))
 def test_normalised_scores_are_within_0_100_or_missing(values: list[float], better: Any, method: Any) -> None:
-    scores = normalize(np.array(values), better, Normalization(method, 0.0, 100.0))
+    scores = Scale(method, 0.0, 100.0).apply(np.array(values), better)
     finite = scores[~np.isnan(scores)]
     assert ((finite >= 0) & (finite <= 100)).all()
     assert np.isnan(scores[~np.isfinite(np.array(values))]).all()
@@ -198,7 +199,7 @@ def test_normalised_scores_are_within_0_100_or_missing(values: list[float], bett
        method=st.sampled_from(["minmax", "range"]))
 def test_normalised_scores_are_monotonic_in_the_terms_direction(values: list[float], better: Any, method: Any) -> None:
     array = np.array(values)
-    scores = normalize(array, better, Normalization(method, -1000.0, 1000.0))
+    scores = Scale(method, -1000.0, 1000.0).apply(array, better)
     order = np.argsort(array, kind="stable")
     ranked = scores[order]
     steps = np.diff(ranked)

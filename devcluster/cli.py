@@ -1,0 +1,81 @@
+"""`metrics-sched devcluster build|up|down`: the local control plane from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from devcluster.build import BuildError, ensure_built
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("devcluster", help="build, start or stop the local dev cluster")
+    dsub = parser.add_subparsers(dest="devcluster_command", required=True, metavar="ACTION")
+
+    build = dsub.add_parser("build", help="build etcd, kube-apiserver, kube-scheduler and kwok if missing")
+    build.add_argument("--force", action="store_true", help="rebuild even when the binaries are present")
+    build.set_defaults(handler=_build)
+
+    up = dsub.add_parser("up", help="start a cluster in the background; writes DIR/kubeconfig, DIR/endpoints.json")
+    up.add_argument("--dir", type=Path, required=True, help="run directory (logs, kubeconfig, endpoints.json)")
+    up.add_argument("--nodes", type=int, default=20, help="fake KWOK nodes to create (default 20)")
+    up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
+    up.add_argument("--seed", type=int, default=1, help="seed of the fleet and telemetry scenario")
+    up.add_argument("--scrape-interval", type=float, default=2.0, help="Prometheus scrape interval, s")
+    up.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
+    up.add_argument("--kube-scheduler", action="store_true", help="also run the real kube-scheduler")
+    up.set_defaults(handler=_up)
+
+    down = dsub.add_parser("down", help="stop every process of a cluster started with `up`")
+    down.add_argument("--dir", type=Path, required=True)
+    down.set_defaults(handler=_down)
+
+
+def _build(args: argparse.Namespace) -> int:
+    try:
+        ensure_built(force=args.force)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from devcluster.cluster import DevCluster, DevClusterError
+
+    run_dir: Path = args.dir.resolve()
+    if (run_dir / "pids.json").exists():
+        from devcluster.processes import leftovers
+
+        if leftovers(run_dir):
+            print(f"error: a cluster is already running in {run_dir}; `devcluster down --dir {run_dir}` first",
+                  file=sys.stderr)
+            return 1
+    cluster = DevCluster(
+        run_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node, seed=args.seed,
+        scrape_interval=args.scrape_interval, with_prometheus=not args.no_prometheus,
+        with_kube_scheduler=args.kube_scheduler, detach=True,
+    )
+    try:
+        endpoints = cluster.start()
+    except (DevClusterError, BuildError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: v for k, v in vars(endpoints).items() if v}, indent=2))
+    print(f"stop it with: metrics-sched devcluster down --dir {run_dir}", file=sys.stderr)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from devcluster.cluster import down
+
+    run_dir: Path = args.dir.resolve()
+    stopped = down(run_dir)
+    for pid, cmdline in stopped:
+        print(f"stopped {pid}: {cmdline[:100]}")
+    if not stopped:
+        print(f"nothing was running in {run_dir}")
+    return 0

@@ -1,0 +1,445 @@
+"""DevCluster: etcd + kube-apiserver + KWOK (+ kube-scheduler) + Prometheus + the telemetry emulator.
+
+Everything listens on free loopback ports; logs go to <run dir>/logs; `endpoints.json` and
+`kubeconfig` in the run dir tell clients where things are. Used as a context manager (tests, demo,
+benchmarks) or detached (`metrics-sched devcluster up` / `down`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from devcluster import metrics_crd, prometheus
+from devcluster.build import ControlPlaneBinaries, ensure_built
+from devcluster.certs import ClusterPKI, generate_pki
+from devcluster.kubeapi import Credentials, KubeAPI, KubeAPIError, tls_context
+from devcluster.nodes import NodeSpec, create_nodes, delete_nodes, fleet
+from devcluster.ports import free_port, free_ports
+from devcluster.processes import ProcessError, ProcessGroup, kill_leftovers, leftovers, tail
+from devcluster.progress import Progress
+
+ENDPOINTS_FILE = "endpoints.json"
+KUBECONFIG_FILE = "kubeconfig"
+
+
+class DevClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class Endpoints:
+    run_dir: str
+    kubeconfig: str
+    apiserver: str
+    ca_file: str
+    admin_token_file: str
+    etcd: str
+    kwok: str
+    emulator: str | None = None
+    prometheus: str | None = None
+    cmdb: str | None = None
+    cmdb_token_file: str | None = None
+    kube_scheduler: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def write(self, run_dir: Path) -> Path:
+        path = run_dir / ENDPOINTS_FILE
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Endpoints:
+        return cls(**json.loads((run_dir / ENDPOINTS_FILE).read_text()))
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str,
+               alive: Callable[[], None] | None = None) -> None:
+    """Polls check() (connection errors count as "not yet") until true; `alive` raises if a process died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None:
+            alive()
+        with contextlib.suppress(httpx.HTTPError, OSError, ValueError):
+            if check():
+                return
+        time.sleep(0.1)
+    raise DevClusterError(f"{what} not ready after {timeout:.0f}s")
+
+
+class DevCluster:
+    def __init__(
+        self,
+        run_dir: Path | None = None,
+        *,
+        nodes: int = 0,
+        gpus_per_node: int = 8,
+        seed: int = 1,
+        with_prometheus: bool = True,
+        with_emulator: bool = True,
+        with_kube_scheduler: bool = False,
+        scrape_interval: float = 2.0,
+        metrics_api_interval: float = 5.0,
+        detach: bool = False,
+        quiet: bool = False,
+    ) -> None:
+        self.owns_run_dir = run_dir is None
+        self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="metrics-sched-")).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.initial_nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.seed = seed
+        self.with_prometheus = with_prometheus
+        self.with_emulator = with_emulator
+        self.with_kube_scheduler = with_kube_scheduler
+        self.scrape_interval = scrape_interval
+        self.metrics_api_interval = metrics_api_interval
+        self.progress = Progress("devcluster", quiet=quiet)
+        self.quiet = quiet
+        self.group = ProcessGroup(self.run_dir, detach=detach)
+        self.endpoints: Endpoints | None = None
+        self._etcd_dir: Path | None = None
+        self._argv: dict[str, list[str]] = {}
+        self._bins: ControlPlaneBinaries | None = None
+        self._pki: ClusterPKI | None = None
+        self.nodes: list[NodeSpec] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> DevCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Endpoints:
+        retriable = (ProcessError, DevClusterError, TimeoutError, httpx.HTTPError, KubeAPIError)
+        for attempt in (1, 2):
+            try:
+                return self._start()
+            except BaseException as exc:
+                self.stop()
+                if not isinstance(exc, retriable):
+                    raise
+                if attempt == 2:
+                    raise DevClusterError(f"dev cluster failed to start: {type(exc).__name__}: {exc}") from exc
+                # Free ports are picked before the processes bind them; another process can take one in
+                # between. Start again on fresh ports, once, saying why.
+                self.progress(f"start failed ({type(exc).__name__}: {exc}); retrying once on fresh ports")
+                self.nodes = []
+        raise AssertionError("unreachable")
+
+    def _start(self) -> Endpoints:
+        self._bins = ensure_built(quiet=self.quiet)
+        self._pki = pki = generate_pki(self.run_dir / "pki")
+        admin_token = secrets.token_urlsafe(32)
+        token_file = self.run_dir / "admin-token"
+        token_file.write_text(admin_token)
+        token_file.chmod(0o600)
+        tokens_csv = self.run_dir / "tokens.csv"
+        tokens_csv.write_text(f'{admin_token},admin,admin-uid,"system:masters"\n')
+        tokens_csv.chmod(0o600)
+
+        etcd_client, etcd_peer, apiserver_port, kwok_port = free_ports(4)
+        self._start_etcd(etcd_client, etcd_peer)
+        apiserver = f"https://127.0.0.1:{apiserver_port}"
+        self._start_apiserver(apiserver_port, f"http://127.0.0.1:{etcd_client}", pki, tokens_csv)
+        kubeconfig = self._write_kubeconfig(apiserver, pki.ca_cert, admin_token)
+        with self.api() as api:
+            metrics_crd.install(api)
+        self._start_kwok(kubeconfig, kwok_port)
+
+        self.endpoints = Endpoints(
+            run_dir=str(self.run_dir), kubeconfig=str(kubeconfig), apiserver=apiserver,
+            ca_file=str(pki.ca_cert), admin_token_file=str(token_file),
+            etcd=f"http://127.0.0.1:{etcd_client}", kwok=f"http://127.0.0.1:{kwok_port}",
+            versions={"kubernetes": self._bins.versions.kubernetes, "etcd": self._bins.versions.etcd,
+                      "kwok": self._bins.versions.kwok},
+        )
+        if self.with_emulator:
+            self._start_emulator(kubeconfig)
+        if self.with_prometheus:
+            self.start_prometheus()
+        if self.with_kube_scheduler:
+            self.start_kube_scheduler()
+        if self.initial_nodes:
+            self.add_nodes(fleet(self.initial_nodes, gpus_per_node=self.gpus_per_node, seed=self.seed))
+        self.endpoints.write(self.run_dir)
+        self.progress(f"ready: {self.run_dir / ENDPOINTS_FILE}")
+        return self.endpoints
+
+    def stop(self) -> None:
+        self.group.stop_all()
+        # Anything a child forked and left behind is found through the environment marker.
+        kill_leftovers(self.run_dir)
+        if self._etcd_dir is not None:
+            shutil.rmtree(self._etcd_dir, ignore_errors=True)
+        self.endpoints = None
+
+    def leftovers(self) -> list[tuple[int, str]]:
+        return leftovers(self.run_dir)
+
+    # -- components ------------------------------------------------------------------------------
+    def _alive(self, name: str) -> Callable[[], None]:
+        return lambda: self.group.check(name)
+
+    def _start_etcd(self, client_port: int, peer_port: int) -> None:
+        assert self._bins is not None
+        shm = Path("/dev/shm")
+        base = shm if shm.is_dir() and os.access(shm, os.W_OK) else self.run_dir
+        self._etcd_dir = Path(tempfile.mkdtemp(prefix=f"{self.run_dir.name}-etcd-", dir=base))
+        client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        argv = [
+            str(self._bins.etcd), "--name=devcluster", f"--data-dir={self._etcd_dir}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=devcluster={peer}", "--unsafe-no-fsync=true",
+            "--quota-backend-bytes=8589934592", "--log-level=warn",
+            "--snapshot-count=100000", "--auto-compaction-retention=5m",
+        ]
+        self.progress("starting etcd")
+        self._argv["etcd"] = argv
+        self.group.start("etcd", argv)
+        wait_until(lambda: httpx.get(f"{client}/health", timeout=1).json().get("health") == "true",
+              30, "etcd", self._alive("etcd"))
+
+    def _start_apiserver(self, port: int, etcd: str, pki: ClusterPKI, tokens_csv: Path) -> None:
+        assert self._bins is not None
+        argv = [
+            str(self._bins.kube_apiserver),
+            f"--etcd-servers={etcd}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--token-auth-file={tokens_csv}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_public_key}",
+            f"--service-account-signing-key-file={pki.sa_private_key}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # No controller-manager here: nothing would create default ServiceAccounts, and nothing would
+            # lift the not-ready taint TaintNodesByCondition puts on every new node.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            # A single-tenant loopback cluster: no flow control between our own clients.
+            "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
+            "--enable-priority-and-fairness=false",
+            f"--cert-dir={self.run_dir / 'apiserver-certs'}",
+            "--profiling=false",
+        ]
+        self._argv["kube-apiserver"] = argv
+        self.progress("starting kube-apiserver")
+        self._launch_apiserver()
+
+    def _launch_apiserver(self) -> None:
+        self.group.start("kube-apiserver", self._argv["kube-apiserver"])
+        port = next(a.split("=", 1)[1] for a in self._argv["kube-apiserver"] if a.startswith("--secure-port="))
+        assert self._pki is not None
+        token = (self.run_dir / "admin-token").read_text()
+
+        def ready() -> bool:
+            assert self._pki is not None
+            resp = httpx.get(f"https://127.0.0.1:{port}/readyz", verify=tls_context(self._pki.ca_cert),
+                             headers={"Authorization": f"Bearer {token}"}, timeout=2)
+            return resp.status_code == 200
+
+        wait_until(ready, 120, "kube-apiserver /readyz", self._alive("kube-apiserver"))
+
+    def restart_apiserver(self, down_for: float = 0.0) -> None:
+        """Stops and restarts kube-apiserver on the same port (tests of watch recovery)."""
+        self.group.stop("kube-apiserver")
+        if down_for:
+            time.sleep(down_for)
+        self._launch_apiserver()
+
+    def _write_kubeconfig(self, server: str, ca: Path, token: str) -> Path:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "devcluster",
+            "clusters": [{"name": "devcluster", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+            "users": [{"name": "admin", "user": {"token": token}}],
+            "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "admin"}}],
+        }
+        path = self.run_dir / KUBECONFIG_FILE
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    def _start_kwok(self, kubeconfig: Path, port: int) -> None:
+        assert self._bins is not None
+        options = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+            "options": {
+                "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
+                "cidr": "10.0.0.0/8",
+                "nodeIP": "10.239.255.254",
+                "nodeLeaseDurationSeconds": 0,
+                "podPlayStageParallelism": 16,
+                "nodePlayStageParallelism": 16,
+                "enableCRDs": [],
+            },
+        }
+        config = self.run_dir / "kwok.yaml"
+        config.write_text(yaml.safe_dump(options) + "---\n" + self._bins.kwok_stages.read_text())
+        argv = [str(self._bins.kwok), f"--kubeconfig={kubeconfig}", f"--config={config}",
+                f"--server-address=127.0.0.1:{port}"]
+        self.progress("starting kwok")
+        self.group.start("kwok", argv)
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
+              30, "kwok /healthz", self._alive("kwok"))
+
+    def _start_emulator(self, kubeconfig: Path) -> None:
+        assert self.endpoints is not None
+        port = free_port()
+        token_file = self.run_dir / "cmdb-token"
+        token_file.write_text(secrets.token_hex(20))
+        token_file.chmod(0o600)
+        argv = [sys.executable, "-m", "devcluster.emulator", "--host", "127.0.0.1",
+                "--port", str(port), "--seed", str(self.seed), "--kubeconfig", str(kubeconfig),
+                "--metrics-api-interval", str(self.metrics_api_interval),
+                "--cmdb-token-file", str(token_file)]
+        self.progress("starting telemetry emulator")
+        self.group.start("emulator", argv)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).status_code == 200, 30, "emulator",
+              self._alive("emulator"))
+        self.endpoints.emulator = url
+        self.endpoints.cmdb = f"{url}/api/dcim/devices/"
+        self.endpoints.cmdb_token_file = str(token_file)
+
+    def start_prometheus(self) -> str:
+        """Starts (or restarts, on the same port and data) Debian's Prometheus."""
+        assert self.endpoints is not None and self.endpoints.emulator is not None
+        directory = self.run_dir / "prometheus"
+        directory.mkdir(exist_ok=True)
+        url = self.endpoints.prometheus or f"http://127.0.0.1:{free_port()}"
+        emulator = self.endpoints.emulator.removeprefix("http://")
+        config = prometheus.write_config(directory, emulator, self.scrape_interval)
+        self.progress("starting prometheus")
+        self.group.start("prometheus", prometheus.argv(directory, url.removeprefix("http://"), config))
+        wait_until(lambda: httpx.get(f"{url}/-/ready", timeout=1).status_code == 200, 60, "prometheus",
+              self._alive("prometheus"))
+        self.endpoints.prometheus = url
+        return url
+
+    def stop_prometheus(self) -> None:
+        self.group.stop("prometheus")
+
+    def add_scrape_target(self, name: str, address: str, labels: dict[str, str] | None = None) -> None:
+        prometheus.add_target(self.run_dir / "prometheus", name, address, labels)
+
+    def remove_scrape_target(self, name: str) -> None:
+        prometheus.remove_target(self.run_dir / "prometheus", name)
+
+    def start_kube_scheduler(
+        self, *, qps: float = 50, burst: int = 100, percentage_of_nodes_to_score: int | None = None,
+        name: str = "kube-scheduler",
+    ) -> str:
+        """The real kube-scheduler (default profile `default-scheduler`); QPS 50/burst 100 are its defaults."""
+        assert self.endpoints is not None and self._bins is not None and self._pki is not None
+        port = free_port()
+        config: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": self.endpoints.kubeconfig, "qps": qps, "burst": burst},
+            "leaderElection": {"leaderElect": False},
+        }
+        if percentage_of_nodes_to_score is not None:
+            config["percentageOfNodesToScore"] = percentage_of_nodes_to_score
+        path = self.run_dir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        argv = [str(self._bins.kube_scheduler), f"--config={path}", "--bind-address=127.0.0.1",
+                f"--secure-port={port}", f"--tls-cert-file={self._pki.serving_cert}",
+                f"--tls-private-key-file={self._pki.serving_key}"]
+        self.progress(f"starting {name}")
+        self.group.start(name, argv)
+        url = f"https://127.0.0.1:{port}"
+        verify = tls_context(self._pki.ca_cert)
+        wait_until(lambda: httpx.get(f"{url}/healthz", verify=verify, timeout=1).status_code == 200, 60, name,
+              self._alive(name))
+        self.endpoints.kube_scheduler = url
+        return url
+
+    def stop_kube_scheduler(self, name: str = "kube-scheduler") -> None:
+        self.group.stop(name)
+        if self.endpoints is not None:
+            self.endpoints.kube_scheduler = None
+
+    # -- clients and helpers ---------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.run_dir / KUBECONFIG_FILE
+
+    def api(self) -> KubeAPI:
+        return KubeAPI(Credentials.from_kubeconfig(self.kubeconfig))
+
+    def emulator(self) -> Any:
+        from devcluster.emulator import EmulatorControl
+
+        assert self.endpoints is not None and self.endpoints.emulator is not None
+        return EmulatorControl(self.endpoints.emulator)
+
+    def add_nodes(self, specs: Sequence[NodeSpec]) -> None:
+        started = time.monotonic()
+        with self.api() as api:
+            create_nodes(api, specs, progress=self.progress)
+        if self.endpoints is not None and self.endpoints.emulator:
+            with self.emulator() as emulator:
+                emulator.register_nodes([s.registration() for s in specs])
+        known = {n.name for n in specs}
+        self.nodes = [n for n in self.nodes if n.name not in known] + list(specs)
+        self.progress(f"{len(specs)} nodes created in {time.monotonic() - started:.1f}s")
+
+    def remove_nodes(self, names: Sequence[str]) -> None:
+        with self.api() as api:
+            delete_nodes(api, names)
+        if self.endpoints is not None and self.endpoints.emulator:
+            with self.emulator() as emulator:
+                for name in names:
+                    emulator.remove_node(name)
+        self.nodes = [n for n in self.nodes if n.name not in set(names)]
+
+    def telemetry_sources(self, *, interval: float = 5.0, prometheus: bool = True, cmdb: bool = True,
+                          metrics_server: bool = True) -> list[dict[str, Any]]:
+        """Scheduler `sources:` entries reading this cluster's Prometheus, CMDB and metrics API."""
+        assert self.endpoints is not None
+        out: list[dict[str, Any]] = []
+        if prometheus and self.endpoints.prometheus:
+            out.append({
+                "name": "prometheus", "type": "prometheus", "url": self.endpoints.prometheus, "interval": interval,
+                "metrics": [
+                    {"name": "gpu_temperature", "preset": "dcgm_gpu_temp"},
+                    {"name": "gpu_utilisation", "preset": "dcgm_gpu_util"},
+                    {"name": "node_load_per_cpu", "preset": "node_load_per_cpu"},
+                    {"name": "node_hourly_cost", "preset": "opencost_node_hourly_cost"},
+                ],
+            })
+        if cmdb and self.endpoints.cmdb:
+            out.append({"name": "cmdb", "type": "cmdb", "preset": "netbox", "url": self.endpoints.cmdb,
+                        "interval": interval, "auth": {"tokenFile": self.endpoints.cmdb_token_file}})
+        if metrics_server:
+            out.append({"name": "metrics-server", "type": "metrics-server", "interval": interval})
+        return out
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        return tail(self.run_dir / "logs" / f"{name}.log", lines)
+
+
+def down(run_dir: Path) -> list[tuple[int, str]]:
+    """Stops every process a detached `devcluster up` started in run_dir; returns what it stopped."""
+    stopped = kill_leftovers(run_dir)
+    for leftover in Path("/dev/shm").glob(f"{run_dir.name}-etcd-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    return stopped

@@ -1,0 +1,170 @@
+"""The HTTP server: stdlib ThreadingHTTPServer, one daemon thread per connection, HTTP/1.1 keep-alive.
+
+`serve()` builds a ready-to-run server (port 0 picks a free port) so tests can run it in-process:
+
+    server = serve(port=0, seed=7)
+    server.start()            # serve_forever on a daemon thread
+    ... EmulatorControl(server.url) ...
+    server.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from devcluster.emulator import control_routes, data_routes
+from devcluster.emulator.errors import RequestError
+from devcluster.emulator.exposition import RenderOptions
+from devcluster.emulator.metrics_api import NodeMetricsSync, client_from_kubeconfig
+from devcluster.emulator.routing import Request, Response, resolve
+from devcluster.emulator.state import Emulator
+
+ROUTES = data_routes.ROUTES + control_routes.ROUTES
+MAX_BODY_BYTES = 64 * 2**20
+log = logging.getLogger(__name__)
+
+
+def dispatch(emulator: Emulator, request: Request) -> Response:
+    try:
+        found, request.params = resolve(ROUTES, request.method, request.path)
+    except RequestError as exc:
+        emulator.count("unrouted")
+        return Response.json({"error": exc.message}, exc.status)
+    emulator.count(found.name)
+    try:
+        return found.handler(emulator, request)
+    except RequestError as exc:
+        return Response.json({"error": exc.message}, exc.status)
+    except Exception as exc:
+        log.exception("%s %s failed", request.method, request.path)
+        return Response.json({"error": f"internal error: {exc!r}"}, 500)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: EmulatorServer
+    protocol_version = "HTTP/1.1"  # keep-alive: Prometheus and httpx reuse connections
+    # Headers and body go out in separate writes; with Nagle on, keep-alive clients wait ~40 ms for
+    # the delayed ACK on every request.
+    disable_nagle_algorithm = True
+    timeout = 300  # drop idle keep-alive connections eventually
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_PATCH(self) -> None:
+        self._handle()
+
+    def do_DELETE(self) -> None:
+        self._handle()
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._send(Response.json({"error": "body too large"}, 413))
+            self.close_connection = True
+            return
+        body = self.rfile.read(length) if length else b""
+        url = urlsplit(self.path)
+        host = self.headers.get("Host") or self.server.url.removeprefix("http://")
+        request = Request(
+            method=self.command, path=url.path, query=parse_qs(url.query, keep_blank_values=True),
+            headers={k.lower(): v for k, v in self.headers.items()}, body=body, base_url=f"http://{host}",
+        )
+        self._send(dispatch(self.server.emulator, request))
+
+    def _send(self, response: Response) -> None:
+        try:
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            self.wfile.write(response.body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (e.g. its timeout beat an injected delay): nothing to tell it.
+            self.close_connection = True
+
+    def log_message(self, message_format: str, *args: object) -> None:
+        # Access logs at debug level: Prometheus scrapes would drown everything else on stderr.
+        log.debug("%s " + message_format, self.address_string(), *args)
+
+
+class EmulatorServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], emulator: Emulator) -> None:
+        super().__init__(address, _Handler)
+        self.emulator = emulator
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host if isinstance(host, str) else host.decode()}:{port}"
+
+    def start(self) -> EmulatorServer:
+        """serve_forever() on a daemon thread, plus the NodeMetrics loop if configured."""
+        # A short poll interval only makes shutdown() (and so close()) prompt.
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="emulator-http", daemon=True)
+        self._thread.start()
+        if self.emulator.metrics_sync is not None:
+            self.emulator.metrics_sync.start()
+        return self
+
+    def close(self) -> None:
+        if self.emulator.metrics_sync is not None:
+            self.emulator.metrics_sync.stop()
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.server_close()
+
+    def __enter__(self) -> EmulatorServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    seed: int = 0,
+    cmdb_token: str | None = None,
+    options: RenderOptions | None = None,
+    kubeconfig: Path | None = None,
+    metrics_api_client: httpx.Client | None = None,
+    metrics_api_interval: float = 5.0,
+    clock: Callable[[], float] = time.time,
+) -> EmulatorServer:
+    """Builds the server (bound, not yet serving). cmdb_token=None leaves the CMDB unauthenticated.
+
+    The NodeMetrics sync exists when `kubeconfig` or `metrics_api_client` is given (an injected client is
+    not closed by the server); it loops every `metrics_api_interval` s once started, or only on
+    `POST /control/metrics-api/sync` when the interval is 0.
+    """
+    emulator = Emulator(seed, options=options, cmdb_token=cmdb_token, clock=clock)
+    client, owned = metrics_api_client, False
+    if client is None and kubeconfig is not None:
+        client, owned = client_from_kubeconfig(kubeconfig), True
+    if client is not None:
+        emulator.metrics_sync = NodeMetricsSync(
+            client, emulator.metrics_usages, interval=metrics_api_interval, close_client=owned)
+    return EmulatorServer((host, port), emulator)

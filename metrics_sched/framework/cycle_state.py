@@ -1,0 +1,70 @@
+"""CycleState: what plugins share during one pod's cycle, under typed keys (kube-scheduler's StateKey).
+
+A plugin declares a module-level `KEY = StateKey[MyData]("MyPlugin/data")` and reads back exactly the
+type it wrote: no string-keyed dict, no casts at the reader. PostFilter's what-if runs work on
+`clone()`: values that implement `clone()` are copied, the others are shared (they must be immutable).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+__all__ = ["BINDING_ANNOTATIONS", "CycleState", "StateData", "StateKey"]
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class StateData(Protocol):
+    """State a plugin mutates during the cycle: clone() gives PostFilter's what-if runs their own copy."""
+
+    def clone(self) -> StateData: ...
+
+
+class StateKey(Generic[T]):
+    """A typed key into CycleState; identity, not the name, is what matches (the name is for messages)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"StateKey({self.name!r})"
+
+
+class CycleState:
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[StateKey[Any], Any] = {}
+
+    def write(self, key: StateKey[T], value: T) -> None:
+        self._data[key] = value
+
+    def read(self, key: StateKey[T]) -> T:
+        """The value written under `key`; KeyError naming the key when no plugin wrote it this cycle."""
+        try:
+            value: T = self._data[key]
+        except KeyError:
+            raise KeyError(f"{key.name} was not written in this cycle") from None
+        return value
+
+    def get(self, key: StateKey[T]) -> T | None:
+        value: T | None = self._data.get(key)
+        return value
+
+    def delete(self, key: StateKey[Any]) -> None:
+        self._data.pop(key, None)
+
+    def __contains__(self, key: StateKey[Any]) -> bool:
+        return key in self._data
+
+    def clone(self) -> CycleState:
+        copy = CycleState()
+        copy._data = {k: (v.clone() if isinstance(v, StateData) else v) for k, v in self._data.items()}
+        return copy
+
+
+# Annotations the Binding carries onto the pod (the audit writes its decision summary here): no extra write.
+BINDING_ANNOTATIONS = StateKey[dict[str, str]]("Binding/annotations")

@@ -1,0 +1,50 @@
+"""Cluster events and queueing hints (kube-scheduler's EventsToRegister / QueueingHintFn).
+
+A plugin that rejected a pod names the events that may make it schedulable; each may carry a hint,
+a function that looks at the pod and the event's object and answers QUEUE or SKIP, so a parked pod
+moves only when an event can actually help it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from metrics_sched.model.podinfo import PodInfo
+
+__all__ = ["ALL_EVENTS", "ClusterEvent", "EventHint", "HintFn", "QueueingHint"]
+
+
+class ClusterEvent(enum.StrEnum):
+    NODE_ADDED = "NodeAdd"
+    NODE_ALLOCATABLE = "NodeAllocatableChange"
+    NODE_SCHEDULABLE = "NodeSchedulableChange"
+    NODE_LABELS = "NodeLabelChange"
+    NODE_TAINTS = "NodeTaintChange"
+    POD_DELETED = "AssignedPodDelete"
+    METRIC_CHANGED = "MetricChange"
+    # A pod a Permit plugin may be waiting for reached (or left) Permit; e.g. a gang member arrived.
+    POD_PERMIT = "PodPermit"
+
+
+ALL_EVENTS = frozenset(ClusterEvent)
+
+
+class QueueingHint(enum.Enum):
+    QUEUE = "Queue"
+    SKIP = "QueueSkip"
+
+
+# (parked pod, the event's object: a node record, a pod record, a set of metric names or None) -> hint
+HintFn = Callable[[PodInfo, Any], QueueingHint]
+
+
+@dataclass(frozen=True)
+class EventHint:
+    event: ClusterEvent
+    hint: HintFn | None = None  # None: every such event may help
+
+    def admits(self, pod: PodInfo, detail: Any) -> bool:
+        return self.hint is None or self.hint(pod, detail) == QueueingHint.QUEUE

@@ -1,0 +1,79 @@
+"""The Handle: what a plugin may use from the scheduler, as typed members (kube-scheduler's Handle).
+
+    cluster       the cluster state (nodes as a NodeTable, placed and assumed pods)
+    metrics       the telemetry cache: fresh values per metric and node, freshness contracts
+    ledger        the in-flight ledger: estimated load of pods placed since their node's last sample
+    pod_writer    the API writes (binding, events, status)
+    waiting_pods  pods held at Permit, to allow or reject them from another plugin or thread
+    run_filters   the profile's filters, for PostFilter's what-if runs on a cloned CycleState
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from metrics_sched.config.contract import FreshnessContract
+from metrics_sched.framework.cycle_state import CycleState
+from metrics_sched.framework.interfaces import Filtered
+from metrics_sched.framework.waiting import WaitingPods
+from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.ports import PodWriter
+from metrics_sched.state.cluster_state import ClusterState
+from metrics_sched.state.node_table import IntArray, NodeTable
+from metrics_sched.telemetry.cache import MetricColumn
+from metrics_sched.telemetry.ledger import InFlightLedgerStore
+
+__all__ = ["FilterRunner", "Handle", "MetricReader", "Services"]
+
+
+class MetricReader(Protocol):
+    """The read side of the telemetry cache (MetricCache implements it)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def column(self, metric: str, table: NodeTable) -> MetricColumn: ...
+
+    def contract(self, metric: str) -> FreshnessContract: ...
+
+
+class FilterRunner(Protocol):
+    def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered: ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the scheduler wires in once; every profile's Handle shares it."""
+
+    cluster: ClusterState
+    metrics: MetricReader
+    ledger: InFlightLedgerStore
+    pod_writer: PodWriter
+
+
+@dataclass
+class Handle:
+    cluster: ClusterState
+    metrics: MetricReader
+    ledger: InFlightLedgerStore
+    pod_writer: PodWriter
+    waiting_pods: WaitingPods = field(default_factory=WaitingPods)
+    filters: FilterRunner | None = None  # set by the Framework that owns this handle
+
+    @classmethod
+    def of(cls, services: Services) -> Handle:
+        return cls(services.cluster, services.metrics, services.ledger, services.pod_writer)
+
+    @property
+    def table(self) -> NodeTable:
+        return self.cluster.table
+
+    def owner_counts(self, owner_key: str) -> IntArray:
+        return self.cluster.owner_counts(owner_key)
+
+    def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable | None = None) -> Filtered:
+        """The profile's filters over `table` (default: the cluster's); PostFilter passes a cloned cycle."""
+        if self.filters is None:
+            raise RuntimeError("run_filters before the framework was built")
+        return self.filters.run_filters(cycle, pod, self.table if table is None else table)

@@ -1,0 +1,50 @@
+"""Status and Code: what every extension point returns (kube-scheduler's framework.Status)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+__all__ = ["SUCCESS", "Code", "Status"]
+
+
+class Code(enum.Enum):
+    SUCCESS = "Success"
+    ERROR = "Error"
+    UNSCHEDULABLE = "Unschedulable"
+    # No retry can help until the cluster changes in a way a plugin registered for (or the pod changes).
+    UNRESOLVABLE = "UnschedulableAndUnresolvable"
+    WAIT = "Wait"  # Permit only: hold the pod until allow()/reject() or the timeout
+    SKIP = "Skip"  # the plugin has nothing to say for this pod (Bind: pass to the next binder)
+    PENDING = "Pending"  # the outcome of an API call is unknown: keep the pod assumed and try again
+
+
+@dataclass(frozen=True)
+class Status:
+    code: Code = Code.SUCCESS
+    reason: str = ""
+    plugin: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code in (Code.SUCCESS, Code.SKIP)
+
+    @property
+    def rejected(self) -> bool:
+        return self.code in (Code.UNSCHEDULABLE, Code.UNRESOLVABLE)
+
+    def by(self, plugin: str) -> Status:
+        """The same status attributed to `plugin` (the runtime records who said it)."""
+        return self if self.plugin == plugin else dataclasses.replace(self, plugin=plugin)
+
+    @classmethod
+    def error(cls, reason: str, plugin: str = "") -> Status:
+        return cls(Code.ERROR, reason, plugin)
+
+    @classmethod
+    def unschedulable(cls, reason: str, plugin: str = "") -> Status:
+        return cls(Code.UNSCHEDULABLE, reason, plugin)
+
+
+SUCCESS = Status()

@@ -1,0 +1,1 @@
+"""What the scheduler knows of a pod and of resource amounts: PodInfo, request accounting, quantities."""

@@ -1,0 +1,1 @@
+"""Plugins outside the metrics_sched package, registered only through the `metrics_sched.plugins` entry points."""

@@ -1,0 +1,346 @@
+"""The framework's cycle, extension point by extension point, with its failure paths: whatever fails after
+assume (Reserve, Permit, PreBind, Bind) runs Unreserve in reverse, un-assumes the pod and requeues it
+with backoff; a Bind plugin's status is honoured; Permit can hold a pod until another thread decides."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from metrics_sched.config import parse_config
+from metrics_sched.framework import (
+    SUCCESS,
+    ArgsError,
+    BindOutcomeKind,
+    BindPlugin,
+    BindStatus,
+    Code,
+    CycleState,
+    NodeTable,
+    PermitPlugin,
+    PermitVerdict,
+    PodInfo,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    ReservePlugin,
+    StateKey,
+    Status,
+    parse_args,
+)
+from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins.default_binder import REREAD_ATTEMPTS, DefaultBinder
+from metrics_sched.ports import ApiError
+from metrics_sched.scheduler import Scheduler
+from tests.unit.fakes import FakeAPI, node, pod
+from tests.unit.test_scheduler import drain
+
+pytestmark = pytest.mark.unit
+
+CALLS: list[str] = []
+
+
+class Step(ReservePlugin, PermitPlugin, PreBindPlugin, BindPlugin, PostBindPlugin):
+    """Records every call; `fail` names the extension point where it fails and how."""
+
+    name = "Step"
+    fail: ClassVar[dict[str, Status | Exception]] = {}
+    permit_wait: ClassVar[float | None] = None
+
+    def _maybe_fail(self, point: str) -> Status:
+        CALLS.append(f"{self.name}.{point}")
+        outcome = self.fail.get(point, SUCCESS)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def reserve(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        return self._maybe_fail("reserve")
+
+    def unreserve(self, cycle: CycleState, pod: PodInfo, node: str) -> None:
+        CALLS.append(f"{self.name}.unreserve")
+
+    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[PermitVerdict, str, float]:
+        status = self._maybe_fail("permit")
+        if not status.ok:
+            return PermitVerdict.REJECT, status.reason, 0.0
+        if self.permit_wait is not None:
+            return PermitVerdict.WAIT, "held", self.permit_wait
+        return PermitVerdict.ALLOW, "", 0.0
+
+    def pre_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        return self._maybe_fail("pre_bind")
+
+    def bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        return self._maybe_fail("bind")
+
+    def post_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> None:
+        CALLS.append(f"{self.name}.post_bind")
+
+
+class Second(ReservePlugin):
+    name = "Second"
+
+    def reserve(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        CALLS.append("Second.reserve")
+        return SUCCESS
+
+    def unreserve(self, cycle: CycleState, pod: PodInfo, node: str) -> None:
+        CALLS.append("Second.unreserve")
+
+
+@pytest.fixture(autouse=True)
+def reset() -> Any:
+    CALLS.clear()
+    Step.fail = {}
+    Step.permit_wait = None
+    yield
+
+
+def make(*, binder: str = "Step") -> tuple[Scheduler, FakeAPI]:
+    registry = Registry.default(third_party=False)
+    registry.register(Step)
+    registry.register(Second)
+    config = {"profiles": [{"plugins": {
+        "reserve": {"enabled": [{"name": "Step"}, {"name": "Second"}]},
+        "permit": {"enabled": [{"name": "Step"}]},
+        "preBind": {"enabled": [{"name": "Step"}]},
+        "bind": {"disabled": [{"name": "*"}], "enabled": [{"name": binder}]},
+        "postBind": {"enabled": [{"name": "Step"}]},
+    }}]}
+    api = FakeAPI()
+    scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
+    api.watchers.append(scheduler.handlers)
+    scheduler.handlers.on_node_event("ADDED", node("n0"))
+    return scheduler, api
+
+
+def unreserved_in_reverse() -> bool:
+    return CALLS[-2:] == ["Second.unreserve", "Step.unreserve"]
+
+
+def assert_unwound_and_backing_off(scheduler: Scheduler, api: FakeAPI) -> None:
+    assert unreserved_in_reverse(), CALLS
+    assert scheduler.state.assumed_count() == 0 and not scheduler.state.is_placed(next(iter(api.pods.values()))[
+        "metadata"]["uid"])
+    assert scheduler.queue.lengths()["backoff"] == 1
+    assert api.binds == []
+    assert "Step.post_bind" not in CALLS
+
+
+def test_the_cycle_runs_every_point_in_kube_scheduler_order() -> None:
+    scheduler, api = make()
+    api.add_pod(pod("p"))
+    drain(scheduler, api)
+    assert CALLS == ["Step.reserve", "Second.reserve", "Step.permit", "Step.pre_bind", "Step.bind", "Step.post_bind"]
+    # Step's Bind succeeded without calling the API: the bind plugin's own status is what counts.
+    assert scheduler.queue.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
+    assert scheduler.state.assumed_count() == 1
+
+
+@pytest.mark.parametrize("point", ["reserve", "pre_bind", "bind"])
+def test_an_error_after_assume_unreserves_un_assumes_and_backs_off(point: str) -> None:
+    scheduler, api = make()
+    Step.fail = {point: Status.error(f"{point} broke")}
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    assert scheduler.binder.drain(5)
+    assert_unwound_and_backing_off(scheduler, api)
+    assert scheduler.reporter.wait_idle(5)
+    [event] = api.events_for("default/p", "FailedScheduling")
+    assert f"{point} broke" in event.note
+
+
+@pytest.mark.parametrize("point", ["reserve", "permit", "pre_bind", "bind"])
+def test_a_plugin_that_raises_is_an_error_status_not_a_crash(point: str) -> None:
+    scheduler, api = make()
+    Step.fail = {point: RuntimeError(f"{point} raised")}
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    assert scheduler.binder.drain(5)
+    assert_unwound_and_backing_off(scheduler, api)
+
+
+def test_permit_reject_unreserves_and_parks_the_pod_as_unschedulable() -> None:
+    scheduler, api = make()
+    Step.fail = {"permit": Status.unschedulable("not now")}
+    api.add_pod(pod("p"))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None and result.status.code == Code.UNSCHEDULABLE and result.status.plugin == "Step"
+    assert unreserved_in_reverse()
+    assert scheduler.state.assumed_count() == 0
+    assert scheduler.queue.lengths()["unschedulable"] == 1
+    assert scheduler.reporter.wait_idle(5)
+    [event] = api.events_for("default/p", "FailedScheduling")
+    assert event.note == "Step: not now"
+
+
+def test_bind_all_skip_or_failure_is_not_recorded_as_bound() -> None:
+    scheduler, api = make()
+    outcomes: list[BindOutcomeKind] = []
+    scheduler.bind_observers.append(lambda outcome, _: outcomes.append(outcome.result))
+    Step.fail = {"bind": Status(Code.SKIP)}
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    assert scheduler.binder.drain(5)
+    assert outcomes == [BindOutcomeKind.ERROR]
+    assert_unwound_and_backing_off(scheduler, api)
+    assert scheduler.reporter.wait_idle(5)
+    assert api.events_for("default/p", "Scheduled") == []
+
+
+def test_bind_outcome_unknown_keeps_the_pod_assumed_and_binds_again_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, api = make(binder="DefaultBinder")
+    monkeypatch.setattr(DefaultBinder, "reread_delay", 0.0)
+    monkeypatch.setattr(scheduler.queue, "initial_backoff", 0.05)
+    body = pod("p")
+    api.add_pod(body)
+    real_get = api.get_pod
+    failures = iter(range(REREAD_ATTEMPTS))  # every re-read after the first bind fails: outcome unknown
+
+    def flaky_get(namespace: str, name: str) -> Any:
+        if next(failures, None) is not None:
+            raise ApiError(None, "connection reset")
+        return real_get(namespace, name)
+
+    api.fail_next_binds.append(ApiError(None, "timeout"))
+    monkeypatch.setattr(api, "get_pod", flaky_get)
+    scheduler.schedule_one(timeout=1)
+    deadline = time.monotonic() + 5
+    while not api.binds and time.monotonic() < deadline:
+        assert scheduler.state.is_placed(body["metadata"]["uid"])  # never forgotten while the outcome is unknown
+        time.sleep(0.01)
+    assert api.binds == [("default/p", "n0")]
+    assert scheduler.binder.drain(5)
+    assert "Step.unreserve" not in CALLS
+
+
+def test_permit_wait_holds_the_pod_until_another_thread_allows_it() -> None:
+    scheduler, api = make()
+    Step.permit_wait = 30.0
+    api.add_pod(pod("p"))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None and result.status.code == Code.WAIT
+    framework = scheduler.frameworks["metrics-sched"]
+    [waiting] = list(framework.handle.waiting_pods)
+    assert waiting.pending_plugins == {"Step"} and "Step.pre_bind" not in CALLS
+    assert scheduler.state.assumed_count() == 1  # held pods keep their place
+    threading.Thread(target=waiting.allow, args=("Step",)).start()
+    deadline = time.monotonic() + 5
+    while not CALLS.count("Step.post_bind") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert scheduler.binder.drain(5)
+    assert CALLS[-3:] == ["Step.pre_bind", "Step.bind", "Step.post_bind"]
+    assert len(framework.handle.waiting_pods) == 0
+
+
+def test_permit_wait_times_out_into_a_rejection() -> None:
+    scheduler, api = make()
+    Step.permit_wait = 0.05
+    api.add_pod(pod("p"))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None and result.status.code == Code.WAIT
+    deadline = time.monotonic() + 5
+    while scheduler.queue.lengths()["unschedulable"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert scheduler.queue.lengths()["unschedulable"] == 1
+    assert unreserved_in_reverse() and scheduler.state.assumed_count() == 0
+    assert scheduler.reporter.wait_idle(5)
+    [event] = api.events_for("default/p", "FailedScheduling")
+    assert "waited 0.05s at Permit" in event.note
+
+
+class Nominate(PostFilterPlugin):
+    name = "Nominate"
+
+    def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
+                    rejections: Mapping[str, int]) -> tuple[PostFilterResult, Status]:
+        what_if = self.handle.run_filters(cycle.clone(), pod)
+        assert not what_if.feasible.any()
+        assert "Insufficient nvidia.com/gpu" in rejections
+        return PostFilterResult(table.name(int(np.flatnonzero(table.present)[0]))), SUCCESS
+
+
+def test_post_filter_runs_when_nothing_fits_and_its_nomination_is_recorded() -> None:
+    registry = Registry.default(third_party=False)
+    registry.register(Nominate)
+    config = {"profiles": [{"plugins": {"postFilter": {"enabled": [{"name": "Nominate"}]}}}]}
+    api = FakeAPI()
+    scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
+    api.watchers.append(scheduler.handlers)
+    scheduler.handlers.on_node_event("ADDED", node("n0", gpus=1))
+    api.add_pod(pod("big", gpus=4))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None and result.node is None and result.nominated_node == "n0"
+    assert [t[:2] for t in result.timings if t[1] == "PostFilter"] == [("Nominate", "PostFilter")]
+
+
+@dataclass
+class Counter:
+    n: int = 0
+
+    def clone(self) -> Counter:
+        return Counter(self.n)
+
+
+def test_cycle_state_keys_are_typed_and_clone_copies_what_can_change() -> None:
+    counter, frozen = StateKey[Counter]("t/counter"), StateKey[tuple[int, ...]]("t/frozen")
+    state = CycleState()
+    state.write(counter, Counter(1))
+    state.write(frozen, (1, 2))
+    copy = state.clone()
+    copy.read(counter).n = 5
+    assert state.read(counter).n == 1 and copy.read(frozen) is state.read(frozen)
+    assert StateKey[Counter]("t/counter") not in state  # identity, not the name, matches
+    with pytest.raises(KeyError, match="t/other was not written"):
+        state.read(StateKey[int]("t/other"))
+
+
+@dataclass(frozen=True)
+class Inner:
+    low: float = 0.0
+    high: float = 1.0
+
+    def validate(self) -> None:
+        if not self.high > self.low:
+            raise ArgsError("high", "must be greater than low")
+
+
+@dataclass(frozen=True)
+class Outer:
+    metric_name: str
+    items: tuple[Inner, ...] = ()
+    labels: dict[str, int] = field(default_factory=dict)
+    source: str = field(default="a", metadata={"key": "from"})
+
+
+@pytest.mark.parametrize(("raw", "field_name", "message"), [
+    ({}, "metricName", "is required"),
+    ({"metricName": "m", "extra": 1}, "extra", "unknown field"),
+    ({"metricName": "m", "items": [{}, {"low": 2, "high": 1}]}, "items[1].high", "greater than low"),
+    ({"metricName": "m", "items": [{"low": "x"}]}, "items[0].low", "finite number"),
+    ({"metricName": "m", "labels": {"a": True}}, "labels.a", "integer"),
+    ({"metricName": ""}, "metricName", "non-empty"),
+])
+def test_args_errors_name_the_field(raw: dict[str, Any], field_name: str, message: str) -> None:
+    with pytest.raises(ArgsError) as info:
+        parse_args(Outer, raw)
+    assert info.value.field == field_name and message in info.value.message
+
+
+def test_args_parse_camel_case_keys_nested_and_renamed() -> None:
+    parsed = parse_args(Outer, {"metricName": "m", "items": [{"high": 2}], "labels": {"a": 1}, "from": "b"})
+    assert parsed == Outer("m", (Inner(0.0, 2.0),), {"a": 1}, "b")
+
+
+def test_a_bind_status_tells_the_binder_what_happened() -> None:
+    assert BindStatus(outcome=BindOutcomeKind.ALREADY_BOUND).ok
+    assert Status.error("x").by("P") == Status(Code.ERROR, "x", "P")
+    assert BindStatus(Code.PENDING, "?", outcome=BindOutcomeKind.UNKNOWN).by("B").outcome == BindOutcomeKind.UNKNOWN
