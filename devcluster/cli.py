@@ -1,4 +1,7 @@
-"""`metrics-sched devcluster build|up|down`: the local control plane from the command line."""
+"""`metrics-sched devcluster build|up|down`: the local control plane from the command line.
+
+Registered by the entry point `devcluster = "devcluster.cli:register"` (group `metrics_sched.cli`).
+"""
 
 from __future__ import annotations
 

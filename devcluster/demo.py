@@ -1,5 +1,8 @@
 """`metrics-sched demo`: a local cluster of 20 GPU nodes with emulated telemetry, the scheduler, a batch
 of GPU pods, live progress, and a table of where each pod went and why. Ctrl-C stops everything.
+
+Registered by the entry point `demo = "devcluster.demo:register"` (group `metrics_sched.cli`). Dev tooling may
+use the core (it runs the scheduler and reuses explain's table); the core never imports this.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A small HTTP server for /healthz, /readyz and (later) /metrics and /decisions.
+"""A small HTTP server for the scheduler's endpoints: /healthz, /readyz, /metrics, /decisions, /sources, /values.
 
 Handlers are registered by path; each returns (status, content type, body). Runs in daemon threads
 and never touches the scheduling hot path except through the thread-safe reads handlers make.

@@ -59,6 +59,8 @@ def render_decision(d: dict[str, Any]) -> str:
              f"decided in {_fmt(d['duration_ms'], 2)} ms"]
     if d["result"] != "scheduled":
         lines.append(f"why: {d['message']}")
+    if d.get("nominated_node"):
+        lines.append(f"nominated by PostFilter: {d['nominated_node']}")
     candidates = d["candidates"]
     if candidates:
         plugins = [t["plugin"] for t in candidates[0]["terms"]]

@@ -51,9 +51,9 @@ PluginCatalog = Mapping[str, "PluginSpec"]
 class PluginSpec:
     """What the loader needs to know of a plugin class (kept abstract to avoid importing plugins)."""
 
-    def __init__(self, points: frozenset[str], check_args: Callable[[Mapping[str, Any]], None]) -> None:
+    def __init__(self, points: frozenset[str], parse_args: Callable[[Mapping[str, Any]], Any]) -> None:
         self.points = points
-        self.check_args = check_args
+        self.parse_args = parse_args  # the plugin's typed Args from the YAML mapping; raises ArgsError
 
 
 DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
@@ -129,7 +129,7 @@ def _profile(data: Any, i: int, catalog: PluginCatalog) -> ProfileConfig:
     if not resolved["bind"]:
         raise ConfigError(f"{where}.plugins.bind", "at least one bind plugin must be enabled")
 
-    args: dict[str, dict[str, Any]] = {}
+    args: dict[str, Any] = {}  # plugin name -> its parsed Args, built once here
     for j, item in enumerate(sequence(data.get("pluginConfig"), f"{where}.pluginConfig", optional=True)):
         field = f"{where}.pluginConfig[{j}]"
         item = mapping(item, field)
@@ -142,16 +142,15 @@ def _profile(data: Any, i: int, catalog: PluginCatalog) -> ProfileConfig:
             raise ConfigError(f"{field}.name", f"args for {plugin!r} given twice")
         plugin_args = dict(mapping(item.get("args"), f"{field}.args", optional=True))
         try:
-            spec.check_args(plugin_args)
+            args[plugin] = spec.parse_args(plugin_args)
         except (ArgsError, ConfigError) as exc:
-            # check_args names fields relative to the args (ArgsError, or the config readers' ConfigError).
+            # parse_args names fields relative to the args (ArgsError, or the config readers' ConfigError).
             raise ConfigError(f"{field}.args.{exc.field}" if exc.field else f"{field}.args", exc.message) from None
-        args[plugin] = plugin_args
     for point, refs in resolved.items():
         for ref in refs:
             if ref.name not in args:
                 try:
-                    catalog[ref.name].check_args({})
+                    args[ref.name] = catalog[ref.name].parse_args({})
                 except (ArgsError, ConfigError) as exc:
                     raise ConfigError(f"{where}.pluginConfig", f"{ref.name} ({point}) needs args: {exc}") from None
     return ProfileConfig(scheduler_name=name, plugins=resolved, plugin_args=args)

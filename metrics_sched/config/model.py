@@ -24,7 +24,7 @@ class PluginRef:
 class ProfileConfig:
     scheduler_name: str
     plugins: dict[str, tuple[PluginRef, ...]]
-    plugin_args: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plugin_args: dict[str, Any] = field(default_factory=dict)  # plugin name -> its parsed (typed) Args
 
     def enabled(self, point: str) -> tuple[PluginRef, ...]:
         return self.plugins.get(point, ())

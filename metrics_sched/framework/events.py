@@ -25,8 +25,6 @@ class ClusterEvent(enum.StrEnum):
     NODE_TAINTS = "NodeTaintChange"
     POD_DELETED = "AssignedPodDelete"
     METRIC_CHANGED = "MetricChange"
-    # A pod a Permit plugin may be waiting for reached (or left) Permit; e.g. a gang member arrived.
-    POD_PERMIT = "PodPermit"
 
 
 ALL_EVENTS = frozenset(ClusterEvent)
@@ -37,7 +35,8 @@ class QueueingHint(enum.Enum):
     SKIP = "QueueSkip"
 
 
-# (parked pod, the event's object: a node record, a pod record, a set of metric names or None) -> hint
+# (parked pod, the event's object) -> hint. The object is the NodeRecord for node events, the released
+# PodRecord for AssignedPodDelete, the set of refreshed metric names for MetricChange.
 HintFn = Callable[[PodInfo, Any], QueueingHint]
 
 

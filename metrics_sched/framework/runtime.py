@@ -129,7 +129,9 @@ class Framework:
             for ref in profile.enabled(point):
                 if ref.name not in self.instances:
                     cls = plugins[ref.name]
-                    self.instances[ref.name] = cls(cls.parse_args(profile.plugin_args.get(ref.name)), self.handle)
+                    args = profile.plugin_args.get(ref.name)  # parsed by the config loader
+                    self.instances[ref.name] = cls(args if isinstance(args, cls.Args) else cls.parse_args(args),
+                                                   self.handle)
 
         self.pre_enqueues = self._at("preEnqueue", PreEnqueuePlugin)
         sorts = self._at("queueSort", QueueSortPlugin)

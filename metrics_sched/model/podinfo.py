@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -51,7 +51,6 @@ class PodInfo:
     # Set instead of requests when the pod cannot be parsed; the scheduler reports it and moves on.
     parse_error: str | None = None
     attempts: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

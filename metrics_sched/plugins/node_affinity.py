@@ -15,16 +15,18 @@ import numpy as np
 from metrics_sched.framework import (
     ClusterEvent,
     CycleState,
+    EventHint,
     Filtered,
     FilterPlugin,
     Handle,
     NoArgs,
+    QueueingHint,
     ScorePlugin,
     max_normalize,
 )
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.plugins.node_selector import selector_mask, term_mask
-from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
 
 _CACHE_SIZE = 256
 
@@ -36,6 +38,16 @@ class NodeAffinity(FilterPlugin, ScorePlugin):
     def __init__(self, args: NoArgs, handle: Handle) -> None:
         super().__init__(args, handle)
         self._masks: OrderedDict[tuple[str, int, int], BoolArray] = OrderedDict()
+
+    def events_to_register(self) -> list[EventHint]:
+        return [EventHint(ClusterEvent.NODE_ADDED, self._matches), EventHint(ClusterEvent.NODE_LABELS, self._matches)]
+
+    @staticmethod
+    def _matches(pod: PodInfo, node: NodeRecord | None) -> QueueingHint:
+        """A node whose labels miss the pod's nodeSelector cannot help it (required affinity terms: try)."""
+        if node is None or all(node.labels.get(k) == v for k, v in pod.node_selector.items()):
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
 
     def _cached(self, kind: str, spec: Any, table: NodeTable, compute: Any) -> Any:
         key = (kind + json.dumps(spec, sort_keys=True), table.labels_generation, table.capacity)

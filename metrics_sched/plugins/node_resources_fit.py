@@ -17,17 +17,19 @@ from metrics_sched.framework import (
     ArgsError,
     ClusterEvent,
     CycleState,
+    EventHint,
     Filtered,
     FilterPlugin,
     Handle,
     PreFilterPlugin,
+    QueueingHint,
     ScorePlugin,
     StateKey,
     Status,
 )
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, MEMORY, PODS
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+from metrics_sched.state.node_table import FloatArray, IntArray, NodeRecord, NodeTable
 
 _REQUESTS = StateKey[IntArray]("NodeResourcesFit/requests")
 
@@ -62,6 +64,18 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         super().__init__(args, handle)
         self.strategy = self.args.scoring_strategy.type
         self.score_resources = [(r.name, r.weight) for r in self.args.scoring_strategy.resources]
+
+    def events_to_register(self) -> list[EventHint]:
+        return [EventHint(ClusterEvent.NODE_ADDED, self._fits_on),
+                EventHint(ClusterEvent.NODE_ALLOCATABLE, self._fits_on), EventHint(ClusterEvent.POD_DELETED)]
+
+    @staticmethod
+    def _fits_on(pod: PodInfo, node: NodeRecord | None) -> QueueingHint:
+        """A node that could not hold the pod even empty cannot help it (kube's isSchedulableAfterNodeChange)."""
+        if node is None:
+            return QueueingHint.QUEUE
+        fits = all(node.allocatable.get(resource, 0) >= amount for resource, amount in pod.requests.items() if amount)
+        return QueueingHint.QUEUE if fits else QueueingHint.SKIP
 
     def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
         cycle.write(_REQUESTS, self.handle.table.vector(pod.requests))

@@ -40,14 +40,14 @@ class ClusterEventHandlers:
             return
         change = self.state.upsert_node(node)
         if change.added:
-            self.queue.move_all(ClusterEvent.NODE_ADDED, node)
+            self.queue.move_all(ClusterEvent.NODE_ADDED, change.record)
             return
         for flag, event in ((change.allocatable, ClusterEvent.NODE_ALLOCATABLE),
                             (change.schedulable, ClusterEvent.NODE_SCHEDULABLE),
                             (change.labels, ClusterEvent.NODE_LABELS),
                             (change.taints, ClusterEvent.NODE_TAINTS)):
             if flag:
-                self.queue.move_all(event, node)
+                self.queue.move_all(event, change.record)
 
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         if kind == "MODIFIED" and self._unchanged_placement(pod):

@@ -47,6 +47,7 @@ class NodeChange:
     schedulable: bool = False
     labels: bool = False
     taints: bool = False
+    record: NodeRecord | None = None  # the node as it is now, for queueing hints
 
 
 class ClusterState:
@@ -74,6 +75,7 @@ class ClusterState:
                                                                                         record.unschedulable),
                 labels=before is None or before.labels != record.labels,
                 taints=before is None or before.taints != record.taints,
+                record=record,
             )
 
     def _record(self, name: str) -> NodeRecord | None:

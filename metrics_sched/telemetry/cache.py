@@ -108,8 +108,10 @@ class MetricCache:
         source = self._sources[name]
         assert self._directory is not None, "start() the cache (or set a directory) before refreshing"
         directory = self._directory()
+        attempts = source.health.attempts
         result = source.poll(directory)
-        self._observe_refresh(name, source.health.last_duration, result is not None)
+        if source.health.attempts != attempts:  # a refresh skipped by an open breaker fetched nothing to time
+            self._observe_refresh(name, source.health.last_duration, result is not None)
         if result is None:
             self.update_coverage(directory)
             return

@@ -35,6 +35,7 @@ class SourceHealth:
     last_success: float | None = None  # unix time
     last_failure: float | None = None
     last_attempt: float | None = None
+    attempts: int = 0  # fetches made (a refresh skipped by an open circuit breaker is none)
     next_attempt: float | None = None  # unix time of the next refresh (later than interval after failures)
     last_duration: float = 0.0
     consecutive_failures: int = 0

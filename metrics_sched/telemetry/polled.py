@@ -80,6 +80,7 @@ class PolledSource(abc.ABC):
             self._finish(now)
             return None
         health.last_attempt = now
+        health.attempts += 1
         started = time.monotonic()
         try:
             result = self.fetch(nodes)

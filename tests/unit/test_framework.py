@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -122,6 +122,13 @@ def make(*, binder: str = "Step") -> tuple[Scheduler, FakeAPI]:
     return scheduler, api
 
 
+def until(done: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Polls for exactly the condition the test asserts next (binds and Permit timers run on other threads)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def unreserved_in_reverse() -> bool:
     return CALLS[-2:] == ["Second.unreserve", "Step.unreserve"]
 
@@ -233,9 +240,7 @@ def test_permit_wait_holds_the_pod_until_another_thread_allows_it() -> None:
     assert waiting.pending_plugins == {"Step"} and "Step.pre_bind" not in CALLS
     assert scheduler.state.assumed_count() == 1  # held pods keep their place
     threading.Thread(target=waiting.allow, args=("Step",)).start()
-    deadline = time.monotonic() + 5
-    while not CALLS.count("Step.post_bind") and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: "Step.post_bind" in CALLS)
     assert scheduler.binder.drain(5)
     assert CALLS[-3:] == ["Step.pre_bind", "Step.bind", "Step.post_bind"]
     assert len(framework.handle.waiting_pods) == 0
@@ -247,9 +252,7 @@ def test_permit_wait_times_out_into_a_rejection() -> None:
     api.add_pod(pod("p"))
     result = scheduler.schedule_one(timeout=1)
     assert result is not None and result.status.code == Code.WAIT
-    deadline = time.monotonic() + 5
-    while scheduler.queue.lengths()["unschedulable"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1)
     assert scheduler.queue.lengths()["unschedulable"] == 1
     assert unreserved_in_reverse() and scheduler.state.assumed_count() == 0
     assert scheduler.reporter.wait_idle(5)
@@ -344,3 +347,21 @@ def test_a_bind_status_tells_the_binder_what_happened() -> None:
     assert BindStatus(outcome=BindOutcomeKind.ALREADY_BOUND).ok
     assert Status.error("x").by("P") == Status(Code.ERROR, "x", "P")
     assert BindStatus(Code.PENDING, "?", outcome=BindOutcomeKind.UNKNOWN).by("B").outcome == BindOutcomeKind.UNKNOWN
+
+
+def test_queueing_hints_move_a_parked_pod_only_for_a_node_that_can_help() -> None:
+    registry = Registry.default(third_party=False)
+    api = FakeAPI()
+    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api)
+    api.watchers.append(scheduler.handlers)
+    scheduler.handlers.on_node_event("ADDED", node("small", gpus=1, labels={"pool": "a"}))
+    api.add_pod(pod("big", gpus=4, nodeSelector={"pool": "a"}))  # rejected by NodeResourcesFit only
+    api.add_pod(pod("picky", nodeSelector={"pool": "c"}))  # rejected by NodeAffinity only
+    drain(scheduler, api)
+    assert scheduler.queue.lengths()["unschedulable"] == 2
+    scheduler.handlers.on_node_event("ADDED", node("also-small", gpus=2, labels={"pool": "b"}))
+    assert scheduler.queue.lengths()["unschedulable"] == 2  # 2 GPUs cannot hold 4; pool b is not c
+    scheduler.handlers.on_node_event("ADDED", node("big-here", gpus=8, labels={"pool": "a"}))
+    assert scheduler.queue.lengths()["unschedulable"] == 1  # only big moved
+    drain(scheduler, api)
+    assert api.binds == [("default/big", "big-here")]

@@ -10,15 +10,13 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from metrics_sched.audit import DecisionRing
-from metrics_sched.audit.auditor import Auditor
 from metrics_sched.cli.explain_cmd import render_decision
 from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.framework import MetricScorePlugin, MetricTerm, Scale
 from metrics_sched.framework.registry import Registry
-from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.plugins.custom_metric import CustomMetric
 from tests.unit.fakes import pod
+from tests.unit.test_observability import audited
 from tests.unit.test_scheduler import drain
 from tests.unit.test_telemetry_scoring import feed, gpu_nodes, make
 
@@ -142,13 +140,7 @@ def test_a_new_metric_plugin_shows_in_explain_decisions_and_metrics() -> None:
     registry = Registry.default(third_party=False)
     registry.register(GPUPower)
     scheduler, api, cache = make(config, registry=registry)
-    ring = DecisionRing(100)
-    auditor = Auditor(scheduler.state, ring, config_hash="h")
-    metrics = SchedulerMetrics(scheduler)
-    scheduler.cycle_observers.append(auditor.on_cycle)
-    scheduler.bind_observers.append(auditor.on_bind)
-    auditor.record_observers.append(metrics.on_record)
-    auditor.bind_observers.append(metrics.on_bind)
+    ring, metrics = audited(scheduler)
     gpu_nodes(scheduler, ["frugal", "hungry"])
     feed(cache, {"gpu_power_watts": {"frugal": 150, "hungry": 650}, "gpu_temperature": {"frugal": 60, "hungry": 60}})
     api.add_pod(pod("p", gpus=1))

@@ -12,6 +12,7 @@ from metrics_sched.audit import DecisionRing, build_record
 from metrics_sched.audit.auditor import Auditor
 from metrics_sched.cli.explain_cmd import render_decision
 from metrics_sched.observability import SchedulerMetrics
+from metrics_sched.scheduler import Scheduler
 from tests.unit.fakes import node, pod
 from tests.unit.test_scheduler import drain
 from tests.unit.test_telemetry_scoring import feed, make
@@ -40,8 +41,8 @@ EXPECTED = {
 }
 
 
-def test_metric_names_and_labels_and_no_pod_names() -> None:
-    scheduler, api, cache = make()
+def audited(scheduler: Scheduler) -> tuple[DecisionRing, SchedulerMetrics]:
+    """The audit sinks wired as the app wires them: the ring (/decisions) and the metrics (/metrics)."""
     ring = DecisionRing(100)
     auditor = Auditor(scheduler.state, ring, config_hash="abc")
     metrics = SchedulerMetrics(scheduler)
@@ -49,6 +50,12 @@ def test_metric_names_and_labels_and_no_pod_names() -> None:
     scheduler.bind_observers.append(auditor.on_bind)
     auditor.record_observers.append(metrics.on_record)
     auditor.bind_observers.append(metrics.on_bind)
+    return ring, metrics
+
+
+def test_metric_names_and_labels_and_no_pod_names() -> None:
+    scheduler, api, cache = make()
+    ring, metrics = audited(scheduler)
     scheduler.handlers.on_node_event("ADDED", node("g1", gpus=1))
     scheduler.handlers.on_node_event("ADDED", node("g2", gpus=1))
     feed(cache, {"gpu_temperature": {"g1": 50, "g2": 60}, "node_hourly_cost": {"g1": 3, "g2": 4}})

@@ -120,7 +120,7 @@ def test_the_breaker_state_is_part_of_the_health_model() -> None:
                                "reopens_at": T0 + 30.0, "reopens_in": 18.0}
 
     monotonic.t = 10.0  # still open: no fetch, and it is not counted as another failure
-    assert src.poll(NODES) is None and src.fetches == 2
+    assert src.poll(NODES) is None and src.fetches == 2 and src.health.attempts == 2
     assert src.health.consecutive_failures == 2 and src.health.errors_by_reason["circuit_open"] == 1
 
     monotonic.t = 30.0  # half-open: one probe, which fails, so it re-opens for twice as long
@@ -136,17 +136,17 @@ def test_the_cache_shares_the_sources_health_and_keeps_values_through_a_failure(
     clock = Clock()
     src = Scripted([ok(5.0), RuntimeError("down")], clock=clock)
     cache = MetricCache(clock=clock)
+    cache.start(lambda: NODES)  # before add_source: no background thread, the test drives the refreshes
     cache.add_source(src)
     assert cache.health["scripted"] is src.health
     seen: list[tuple[str, bool]] = []
     cache.refresh_observers.append(lambda name, seconds, good: seen.append((name, good)))
-    cache.start(lambda: NODES)
     try:
         cache.refresh("scripted")
         cache.refresh("scripted")
     finally:
         cache.stop()
-    assert seen[:2] == [("scripted", True), ("scripted", False)]
+    assert seen == [("scripted", True), ("scripted", False)]
     assert cache.node_values("n1")["a"]["value"] == 5.0
     assert not cache.health["scripted"].up and cache.health["scripted"].coverage == {"a": 1.0, "b": 0.0}
 
@@ -170,3 +170,18 @@ def test_the_sources_endpoint_shows_the_breaker_through_the_health_model() -> No
     assert status == 200 and content_type == "application/json"
     assert entry["breaker"]["state"] == "open" and entry["consecutive_failures"] == 1 and entry["up"] is False
     assert entry["last_error"] == "RuntimeError: down" and entry["next_attempt"] == T0 + 30.0
+
+
+def test_a_refresh_skipped_by_an_open_breaker_is_not_timed() -> None:
+    src = Scripted([RuntimeError("down")], breaker=CircuitBreaker(failure_threshold=1, clock=Clock(0.0)))
+    cache = MetricCache()
+    cache.start(lambda: NODES)  # before add_source: no background thread, the test drives the refreshes
+    cache.add_source(src)
+    seen: list[bool] = []
+    cache.refresh_observers.append(lambda name, seconds, good: seen.append(good))
+    try:
+        cache.refresh("scripted")  # fails: the breaker opens
+        cache.refresh("scripted")  # skipped: no fetch, nothing to time
+    finally:
+        cache.stop()
+    assert seen == [False] and src.fetches == 1 and src.health.attempts == 1
