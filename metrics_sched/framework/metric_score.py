@@ -9,14 +9,14 @@ applied, the metric's freshness contract (`onMissing: deny` filters nodes withou
 `lowest` scores them 0, `neutral` drops the term for them), thresholds as a filter, normalisation to
 0-100, the NaN-skipping weighted mean of several terms, the evidence the audit records, and telling
 the queue that a refresh may have admitted a node. Plugins with args return their terms from
-`terms()`; GPUTemperature shows how to add state (hysteresis) on top.
+`make_terms()`; GPUTemperature shows how to add state (hysteresis) on top.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -122,8 +122,16 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     # Thresholds compare the measured value, or the value with the in-flight ledger's estimate added.
     filter_with_ledger: ClassVar[bool] = False
 
-    def terms(self) -> Sequence[MetricTerm]:
+    def __init__(self, args: Any, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self._terms = tuple(self.make_terms())
+
+    def make_terms(self) -> Sequence[MetricTerm]:
+        """The terms, built once from the parsed args; plugins without args declare TERMS instead."""
         return self.TERMS
+
+    def terms(self) -> Sequence[MetricTerm]:
+        return self._terms
 
     def applies(self, pod: PodInfo) -> bool:
         """Pods this plugin neither filters nor scores (e.g. CPU pods for a GPU metric) answer False."""

@@ -92,6 +92,7 @@ class CycleResult:
     cycle: CycleState = field(default_factory=CycleState)
     nominated_node: str | None = None  # from PostFilter
     assumed: bool = False
+    waiting: WaitingPod | None = None  # held at Permit (status WAIT) until Framework.hold() starts the wait
     # Set by the audit before the bind: the Scheduled event's text and the annotations the Binding carries.
     summary: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
@@ -281,9 +282,9 @@ class Framework:
 
     def run_scheduling_cycle(self, pod: PodInfo,
                              on_permit: Callable[[CycleResult, Status], None]) -> CycleResult | None:
-        """Schedule, assume, Reserve, Permit. result.status tells the scheduler what to do next:
-        SUCCESS bind now; WAIT held at Permit (`on_permit` is called once the waiting ends); a
-        rejection or error: the pod was un-assumed. None: the pod is already placed (the watch lags)."""
+        """Schedule, assume, Reserve, Permit. result.status tells the scheduler what to do next: SUCCESS
+        bind now; WAIT held at Permit (start the wait with hold(); `on_permit` is called once it ends);
+        a rejection or error: the pod was un-assumed. None: the pod is already placed (the watch lags)."""
         with self.cluster.lock:
             if self.cluster.is_placed(pod.uid):
                 return None
@@ -333,7 +334,7 @@ class Framework:
                 result.timings.append((plugin.name, "Permit", time.perf_counter() - started, Code.ERROR.value))
                 self.unwind(result)
                 return Status.error(message, plugin.name)
-            result.timings.append((plugin.name, "Permit", time.perf_counter() - started, verdict.value))
+            result.timings.append((plugin.name, "Permit", time.perf_counter() - started, _PERMIT_CODE[verdict].value))
             if verdict == PermitVerdict.REJECT:
                 self.unwind(result)
                 return Status(Code.UNSCHEDULABLE, message, plugin.name)
@@ -348,8 +349,14 @@ class Framework:
                 self.unwind(result)
             on_permit(result, status)
 
-        self.handle.waiting_pods.add(WaitingPod(result.pod, node, timeouts, resolved))
+        result.waiting = WaitingPod(result.pod, node, timeouts, resolved)
         return Status(Code.WAIT, f"waiting at Permit for {', '.join(sorted(timeouts))}", ",".join(sorted(timeouts)))
+
+    def hold(self, result: CycleResult) -> None:
+        """Starts the Permit wait of a pod whose cycle answered WAIT. Separate from the cycle so the caller
+        records the decision first: an allow from another thread may start the binding at once."""
+        if result.waiting is not None:
+            self.handle.waiting_pods.add(result.waiting)
 
     def unwind(self, result: CycleResult) -> None:
         """Unreserve and un-assume the pod. As in kube-scheduler, every Reserve plugin's Unreserve runs, in
@@ -400,6 +407,10 @@ class Framework:
 
     def plugins(self) -> Sequence[Plugin]:
         return list(self.instances.values())
+
+
+_PERMIT_CODE = {PermitVerdict.ALLOW: Code.SUCCESS, PermitVerdict.WAIT: Code.WAIT,
+                PermitVerdict.REJECT: Code.UNSCHEDULABLE}  # the status label kube-scheduler's metrics use
 
 
 def _as_bind_status(status: Status) -> BindStatus:

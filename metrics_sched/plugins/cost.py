@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from metrics_sched.framework import ArgsError, Handle, MetricScorePlugin, MetricTerm, Normalization, Scale
+from metrics_sched.framework import ArgsError, MetricScorePlugin, MetricTerm, Normalization, Scale
 
 
 class Cost(MetricScorePlugin):
@@ -30,11 +30,7 @@ class Cost(MetricScorePlugin):
 
     args: Args
 
-    def __init__(self, args: Args, handle: Handle) -> None:
-        super().__init__(args, handle)
+    def make_terms(self) -> Sequence[MetricTerm]:
         # A price is what it is: the in-flight ledger estimates load, not cost.
-        self._terms = (MetricTerm(self.args.metric, "lower", self.args.normalization.scale(Scale()),
-                                  per_resource=self.args.per_resource, ledger=False),)
-
-    def terms(self) -> Sequence[MetricTerm]:
-        return self._terms
+        return (MetricTerm(self.args.metric, "lower", self.args.normalization.scale(Scale()),
+                           per_resource=self.args.per_resource, ledger=False),)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from metrics_sched.framework import (
     ArgsError,
     Direction,
-    Handle,
     MetricScorePlugin,
     MetricTerm,
     Normalization,
@@ -59,9 +58,5 @@ class CustomMetric(MetricScorePlugin):
 
     args: Args
 
-    def __init__(self, args: Args, handle: Handle) -> None:
-        super().__init__(args, handle)
-        self._terms = tuple(t.term() for t in self.args.metrics)
-
-    def terms(self) -> Sequence[MetricTerm]:
-        return self._terms
+    def make_terms(self) -> Sequence[MetricTerm]:
+        return [t.term() for t in self.args.metrics]

@@ -69,13 +69,12 @@ class GPUTemperature(MetricScorePlugin):
     def __init__(self, args: Args, handle: Handle) -> None:
         super().__init__(args, handle)
         self.threshold = self.args.threshold
-        self._terms = (MetricTerm(self.args.metric, "lower", self.args.scale()),)
         self._hot_names: set[str] = set()
         self._state_key: tuple[int, int, int] | None = None
         self._hot: BoolArray = np.zeros(0, dtype=bool)
 
-    def terms(self) -> Sequence[MetricTerm]:
-        return self._terms
+    def make_terms(self) -> Sequence[MetricTerm]:
+        return (MetricTerm(self.args.metric, "lower", self.args.scale()),)
 
     def applies(self, pod: PodInfo) -> bool:
         return not self.args.only_gpu_pods or pod.requests.get(self.args.gpu_resource, 0) > 0

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from metrics_sched.framework import ArgsError, ClusterEvent, Handle, MetricScorePlugin, MetricTerm, Scale
+from metrics_sched.framework import ArgsError, ClusterEvent, MetricScorePlugin, MetricTerm, Scale
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,7 @@ class NodeLoad(MetricScorePlugin):
 
     args: Args
 
-    def __init__(self, args: Args, handle: Handle) -> None:
-        super().__init__(args, handle)
+    def make_terms(self) -> Sequence[MetricTerm]:
         terms = [MetricTerm(m.metric, "lower", Scale("range", m.min, m.max)) for m in self.args.metrics]
         terms[0] = replace(terms[0], filter_above=self.args.max_utilisation)
-        self._terms = tuple(terms)
-
-    def terms(self) -> Sequence[MetricTerm]:
-        return self._terms
+        return terms

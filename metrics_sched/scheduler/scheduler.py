@@ -139,7 +139,9 @@ class Scheduler:
         status = cycle.status
         if status.code == Code.SUCCESS:
             self.binder.submit(framework, cycle)
-        elif status.code != Code.WAIT:  # a waiting pod stays in flight until Permit resolves it
+        elif status.code == Code.WAIT:  # the pod stays in flight until Permit resolves it
+            framework.hold(cycle)
+        else:
             self._failed(cycle, status)
         return cycle
 
