@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from metrics_sched.audit.record import DecisionRecord, build_record
 from metrics_sched.audit.ring import DecisionRing
-from metrics_sched.framework.cycle_state import BINDING_ANNOTATIONS, StateKey
+from metrics_sched.framework.cycle_state import StateKey, annotate_binding
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.scheduler.binding import BindOutcome
 from metrics_sched.state.cluster_state import ClusterState
@@ -39,7 +39,7 @@ class Auditor:
         result.summary = record.summary()
         if self.annotate and record.node is not None:
             # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
-            result.cycle.write(BINDING_ANNOTATIONS, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
+            annotate_binding(result.cycle, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
         self.ring.add(record)
         for observer in self.record_observers:
             observer(record, result)

@@ -59,7 +59,7 @@ class DecisionRecord:
     uid: str
     profile: str
     config_hash: str
-    result: str  # scheduled | unschedulable | error
+    result: str  # scheduled | waiting | unschedulable | error
     node: str | None
     message: str
     nodes_total: int
@@ -96,7 +96,9 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
                  now: float | None = None) -> DecisionRecord:
     now = time.time() if now is None else now
     placed = result.node is not None and result.status.code in (Code.SUCCESS, Code.WAIT)
-    if placed:
+    if placed and result.status.code == Code.WAIT:
+        outcome = "waiting"  # assumed and held at Permit; the bind outcome tells how it ended
+    elif placed:
         outcome = "scheduled"
     elif result.status.code == Code.ERROR:
         outcome = "error"
@@ -133,8 +135,8 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
     return DecisionRecord(
         id=next(_ids), time=now, pod=result.pod.key, uid=result.pod.uid, profile=result.profile,
         config_hash=config_hash, result=outcome, node=result.node if placed else None,
-        message=(f"bound to {result.node}" if placed else result.message() if result.node is None
-                 else f"{result.status.plugin} rejected {result.node}: {result.status.reason}"),
+        message=(f"held at Permit on {result.node}: {result.status.reason}" if outcome == "waiting"
+                 else f"bound to {result.node}" if placed else result.message()),
         nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
         candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
         nominated_node=result.nominated_node,

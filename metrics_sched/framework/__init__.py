@@ -7,13 +7,21 @@ typed args in `args`, and the base for telemetry plugins in `metric_score`. A pl
 its plugins known through the `metrics_sched.plugins` entry-point group (see `registry`).
 """
 
+from metrics_sched.config.contract import FreshnessContract, OnMissing
 from metrics_sched.config.errors import ArgsError
 from metrics_sched.framework.args import NoArgs, parse_args
-from metrics_sched.framework.cycle_state import BINDING_ANNOTATIONS, CycleState, StateData, StateKey
-from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, QueueingHint
+from metrics_sched.framework.cycle_state import (
+    BINDING_ANNOTATIONS,
+    CycleState,
+    StateData,
+    StateKey,
+    annotate_binding,
+)
+from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, HintFn, QueueingHint
 from metrics_sched.framework.handle import Handle, MetricReader, Services
 from metrics_sched.framework.interfaces import (
     EXTENSION_POINTS,
+    MAX_PERMIT_TIMEOUT,
     BindOutcomeKind,
     BindPlugin,
     BindStatus,
@@ -22,7 +30,6 @@ from metrics_sched.framework.interfaces import (
     MetricAwarePlugin,
     MetricEvidence,
     PermitPlugin,
-    PermitVerdict,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -50,14 +57,16 @@ from metrics_sched.framework.status import SUCCESS, Code, Status
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
+from metrics_sched.telemetry.cache import MetricColumn
 
 __all__ = [
-    "ALL_EVENTS", "BINDING_ANNOTATIONS", "EXTENSION_POINTS", "SUCCESS", "ArgsError", "BindOutcomeKind", "BindPlugin",
-    "BindStatus", "BoolArray", "ClusterEvent", "Code", "CycleState", "Direction", "EventHint", "FilterPlugin",
-    "Filtered", "FloatArray", "Handle", "IntArray", "MetricAwarePlugin", "MetricEvidence", "MetricRead",
-    "MetricReader", "MetricScorePlugin", "MetricTerm", "NoArgs", "NodeTable", "Normalization", "PermitPlugin",
-    "PermitVerdict", "Plugin", "PodInfo", "PostBindPlugin", "PostFilterPlugin", "PostFilterResult", "PreBindPlugin",
-    "PreEnqueuePlugin", "PreFilterPlugin", "PreScorePlugin", "QueueSortPlugin", "QueueingHint", "ReservePlugin",
-    "Scale", "ScoreDetail", "ScorePlugin", "Services", "StateData", "StateKey", "Status", "WaitingPod", "WaitingPods",
-    "max_normalize", "parse_args", "read_metric",
+    "ALL_EVENTS", "BINDING_ANNOTATIONS", "EXTENSION_POINTS", "MAX_PERMIT_TIMEOUT", "SUCCESS", "ArgsError",
+    "BindOutcomeKind", "BindPlugin", "BindStatus", "BoolArray", "ClusterEvent", "Code", "CycleState", "Direction",
+    "EventHint", "FilterPlugin", "Filtered", "FloatArray", "FreshnessContract", "Handle", "HintFn", "IntArray",
+    "MetricAwarePlugin", "MetricColumn", "MetricEvidence", "MetricRead", "MetricReader", "MetricScorePlugin",
+    "MetricTerm", "NoArgs", "NodeTable", "Normalization", "OnMissing", "PermitPlugin", "Plugin", "PodInfo",
+    "PostBindPlugin", "PostFilterPlugin", "PostFilterResult", "PreBindPlugin", "PreEnqueuePlugin", "PreFilterPlugin",
+    "PreScorePlugin", "QueueSortPlugin", "QueueingHint", "ReservePlugin", "Scale", "ScoreDetail", "ScorePlugin",
+    "Services", "StateData", "StateKey", "Status", "WaitingPod", "WaitingPods", "annotate_binding", "max_normalize",
+    "parse_args", "read_metric",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from metrics_sched.config.errors import ArgsError
 
-__all__ = ["NoArgs", "parse_args", "yaml_key"]
+__all__ = ["NoArgs", "check_args_class", "parse_args", "yaml_key"]
 
 A = TypeVar("A")
 
@@ -40,6 +41,56 @@ def _where(where: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{where}[{key}]"
     return f"{where}.{key}" if where else key
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """Field types, resolved where the class is written: an Args nested in a plugin class may name the
+    plugin's other nested classes (annotations are strings under `from __future__ import annotations`)."""
+    module = sys.modules.get(cls.__module__)
+    localns: dict[str, Any] = {}
+    owner: Any = module
+    for part in cls.__qualname__.split(".")[:-1]:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            break
+        localns.update(vars(owner))
+    return typing.get_type_hints(cls, localns=localns)
+
+
+def check_args_class(cls: type[Any], where: str = "Args") -> None:
+    """Raises TypeError naming a field whose type parse_args cannot read: checked when a plugin is
+    registered, not when a user first sets that field."""
+    if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+        raise TypeError(f"{where} must be a dataclass")
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.init:
+            _check_type(hints[f.name], f"{where}.{f.name}")
+
+
+def _check_type(tp: Any, where: str) -> None:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        for option in get_args(tp):
+            if option is not type(None):
+                _check_type(option, where)
+    elif origin is Literal:
+        return
+    elif origin is tuple:
+        args = get_args(tp)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"{where}: use tuple[X, ...] for a list, got {_describe(tp)}")
+        _check_type(args[0], where)
+    elif origin in (dict, Mapping, typing.Mapping):
+        key, value = get_args(tp)
+        if key is not str:
+            raise TypeError(f"{where}: mapping keys must be str, got {_describe(tp)}")
+        _check_type(value, where)
+    elif dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        check_args_class(tp, where)
+    elif tp not in (bool, int, float, str, Any):
+        raise TypeError(f"{where}: unsupported args field type {_describe(tp)} "
+                        "(use str, int, float, bool, Literal, X | None, tuple[X, ...], dict[str, X] or a dataclass)")
 
 
 def _describe(tp: Any) -> str:
@@ -111,7 +162,7 @@ def parse_args(cls: type[A], raw: Any, where: str = "") -> A:
         if key not in fields:
             known = ", ".join(fields) or "none"
             raise ArgsError(_where(where, str(key)), f"unknown field (expected {known})")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     values = {f.name: _convert(raw[key], hints[f.name], _where(where, key)) for key, f in fields.items() if key in raw}
     try:
         parsed = cls(**values)

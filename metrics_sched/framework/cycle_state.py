@@ -7,9 +7,10 @@ type it wrote: no string-keyed dict, no casts at the reader. PostFilter's what-i
 
 from __future__ import annotations
 
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
-__all__ = ["BINDING_ANNOTATIONS", "CycleState", "StateData", "StateKey"]
+__all__ = ["BINDING_ANNOTATIONS", "CycleState", "StateData", "StateKey", "annotate_binding"]
 
 T = TypeVar("T")
 
@@ -50,8 +51,14 @@ class CycleState:
             raise KeyError(f"{key.name} was not written in this cycle") from None
         return value
 
-    def get(self, key: StateKey[T]) -> T | None:
-        value: T | None = self._data.get(key)
+    @overload
+    def get(self, key: StateKey[T]) -> T | None: ...
+
+    @overload
+    def get(self, key: StateKey[T], default: T) -> T: ...
+
+    def get(self, key: StateKey[T], default: T | None = None) -> T | None:
+        value: T | None = self._data.get(key, default)
         return value
 
     def delete(self, key: StateKey[Any]) -> None:
@@ -67,4 +74,11 @@ class CycleState:
 
 
 # Annotations the Binding carries onto the pod (the audit writes its decision summary here): no extra write.
-BINDING_ANNOTATIONS = StateKey[dict[str, str]]("Binding/annotations")
+BINDING_ANNOTATIONS = StateKey[Mapping[str, str]]("Binding/annotations")
+
+
+def annotate_binding(cycle: CycleState, annotations: Mapping[str, str]) -> None:
+    """Adds annotations for the Binding to carry, keeping those others added (as a new mapping: values in
+    the cycle state are shared with PostFilter's clones)."""
+    current: Mapping[str, str] = cycle.get(BINDING_ANNOTATIONS) or {}
+    cycle.write(BINDING_ANNOTATIONS, {**current, **annotations})

@@ -42,28 +42,25 @@ class FilterRunner(Protocol):
     def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered: ...
 
 
-@dataclass(frozen=True)
-class Services:
-    """What the scheduler wires in once; every profile's Handle shares it."""
-
-    cluster: ClusterState
-    metrics: MetricReader
-    ledger: InFlightLedgerStore
-    pod_writer: PodWriter
-
-
 @dataclass
-class Handle:
+class Services:
+    """What the scheduler wires in once; every profile's Handle shares it (waiting pods included, as in
+    kube-scheduler: a Permit plugin of one profile may allow a pod of another)."""
+
     cluster: ClusterState
     metrics: MetricReader
     ledger: InFlightLedgerStore
     pod_writer: PodWriter
     waiting_pods: WaitingPods = field(default_factory=WaitingPods)
-    filters: FilterRunner | None = None  # set by the Framework that owns this handle
+
+
+@dataclass
+class Handle(Services):
+    filters: FilterRunner | None = None  # set by the Framework that owns this handle, before any plugin runs
 
     @classmethod
     def of(cls, services: Services) -> Handle:
-        return cls(services.cluster, services.metrics, services.ledger, services.pod_writer)
+        return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods)
 
     @property
     def table(self) -> NodeTable:

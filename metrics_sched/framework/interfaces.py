@@ -5,6 +5,12 @@ parsed args and the profile's Handle; it implements one or more extension-point 
 work on the whole NodeTable at once and return a boolean mask; scores return a float vector over the
 feasible rows. `events_to_register()` names the cluster events (with optional queueing hints) that
 may make a pod this plugin rejected schedulable again; the queue moves parked pods only on those.
+
+Threads: QueueSort, PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score, Reserve and Permit run
+on the scheduling thread, one pod at a time; PreBind, Bind and PostBind run on bind workers, several
+pods at once; Unreserve runs on either, or on a Permit timer. A plugin with state shared across those
+points must lock it. Unreserve must be idempotent (it runs for every Reserve plugin on any failure),
+and PreBind too (a bind whose outcome is unknown is retried from PreBind).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXTENSION_POINTS",
+    "MAX_PERMIT_TIMEOUT",
     "BindOutcomeKind",
     "BindPlugin",
     "BindStatus",
@@ -36,7 +43,6 @@ __all__ = [
     "MetricAwarePlugin",
     "MetricEvidence",
     "PermitPlugin",
-    "PermitVerdict",
     "Plugin",
     "PostBindPlugin",
     "PostFilterPlugin",
@@ -59,13 +65,10 @@ class Filtered:
 
     `reasons` maps a human reason (as in FailedScheduling messages) to the rows it rejects; a row
     may fail for several reasons, the first reason listed wins when they are counted.
-    `unresolvable` marks reasons no retry can fix until the cluster changes (kube-scheduler's
-    UnschedulableAndUnresolvable: PostFilter does not try to preempt for them).
     """
 
     feasible: BoolArray
     reasons: dict[str, BoolArray] = field(default_factory=dict)
-    unresolvable: frozenset[str] = frozenset()
 
     @classmethod
     def single(cls, feasible: BoolArray, reason: str) -> Filtered:
@@ -102,13 +105,13 @@ class PostFilterResult:
     nominated_node: str | None = None
 
 
-class PermitVerdict(enum.Enum):
-    ALLOW = "allow"
-    WAIT = "wait"
-    REJECT = "reject"
+# kube-scheduler's maxTimeout for a Permit wait: a plugin asking for longer (or for no limit) gets this.
+MAX_PERMIT_TIMEOUT = 15 * 60.0
 
 
 class BindOutcomeKind(enum.StrEnum):
+    """What happened to a pod handed to the binding cycle (the binder adds NOT_LEADER and NODE_GONE)."""
+
     BOUND = "bound"
     ALREADY_BOUND = "already_bound"  # our bind answered ambiguously; the re-read shows the pod on our node
     BOUND_ELSEWHERE = "bound_elsewhere"  # another scheduler instance won a race
@@ -116,15 +119,17 @@ class BindOutcomeKind(enum.StrEnum):
     NODE_GONE = "node_gone"
     NOT_LEADER = "not_leader"
     UNKNOWN = "unknown"  # neither the bind nor the re-read answered: keep the pod assumed, retry
-    REJECTED = "rejected"  # Permit rejected it (or timed out)
+    REJECTED = "rejected"  # Permit (wait rejected or timed out), PreBind or Bind answered Unschedulable
     ERROR = "error"
 
 
 @dataclass(frozen=True)
 class BindStatus(Status):
-    """A Bind plugin's status with what happened to the pod; a plain Status means BOUND or ERROR."""
+    """A Bind plugin's status with what it found out about the pod after an error (GONE, BOUND_ELSEWHERE,
+    ALREADY_BOUND); without an outcome, the code decides: SUCCESS bound, PENDING unknown, Unschedulable
+    rejected, anything else an error. An outcome that contradicts the code is an error."""
 
-    outcome: BindOutcomeKind = BindOutcomeKind.BOUND
+    outcome: BindOutcomeKind | None = None
 
 
 class Plugin:
@@ -212,11 +217,11 @@ class ReservePlugin(Plugin):
 
 
 class PermitPlugin(Plugin):
-    """ALLOW, REJECT (with a message), or WAIT up to `timeout` seconds for allow()/reject() on the
-    waiting pod (Handle.waiting_pods), called from any thread."""
+    """(status, timeout): SUCCESS lets the pod go; Unschedulable (or Error) rejects it; WAIT holds it up to
+    `timeout` seconds (at most MAX_PERMIT_TIMEOUT) until allow()/reject() on the waiting pod
+    (Handle.waiting_pods), called from any thread."""
 
-    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[PermitVerdict, str, float]:
-        """(verdict, message, timeout seconds for WAIT)."""
+    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
         raise NotImplementedError
 
 

@@ -127,7 +127,8 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         self._terms = tuple(self.make_terms())
 
     def make_terms(self) -> Sequence[MetricTerm]:
-        """The terms, built once from the parsed args; plugins without args declare TERMS instead."""
+        """The terms, built once from the parsed args (self.args) when the base is constructed, before a
+        subclass's own __init__ body runs; plugins without args declare TERMS instead."""
         return self.TERMS
 
     def terms(self) -> Sequence[MetricTerm]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from metrics_sched.config.loader import PluginSpec
+from metrics_sched.framework.args import check_args_class
 from metrics_sched.framework.interfaces import EXTENSION_POINTS, Plugin
 
 ENTRY_POINT_GROUP = "metrics_sched.plugins"
@@ -33,7 +34,9 @@ class Registry:
     def default(cls, *, third_party: bool = True) -> Registry:
         from metrics_sched.plugins import BUILTIN
 
-        registry = cls(BUILTIN)
+        registry = cls({})
+        for plugin in BUILTIN.values():
+            registry.register(plugin)  # the same checks as a third-party plugin
         if third_party:
             registry.load_entry_points()
         return registry
@@ -45,6 +48,10 @@ class Registry:
             raise ValueError(f"plugin name {plugin.name!r} is already taken by {self.plugins[plugin.name]}")
         if not points_of(plugin):
             raise ValueError(f"{plugin.__qualname__} implements no extension point")
+        try:
+            check_args_class(plugin.Args, f"{plugin.name}.Args")
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
         self.plugins[plugin.name] = plugin
 
     def load_entry_points(self) -> None:

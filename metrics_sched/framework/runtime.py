@@ -17,12 +17,13 @@ no value for a node (NaN) drops out and the others are re-weighted for that node
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.events import EventHint
 from metrics_sched.framework.handle import Handle, Services
 from metrics_sched.framework.interfaces import (
+    MAX_PERMIT_TIMEOUT,
     BindOutcomeKind,
     BindPlugin,
     BindStatus,
@@ -39,10 +41,10 @@ from metrics_sched.framework.interfaces import (
     MetricAwarePlugin,
     MetricEvidence,
     PermitPlugin,
-    PermitVerdict,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
+    PostFilterResult,
     PreBindPlugin,
     PreEnqueuePlugin,
     PreFilterPlugin,
@@ -56,7 +58,7 @@ from metrics_sched.framework.scoring import nan_weighted_mean
 from metrics_sched.framework.status import SUCCESS, Code, Status
 from metrics_sched.framework.waiting import WaitingPod
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 
 __all__ = ["CycleResult", "Framework", "ScoreTerm"]
 
@@ -93,13 +95,8 @@ class CycleResult:
     nominated_node: str | None = None  # from PostFilter
     assumed: bool = False
     waiting: WaitingPod | None = None  # held at Permit (status WAIT) until Framework.hold() starts the wait
-    # Set by the audit before the bind: the Scheduled event's text and the annotations the Binding carries.
-    summary: str = ""
-    annotations: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def scheduled(self) -> bool:
-        return self.node is not None
+    skipped: set[str] = field(default_factory=set)  # plugins whose PreFilter/PreScore said Skip
+    summary: str = ""  # set by the audit: the Scheduled event's text
 
     def release_arrays(self) -> None:
         """Drops the per-node arrays once the decision record holds what the audit needs: a result waiting
@@ -109,13 +106,29 @@ class CycleResult:
         self.feasible_rows = np.zeros(0, dtype=np.int64)
 
     def message(self) -> str:
-        """kube-scheduler's FailedScheduling message shape."""
+        """Why the pod is not bound, in kube-scheduler's FailedScheduling shape."""
         if self.status.code == Code.ERROR:
             return f"running {self.status.plugin}: {self.status.reason}"
+        if self.node is not None:  # chosen, then turned down by Reserve, Permit, PreBind or Bind
+            return f"{self.status.plugin}: {self.status.reason}"
         if self.status.reason and not self.rejections:
             return f"0/{self.nodes_total} nodes are available: {self.status.reason}."
         parts = ", ".join(f"{count} {reason}" for reason, count in sorted(self.rejections.items()))
         return f"0/{self.nodes_total} nodes are available: {parts}."
+
+
+# The codes each extension point may return; anything else is a plugin bug, turned into an Error.
+_REJECTIONS = frozenset({Code.UNSCHEDULABLE, Code.UNRESOLVABLE})
+_PRE = frozenset({Code.SUCCESS, Code.SKIP, Code.ERROR}) | _REJECTIONS
+_RESERVE = frozenset({Code.SUCCESS, Code.ERROR}) | _REJECTIONS
+_PERMIT = frozenset({Code.SUCCESS, Code.SKIP, Code.WAIT, Code.ERROR}) | _REJECTIONS
+_BIND = frozenset({Code.SUCCESS, Code.SKIP, Code.PENDING, Code.ERROR}) | _REJECTIONS
+
+
+def _checked(status: Status, allowed: frozenset[Code], point: str) -> Status:
+    if status.code in allowed:
+        return status
+    return Status.error(f"{point} returned {status.code.value}, which {point} may not return ({status.reason})")
 
 
 class Framework:
@@ -129,10 +142,8 @@ class Framework:
         for point in profile.plugins:
             for ref in profile.enabled(point):
                 if ref.name not in self.instances:
-                    cls = plugins[ref.name]
-                    args = profile.plugin_args.get(ref.name)  # parsed by the config loader
-                    self.instances[ref.name] = cls(args if isinstance(args, cls.Args) else cls.parse_args(args),
-                                                   self.handle)
+                    # The loader parsed the args; a profile built in code may pass a mapping (or nothing).
+                    self.instances[ref.name] = plugins[ref.name](profile.plugin_args.get(ref.name), self.handle)
 
         self.pre_enqueues = self._at("preEnqueue", PreEnqueuePlugin)
         sorts = self._at("queueSort", QueueSortPlugin)
@@ -187,14 +198,34 @@ class Framework:
 
     # -- scheduling cycle ------------------------------------------------------------------------
     def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
-        """All filters, for PostFilter's what-if runs (no timings, no early exit bookkeeping)."""
+        """Every filter, as the cycle runs them; for PostFilter's what-if runs on a cloned cycle state."""
+        return self._filter(cycle, pod, table, None)
+
+    def _filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable, result: CycleResult | None) -> Filtered:
+        """Narrows a mask over all rows. With a result, counts per reason the nodes each filter rejected
+        among those still feasible (kube-scheduler's "0/N nodes are available: ..."), and times each."""
         feasible = table.present[: table.capacity].copy()
-        reasons: dict[str, Any] = {}
+        reasons: dict[str, BoolArray] = {}
+        skipped = result.skipped if result is not None else set()
         for plugin in self.filters:
+            if plugin.name in skipped:
+                continue
+            started = time.perf_counter()
             verdict = plugin.filter(cycle, pod, table)
+            before = feasible
+            feasible = before & verdict.feasible
             for reason, rows in verdict.reasons.items():
-                reasons[reason] = rows & feasible
-            feasible = feasible & verdict.feasible
+                reasons[reason] = rows & before
+            if result is not None:
+                rejected = int(before.sum() - feasible.sum())
+                if rejected:
+                    result.rejected_by.add(plugin.name)
+                    for reason, rows in verdict.reasons.items():
+                        count = int(np.count_nonzero(rows & before))
+                        if count:
+                            result.rejections[reason] += count
+                result.timings.append((plugin.name, "Filter", time.perf_counter() - started,
+                                       "Unschedulable" if rejected else "Success"))
             if not feasible.any():
                 break
         return Filtered(feasible, reasons)
@@ -206,32 +237,18 @@ class Framework:
         clock = time.perf_counter
         for pre_filter in self.pre_filters:
             started = clock()
-            status = pre_filter.pre_filter(cycle, pod)
+            status = _checked(pre_filter.pre_filter(cycle, pod), _PRE, "PreFilter").by(pre_filter.name)
             result.timings.append((pre_filter.name, "PreFilter", clock() - started, status.code.value))
-            if not status.ok:
-                result.status = status.by(pre_filter.name)
+            if status.code == Code.SKIP:
+                result.skipped.add(pre_filter.name)  # its Filter has nothing to check for this pod
+            elif not status.ok:
+                result.status = status
                 result.rejected_by.add(pre_filter.name)
+                if status.code in _REJECTIONS:
+                    self._post_filter(result, table)
                 return result
 
-        feasible = table.present[: table.capacity].copy()
-        for plugin in self.filters:
-            started = clock()
-            verdict = plugin.filter(cycle, pod, table)
-            before = feasible
-            feasible = before & verdict.feasible
-            rejected = int(before.sum() - feasible.sum())
-            if rejected:
-                result.rejected_by.add(plugin.name)
-                for reason, rejected_rows in verdict.reasons.items():
-                    count = int(np.count_nonzero(rejected_rows & before))
-                    if count:
-                        result.rejections[reason] += count
-            result.timings.append((plugin.name, "Filter", clock() - started,
-                                   "Unschedulable" if rejected else "Success"))
-            if not feasible.any():
-                break
-
-        rows: IntArray = np.flatnonzero(feasible).astype(np.int64)
+        rows: IntArray = np.flatnonzero(self._filter(cycle, pod, table, result).feasible).astype(np.int64)
         result.feasible_rows = rows
         if rows.size == 0:
             result.status = Status(Code.UNSCHEDULABLE, "no node fits" if not result.rejections else "",
@@ -239,17 +256,22 @@ class Framework:
             self._post_filter(result, table)
             return result
 
+        result.skipped.clear()  # PreScore's skips are about scores
         for pre in self.pre_scores:
             started = clock()
-            status = pre.pre_score(cycle, pod, table, rows)
+            status = _checked(pre.pre_score(cycle, pod, table, rows), _PRE, "PreScore").by(pre.name)
             result.timings.append((pre.name, "PreScore", clock() - started, status.code.value))
-            if not status.ok:
-                result.status = status.by(pre.name)
+            if status.code == Code.SKIP:
+                result.skipped.add(pre.name)
+            elif not status.ok:
+                result.status = status
                 return result
 
         parts: list[FloatArray] = []
         weights: list[float] = []
         for scorer, weight in self.scores:
+            if scorer.name in result.skipped:
+                continue
             started = clock()
             scored = scorer.score(cycle, pod, table, rows)
             detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
@@ -269,16 +291,21 @@ class Framework:
         return result
 
     def _post_filter(self, result: CycleResult, table: NodeTable) -> None:
+        """Nothing fits: PostFilter plugins in order until one succeeds (e.g. nominates a node). Their
+        errors are logged; the pod stays Unschedulable with the filters that rejected it."""
         for plugin in self.post_filters:
             started = time.perf_counter()
-            found, status = plugin.post_filter(result.cycle, result.pod, table, result.rejections)
+            try:
+                found, status = plugin.post_filter(result.cycle, result.pod, table, result.rejections)
+            except Exception as exc:
+                log.exception("PostFilter %s failed for %s", plugin.name, result.pod.key)
+                found, status = PostFilterResult(), Status.error(repr(exc))
             result.timings.append((plugin.name, "PostFilter", time.perf_counter() - started, status.code.value))
             if status.code == Code.SUCCESS:
                 result.nominated_node = found.nominated_node
                 return
-            if status.code not in (Code.UNSCHEDULABLE, Code.SKIP):
-                result.status = status.by(plugin.name)
-                return
+            if status.code == Code.ERROR:
+                log.error("PostFilter %s for %s: %s", plugin.name, result.pod.key, status.reason)
 
     def run_scheduling_cycle(self, pod: PodInfo,
                              on_permit: Callable[[CycleResult, Status], None]) -> CycleResult | None:
@@ -299,11 +326,11 @@ class Framework:
         result.status = status
         return result
 
-    def _call(self, result: CycleResult, plugin: Plugin, point: str, call: Callable[[CycleState, PodInfo, str], Status],
-              node: str) -> Status:
+    def _call(self, result: CycleResult, plugin: Plugin, point: str, allowed: frozenset[Code],
+              call: Callable[[CycleState, PodInfo, str], Status], node: str) -> Status:
         started = time.perf_counter()
         try:
-            status = call(result.cycle, result.pod, node)
+            status = _checked(call(result.cycle, result.pod, node), allowed, point)
         except Exception as exc:
             log.exception("%s %s failed for %s", point, plugin.name, result.pod.key)
             status = Status.error(repr(exc))
@@ -314,7 +341,7 @@ class Framework:
         node = result.node
         assert node is not None
         for plugin in self.reserves:
-            status = self._call(result, plugin, "Reserve", plugin.reserve, node)
+            status = self._call(result, plugin, "Reserve", _RESERVE, plugin.reserve, node)
             if not status.ok:
                 self.unwind(result)
                 return status
@@ -327,19 +354,19 @@ class Framework:
         for plugin in self.permits:
             started = time.perf_counter()
             try:
-                verdict, message, timeout = plugin.permit(result.cycle, result.pod, node)
+                status, timeout = plugin.permit(result.cycle, result.pod, node)
+                status = _checked(status, _PERMIT, "Permit").by(plugin.name)
             except Exception as exc:
                 log.exception("Permit %s failed for %s", plugin.name, result.pod.key)
-                verdict, message, timeout = PermitVerdict.REJECT, repr(exc), 0.0
-                result.timings.append((plugin.name, "Permit", time.perf_counter() - started, Code.ERROR.value))
+                status, timeout = Status.error(repr(exc), plugin.name), 0.0
+            result.timings.append((plugin.name, "Permit", time.perf_counter() - started, status.code.value))
+            if status.code == Code.WAIT:
+                # kube-scheduler caps a wait at 15 minutes; no timeout (or a nonsense one) means the cap.
+                timeouts[plugin.name] = (min(max(0.0, timeout), MAX_PERMIT_TIMEOUT) if math.isfinite(timeout)
+                                         else MAX_PERMIT_TIMEOUT)
+            elif not status.ok:
                 self.unwind(result)
-                return Status.error(message, plugin.name)
-            result.timings.append((plugin.name, "Permit", time.perf_counter() - started, _PERMIT_CODE[verdict].value))
-            if verdict == PermitVerdict.REJECT:
-                self.unwind(result)
-                return Status(Code.UNSCHEDULABLE, message, plugin.name)
-            if verdict == PermitVerdict.WAIT:
-                timeouts[plugin.name] = max(0.0, timeout)
+                return status
         if not timeouts:
             return SUCCESS
 
@@ -350,7 +377,7 @@ class Framework:
             on_permit(result, status)
 
         result.waiting = WaitingPod(result.pod, node, timeouts, resolved)
-        return Status(Code.WAIT, f"waiting at Permit for {', '.join(sorted(timeouts))}", ",".join(sorted(timeouts)))
+        return Status.wait(f"waiting at Permit for {', '.join(sorted(timeouts))}", ",".join(sorted(timeouts)))
 
     def hold(self, result: CycleResult) -> None:
         """Starts the Permit wait of a pod whose cycle answered WAIT. Separate from the cycle so the caller
@@ -374,47 +401,57 @@ class Framework:
 
     # -- binding cycle ---------------------------------------------------------------------------
     def run_binding_cycle(self, result: CycleResult) -> BindStatus:
-        """PreBind → Bind → PostBind. On failure the pod is unwound, except when the bind's outcome is
-        unknown (PENDING): it stays assumed and the same binding cycle is run again later."""
+        """PreBind → Bind → PostBind; the returned status always carries an outcome. On failure the pod is
+        unwound, except when the bind's outcome is unknown (PENDING): it stays assumed and the same
+        binding cycle is run again later."""
         node = result.node
         assert node is not None
-        pod, cycle = result.pod, result.cycle
         for plugin in self.pre_binds:
-            status = self._call(result, plugin, "PreBind", plugin.pre_bind, node)
+            status = self._call(result, plugin, "PreBind", _PRE, plugin.pre_bind, node)
             if not status.ok:
                 self.unwind(result)
-                return BindStatus(status.code, status.reason, status.plugin, BindOutcomeKind.ERROR)
+                return _as_bind_status(status)
         bound: BindStatus | None = None
         for binder in self.binders:
-            status = self._call(result, binder, "Bind", binder.bind, node)
-            if status.code == Code.SKIP:
-                continue
-            bound = _as_bind_status(status)
-            break
+            status = self._call(result, binder, "Bind", _BIND, binder.bind, node)
+            if status.code != Code.SKIP:
+                bound = _as_bind_status(status)
+                break
         if bound is None:
             bound = BindStatus(Code.ERROR, "no bind plugin bound the pod (all skipped)", "", BindOutcomeKind.ERROR)
-        if bound.code == Code.PENDING:
+        if bound.outcome == BindOutcomeKind.UNKNOWN:
             return bound
         if bound.code != Code.SUCCESS:
             self.unwind(result)
             return bound
         for post in self.post_binds:
             try:
-                post.post_bind(cycle, pod, node)
+                post.post_bind(result.cycle, result.pod, node)
             except Exception:
                 log.exception("postBind %s failed", post.name)
         return bound
 
-    def plugins(self) -> Sequence[Plugin]:
-        return list(self.instances.values())
 
-
-_PERMIT_CODE = {PermitVerdict.ALLOW: Code.SUCCESS, PermitVerdict.WAIT: Code.WAIT,
-                PermitVerdict.REJECT: Code.UNSCHEDULABLE}  # the status label kube-scheduler's metrics use
+_BOUND = frozenset({BindOutcomeKind.BOUND, BindOutcomeKind.ALREADY_BOUND})
+_GIVEN_UP = frozenset({BindOutcomeKind.GONE, BindOutcomeKind.BOUND_ELSEWHERE})
 
 
 def _as_bind_status(status: Status) -> BindStatus:
-    if isinstance(status, BindStatus):
-        return status
-    outcome = BindOutcomeKind.BOUND if status.code == Code.SUCCESS else BindOutcomeKind.ERROR
+    """The status with its outcome: derived from the code, or the plugin's own if it agrees with the code."""
+    outcome = status.outcome if isinstance(status, BindStatus) else None
+    if outcome is None:
+        if status.code == Code.SUCCESS:
+            outcome = BindOutcomeKind.BOUND
+        elif status.code == Code.PENDING:
+            outcome = BindOutcomeKind.UNKNOWN
+        elif status.code in _REJECTIONS:
+            outcome = BindOutcomeKind.REJECTED
+        else:
+            outcome = BindOutcomeKind.ERROR
+    consistent = ((outcome in _BOUND) == (status.code == Code.SUCCESS)
+                  and (outcome == BindOutcomeKind.UNKNOWN) == (status.code == Code.PENDING)
+                  and (outcome not in _GIVEN_UP or status.code in _REJECTIONS))
+    if not consistent:
+        return BindStatus(Code.ERROR, f"{outcome} with status {status.code.value}: {status.reason}", status.plugin,
+                          BindOutcomeKind.ERROR)
     return BindStatus(status.code, status.reason, status.plugin, outcome)

@@ -30,10 +30,6 @@ class Status:
     def ok(self) -> bool:
         return self.code in (Code.SUCCESS, Code.SKIP)
 
-    @property
-    def rejected(self) -> bool:
-        return self.code in (Code.UNSCHEDULABLE, Code.UNRESOLVABLE)
-
     def by(self, plugin: str) -> Status:
         """The same status attributed to `plugin` (the runtime records who said it)."""
         return self if self.plugin == plugin else dataclasses.replace(self, plugin=plugin)
@@ -45,6 +41,10 @@ class Status:
     @classmethod
     def unschedulable(cls, reason: str, plugin: str = "") -> Status:
         return cls(Code.UNSCHEDULABLE, reason, plugin)
+
+    @classmethod
+    def wait(cls, reason: str = "", plugin: str = "") -> Status:
+        return cls(Code.WAIT, reason, plugin)
 
 
 SUCCESS = Status()

@@ -89,7 +89,7 @@ class SchedulerMetrics:
     def on_record(self, record: DecisionRecord, result: CycleResult) -> None:
         algorithm = record.duration_ms / 1000
         self.algorithm_duration.observe(algorithm)
-        if record.result != "scheduled":
+        if record.result not in ("scheduled", "waiting"):  # a placed pod's attempt ends with its bind
             self.attempts.labels(record.result, record.profile).inc()
             self.attempt_duration.labels(record.result, record.profile).observe(algorithm)
             for reason in record.rejections:
@@ -113,7 +113,8 @@ class SchedulerMetrics:
         self.bind_results.labels(outcome.result).inc()
         self.bind_duration.labels(outcome.result).observe(outcome.seconds)
         bound = outcome.result in ("bound", "already_bound")
-        result = "scheduled" if bound else "error"
+        # Like kube-scheduler: a pod Permit or PreBind turned down is unschedulable, a failed bind an error.
+        result = "scheduled" if bound else "unschedulable" if outcome.result == "rejected" else "error"
         self.attempts.labels(result, record.profile).inc()
         self.attempt_duration.labels(result, record.profile).observe(record.duration_ms / 1000 + outcome.seconds)
         if bound:

@@ -3,7 +3,9 @@ turns its outcome into a queue action and a report.
 
 What a bind error means is decided by the Bind plugin (DefaultBinder re-reads the pod): bound by us
 after all, bound elsewhere, gone, rejected, or unknown. An unknown outcome keeps the pod assumed
-(never overcommit) and the same binding cycle runs again after a backoff.
+(never overcommit) and the same binding cycle runs again after a backoff. Whenever a pod is
+un-assumed, the pods parked for lack of room get another try (kube-scheduler moves them as if an
+assigned pod had been deleted).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from metrics_sched.framework.interfaces import BindOutcomeKind
+from metrics_sched.framework.events import ClusterEvent
+from metrics_sched.framework.interfaces import BindOutcomeKind, BindStatus
 from metrics_sched.framework.runtime import CycleResult, Framework
+from metrics_sched.framework.status import Code
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.scheduler.reporting import PodReporter
@@ -59,9 +63,12 @@ class Binder:
         # pods (and their cycle state) in an unbounded executor queue; the pods wait, cheaply, in activeQ.
         self.max_pending = max_pending or 4 * workers
 
-    def submit(self, framework: Framework, result: CycleResult) -> Future[BindOutcome]:
+    def submit(self, framework: Framework, result: CycleResult, *, wait: bool = True) -> Future[BindOutcome]:
+        """Queues the pod's binding cycle. Only the scheduling loop waits for room (`wait`): a pod released
+        from Permit by a bind worker, a timer or another thread must never block that thread."""
         with self._idle:
-            self._idle.wait_for(lambda: self._in_flight < self.max_pending)
+            if wait:
+                self._idle.wait_for(lambda: self._in_flight < self.max_pending)
             self._in_flight += 1
         return self.pool.submit(self._run, framework, result)
 
@@ -85,13 +92,7 @@ class Binder:
 
     def _run(self, framework: Framework, result: CycleResult) -> BindOutcome:
         started = time.perf_counter()
-        try:
-            outcome = self._bind(framework, result)
-        except Exception as exc:
-            log.exception("bind of %s failed unexpectedly", result.pod.key)
-            framework.unwind(result)
-            self.queue.retry_later(result.pod.uid)
-            outcome = BindOutcome(result.pod, result.node or "", BindOutcomeKind.ERROR, repr(exc))
+        outcome = self._bind(framework, result)
         outcome = BindOutcome(outcome.pod, outcome.node, outcome.result, outcome.detail,
                               time.perf_counter() - started)
         if self.on_outcome:
@@ -115,20 +116,40 @@ class Binder:
             framework.unwind(result)
             self.queue.requeue(pod)
             return BindOutcome(pod, node, BindOutcomeKind.NODE_GONE)
-        status = framework.run_binding_cycle(result)
-        kind = status.outcome
+        try:
+            status = framework.run_binding_cycle(result)
+        except Exception as exc:  # the framework catches plugin errors; this is a bug in the cycle itself
+            log.exception("binding cycle of %s failed unexpectedly", pod.key)
+            framework.unwind(result)
+            status = BindStatus(Code.ERROR, repr(exc), "framework", BindOutcomeKind.ERROR)
+        kind = status.outcome or BindOutcomeKind.ERROR
+        try:
+            self._after(framework, result, status, kind)
+        except Exception:
+            log.exception("handling the bind outcome of %s failed", pod.key)
+        return BindOutcome(pod, node, kind, status.reason)
+
+    def _after(self, framework: Framework, result: CycleResult, status: BindStatus, kind: BindOutcomeKind) -> None:
+        pod, node = result.pod, result.node
+        assert node is not None
         if kind in (BindOutcomeKind.BOUND, BindOutcomeKind.ALREADY_BOUND):
             self.queue.done(pod.uid)
             self.reporter.scheduled(pod, node, result.summary)
-        elif kind in (BindOutcomeKind.GONE, BindOutcomeKind.BOUND_ELSEWHERE):
-            self.queue.done(pod.uid)  # the watch counts a pod bound elsewhere where it is
-        elif kind == BindOutcomeKind.UNKNOWN:
+            return
+        if kind == BindOutcomeKind.UNKNOWN:
             self._retry_later(framework, result)
+            return
+        # The pod was un-assumed: the room it held may let a parked pod fit.
+        if kind in (BindOutcomeKind.GONE, BindOutcomeKind.BOUND_ELSEWHERE):
+            self.queue.done(pod.uid)  # the watch counts a pod bound elsewhere where it is
+        elif kind == BindOutcomeKind.REJECTED:
+            self.queue.unschedulable(pod.uid, {status.plugin})
+            self.reporter.failed(pod, f"{status.plugin}: {status.reason}", reason="Unschedulable")
         else:
             self.queue.retry_later(pod.uid)
             where = f"{status.plugin}: " if status.plugin else ""
             self.reporter.failed(pod, f"binding rejected: {where}{status.reason}", reason="SchedulerError")
-        return BindOutcome(pod, node, kind, status.reason)
+        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
 
     def _retry_later(self, framework: Framework, result: CycleResult) -> None:
         """Runs the same binding cycle again after a backoff; the pod stays assumed meanwhile."""

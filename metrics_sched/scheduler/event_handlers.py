@@ -4,6 +4,7 @@ changes that may help parked pods to queue moves."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 from metrics_sched.framework.events import ClusterEvent
@@ -21,10 +22,13 @@ class ClusterEventHandlers:
         state: ClusterState,
         queue: SchedulingQueue,
         scheduler_names: frozenset[str],
+        *,
+        on_pod_deleted: Callable[[str], None] = lambda uid: None,
     ) -> None:
         self.state = state
         self.queue = queue
         self.scheduler_names = scheduler_names
+        self.on_pod_deleted = on_pod_deleted  # e.g. reject the pod if it is held at Permit
         self.synced: set[str] = set()
 
     def responsible_for(self, pod: PodInfo) -> bool:
@@ -56,6 +60,7 @@ class ClusterEventHandlers:
         if kind == "DELETED" or info.terminal:
             released = self.state.remove_pod(info.uid)
             self.queue.delete(info.uid)
+            self.on_pod_deleted(info.uid)
             if released is not None and not released.assumed:
                 self.queue.move_all(ClusterEvent.POD_DELETED, released)
             return

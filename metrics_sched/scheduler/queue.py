@@ -138,6 +138,12 @@ class SchedulingQueue:
             if uid in self._in_flight:
                 self._in_flight[uid].deleted = True
 
+    def deleted(self, uid: str) -> bool:
+        """True for a pod deleted while it was being scheduled (its attempt's outcome no longer matters)."""
+        with self._cond:
+            qp = self._in_flight.get(uid)
+            return qp is not None and qp.deleted
+
     # -- popping ---------------------------------------------------------------------------------
     def pop(self, timeout: float | None = None) -> QueuedPod | None:
         """The next pod to schedule; None on timeout or when closed."""
@@ -156,6 +162,7 @@ class SchedulingQueue:
                     self._cycle += 1
                     qp.popped_in_cycle = self._cycle
                     qp.attempts += 1
+                    qp.info.attempts = qp.attempts  # the audit and the bind retry backoff read it
                     self._in_flight[uid] = qp
                     return qp
                 wait = 1.0
@@ -234,19 +241,23 @@ class SchedulingQueue:
     def requeue(self, info: PodInfo) -> None:
         """A pod we had placed but must schedule again (its node vanished before the bind)."""
         with self._cond:
-            self._in_flight.pop(info.uid, None)
+            previous = self._in_flight.pop(info.uid, None)
+            if previous is not None and previous.deleted:
+                return  # deleted while it was being bound: nothing to schedule
             self._remove(info.uid)
             now = self._clock()
             qp = QueuedPod(info=info, first_enqueued=now, enqueued=now, attempts=1)
             self._to_active_or_backoff(qp, now)
 
-    def move_all(self, event: ClusterEvent, detail: Any = None) -> int:
+    def move_all(self, event: ClusterEvent, detail: Any = None, *, besides: str | None = None) -> int:
         """A cluster event: parked pods whose rejecting plugins registered it (and whose queueing hint,
-        given the event's object `detail`, says it may help) get another try."""
+        given the event's object `detail`, says it may help) get another try; `besides` (the UID of the
+        pod that caused the event, e.g. one un-assumed after its bind failed) stays where it is."""
         with self._cond:
             self._move_request_cycle = self._cycle
             now = self._clock()
-            moved = [qp for qp in self._unschedulable.values() if self._helps(qp, event, detail)]
+            moved = [qp for qp in self._unschedulable.values()
+                     if qp.uid != besides and self._helps(qp, event, detail)]
             for qp in moved:
                 del self._unschedulable[qp.uid]
                 self._to_active_or_backoff(qp, now)

@@ -51,6 +51,7 @@ class Scheduler:
         self.ledger = ledger if ledger is not None else InFlightLedgerStore()
         self.ledger.bind_table(self.state.table)
         services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer)
+        self.waiting_pods = services.waiting_pods
         self.frameworks = {p.scheduler_name: Framework(p, plugins, services) for p in config.profiles}
         first = next(iter(self.frameworks.values()))
         self.queue = SchedulingQueue(
@@ -67,7 +68,8 @@ class Scheduler:
         self.bind_observers: list[BindObserver] = []
         self.binder = Binder(self.state, self.queue, self.reporter, workers=config.bind_workers,
                              is_leader=is_leader, on_outcome=self._bind_outcome)
-        self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names)
+        self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
+                                             on_pod_deleted=self._reject_waiting)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.metrics.on_update(self.metrics_updated)
@@ -83,7 +85,10 @@ class Scheduler:
 
     def _bind_outcome(self, outcome: BindOutcome, result: CycleResult) -> None:
         for observer in self.bind_observers:
-            observer(outcome, result)
+            try:
+                observer(outcome, result)
+            except Exception:
+                log.exception("bind observer failed")
 
     def metrics_updated(self, metrics: set[str]) -> None:
         """After a telemetry refresh: if a metric filter may admit a node now, parked pods retry at once."""
@@ -136,35 +141,47 @@ class Scheduler:
             self.queue.done(pod.uid)  # already assumed or bound; the watch was behind
             return None
         self._observe(cycle)
-        status = cycle.status
-        if status.code == Code.SUCCESS:
-            self.binder.submit(framework, cycle)
-        elif status.code == Code.WAIT:  # the pod stays in flight until Permit resolves it
+        if cycle.waiting is not None:  # held at Permit: in flight until allowed, rejected or timed out
             framework.hold(cycle)
+        elif cycle.status.code == Code.SUCCESS:
+            self.binder.submit(framework, cycle)
         else:
-            self._failed(cycle, status)
+            self._failed(cycle)
         return cycle
 
-    def _failed(self, result: CycleResult, status: Status) -> None:
-        pod = result.pod
+    def _failed(self, result: CycleResult) -> None:
+        pod, status = result.pod, result.status
         if status.code == Code.ERROR:
             self.queue.retry_later(pod.uid)
-            self.reporter.failed(pod, result.message() if result.node is None else
-                                 f"running {status.plugin}: {status.reason}", reason="SchedulerError")
+            self.reporter.failed(pod, result.message(), reason="SchedulerError")
             return
-        rejected_by = result.rejected_by if result.node is None else {status.plugin}
-        self.queue.unschedulable(pod.uid, rejected_by)
-        message = result.message() if result.node is None else f"{status.plugin}: {status.reason}"
-        self.reporter.failed(pod, message, reason="Unschedulable")
+        self.queue.unschedulable(pod.uid, result.rejected_by if result.node is None else {status.plugin})
+        self.reporter.failed(pod, result.message(), reason="Unschedulable")
 
     def _permit_resolved(self, result: CycleResult, status: Status) -> None:
-        """A pod held at Permit was allowed (bind it) or rejected (already unwound by the framework)."""
+        """A pod held at Permit was allowed (bind it) or rejected (the framework already unwound it). Runs on
+        whichever thread resolved it, so it never waits for room in the binder."""
         if status.ok:
-            self.binder.submit(self.frameworks[result.profile], result)
+            if not self._stop.is_set():
+                self.binder.submit(self.frameworks[result.profile], result, wait=False)
             return
-        self._failed(result, status)
+        if self._stop.is_set():
+            return  # stopping: the pod stays pending for the next leader
+        if self.queue.deleted(result.pod.uid):
+            self.queue.done(result.pod.uid)
+            return
+        result.status = status
+        self._failed(result)
+        # The room it held may fit a parked pod (not itself: kube-scheduler excludes the pod that caused it).
+        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=result.pod.uid)
         assert result.node is not None
         self._bind_outcome(BindOutcome(result.pod, result.node, BindOutcomeKind.REJECTED, status.reason), result)
+
+    def _reject_waiting(self, uid: str) -> None:
+        """A pod deleted while held at Permit is rejected at once (kube-scheduler's RejectWaitingPod)."""
+        waiting = self.waiting_pods.get(uid)
+        if waiting is not None:
+            waiting.reject("", "pod deleted")
 
     def _observe(self, result: CycleResult) -> None:
         for observer in self.cycle_observers:
@@ -186,11 +203,13 @@ class Scheduler:
         self._thread.start()
 
     def stop(self, drain_timeout: float = 30.0) -> bool:
-        """Stops taking pods, waits for binds in flight; True if all finished."""
+        """Stops taking pods, releases the pods held at Permit, waits for binds in flight; True if all finished."""
         self._stop.set()
         self.queue.close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        for waiting in self.waiting_pods:
+            waiting.reject("", "scheduler stopping")
         drained = self.binder.drain(drain_timeout)
         self.binder.shutdown()
         self.reporter.shutdown()

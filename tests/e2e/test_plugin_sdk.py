@@ -91,20 +91,20 @@ def test_third_party_permit_postfilter_prebind_and_score_plugins_end_to_end(
             # Permit: the first of a pair is decided, assumed and held; the second releases both.
             create(api, namespace, "pair-a", name, pool, labels={PAIR: "x"})
             held = kube.poll(lambda: decision(proc, f"{namespace}/pair-a"), 20, "pair-a decided")
-            assert held["result"] == "scheduled" and held["bind"] is None
+            assert held["result"] == "waiting" and held["bind"] is None, held
             assert node_of(api, namespace, "pair-a") is None  # held at Permit: no bind can happen before pair-b
             create(api, namespace, "pair-b", name, pool, labels={PAIR: "x"})
             kube.poll(lambda: node_of(api, namespace, "pair-a") and node_of(api, namespace, "pair-b"), 20,
                       "both of the pair bound")
 
-            # A pod whose pair never comes is rejected when its wait times out, and unreserved.
+            # A pod whose pair never comes is rejected when its wait times out (unwinding: tests/unit/test_framework).
             create(api, namespace, "lonely", name, pool, labels={PAIR: "y"},
                    annotations={"test.metrics-sched.io/permit-timeout": "1"})
             note = kube.poll(lambda: failed_note(api, namespace, "lonely", "PairPermit"), 20, "lonely rejected")
             assert "waited 1s at Permit" in note
             assert node_of(api, namespace, "lonely") is None
 
-            # PreBind refusing: not bound, reported, unreserved (its GPU is free again for the next pod).
+            # PreBind failing: not bound, reported as a scheduler error, retried with backoff.
             create(api, namespace, "refused", name, pool, labels={STAMP: "fail"})
             note = kube.poll(lambda: failed_note(api, namespace, "refused", "refused by the test PreBind"), 20,
                              "refused reported")

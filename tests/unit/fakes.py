@@ -77,6 +77,12 @@ class FakeAPI:
             watcher.on_pod_event("ADDED", copy.deepcopy(pod))
         return pod
 
+    def delete_pod(self, key: str) -> None:
+        with self.lock:
+            pod = self.pods.pop(key)
+        for watcher in self.watchers:
+            watcher.on_pod_event("DELETED", copy.deepcopy(pod))
+
     def events_for(self, key: str, reason: str | None = None) -> list[SchedulingEvent]:
         with self.lock:
             return [e for e in self.events if f"{e.namespace}/{e.pod_name}" == key

@@ -22,15 +22,19 @@ from metrics_sched.framework import (
     BindStatus,
     Code,
     CycleState,
+    Filtered,
+    FilterPlugin,
     NodeTable,
     PermitPlugin,
-    PermitVerdict,
     PodInfo,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
     PreBindPlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
     ReservePlugin,
+    ScorePlugin,
     StateKey,
     Status,
     parse_args,
@@ -53,6 +57,9 @@ class Step(ReservePlugin, PermitPlugin, PreBindPlugin, BindPlugin, PostBindPlugi
     name = "Step"
     fail: ClassVar[dict[str, Status | Exception]] = {}
     permit_wait: ClassVar[float | None] = None
+    hold_label: ClassVar[str | None] = None  # when set, only pods with this label wait at Permit
+    pre_bind_hook: ClassVar[Callable[[PodInfo], None] | None] = None
+    bind_codes: ClassVar[list[Status]] = []  # statuses Bind returns in turn before succeeding
 
     def _maybe_fail(self, point: str) -> Status:
         CALLS.append(f"{self.name}.{point}")
@@ -67,18 +74,23 @@ class Step(ReservePlugin, PermitPlugin, PreBindPlugin, BindPlugin, PostBindPlugi
     def unreserve(self, cycle: CycleState, pod: PodInfo, node: str) -> None:
         CALLS.append(f"{self.name}.unreserve")
 
-    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[PermitVerdict, str, float]:
+    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
         status = self._maybe_fail("permit")
         if not status.ok:
-            return PermitVerdict.REJECT, status.reason, 0.0
-        if self.permit_wait is not None:
-            return PermitVerdict.WAIT, "held", self.permit_wait
-        return PermitVerdict.ALLOW, "", 0.0
+            return status, 0.0
+        if self.permit_wait is not None and (self.hold_label is None or self.hold_label in pod.labels):
+            return Status.wait("held"), self.permit_wait
+        return SUCCESS, 0.0
 
     def pre_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        if Step.pre_bind_hook is not None:
+            Step.pre_bind_hook(pod)
         return self._maybe_fail("pre_bind")
 
     def bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        if self.bind_codes:
+            CALLS.append("Step.bind")
+            return self.bind_codes.pop(0)
         return self._maybe_fail("bind")
 
     def post_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> None:
@@ -101,6 +113,9 @@ def reset() -> Any:
     CALLS.clear()
     Step.fail = {}
     Step.permit_wait = None
+    Step.hold_label = None
+    Step.pre_bind_hook = None
+    Step.bind_codes = []
     yield
 
 
@@ -122,10 +137,12 @@ def make(*, binder: str = "Step") -> tuple[Scheduler, FakeAPI]:
     return scheduler, api
 
 
-def until(done: Callable[[], bool], timeout: float = 5.0) -> None:
+def until(done: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
     """Polls for exactly the condition the test asserts next (binds and Permit timers run on other threads)."""
     deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
 
 
@@ -240,7 +257,7 @@ def test_permit_wait_holds_the_pod_until_another_thread_allows_it() -> None:
     assert waiting.pending_plugins == {"Step"} and "Step.pre_bind" not in CALLS
     assert scheduler.state.assumed_count() == 1  # held pods keep their place
     threading.Thread(target=waiting.allow, args=("Step",)).start()
-    until(lambda: "Step.post_bind" in CALLS)
+    until(lambda: "Step.post_bind" in CALLS, "the bind after allow")
     assert scheduler.binder.drain(5)
     assert CALLS[-3:] == ["Step.pre_bind", "Step.bind", "Step.post_bind"]
     assert len(framework.handle.waiting_pods) == 0
@@ -252,7 +269,7 @@ def test_permit_wait_times_out_into_a_rejection() -> None:
     api.add_pod(pod("p"))
     result = scheduler.schedule_one(timeout=1)
     assert result is not None and result.status.code == Code.WAIT
-    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1)
+    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1, "the timed-out pod parked")
     assert scheduler.queue.lengths()["unschedulable"] == 1
     assert unreserved_in_reverse() and scheduler.state.assumed_count() == 0
     assert scheduler.reporter.wait_idle(5)
@@ -343,10 +360,135 @@ def test_args_parse_camel_case_keys_nested_and_renamed() -> None:
     assert parsed == Outer("m", (Inner(0.0, 2.0),), {"a": 1}, "b")
 
 
-def test_a_bind_status_tells_the_binder_what_happened() -> None:
-    assert BindStatus(outcome=BindOutcomeKind.ALREADY_BOUND).ok
-    assert Status.error("x").by("P") == Status(Code.ERROR, "x", "P")
-    assert BindStatus(Code.PENDING, "?", outcome=BindOutcomeKind.UNKNOWN).by("B").outcome == BindOutcomeKind.UNKNOWN
+def bind_once(scheduler: Scheduler, api: FakeAPI) -> list[BindOutcomeKind]:
+    outcomes: list[BindOutcomeKind] = []
+    scheduler.bind_observers.append(lambda outcome, _: outcomes.append(outcome.result))
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    until(lambda: bool(outcomes), "a bind outcome")
+    return outcomes
+
+
+def test_a_bind_status_that_contradicts_its_code_is_an_error_not_a_bind() -> None:
+    scheduler, api = make()
+    Step.bind_codes = [BindStatus(Code.ERROR, "boom", outcome=BindOutcomeKind.BOUND)]
+    assert bind_once(scheduler, api) == [BindOutcomeKind.ERROR]
+    assert scheduler.binder.drain(5)
+    assert_unwound_and_backing_off(scheduler, api)
+
+
+def test_a_plain_pending_from_bind_keeps_the_pod_assumed_and_retries_the_binding() -> None:
+    scheduler, api = make()
+    scheduler.queue.initial_backoff = 0.01
+    Step.bind_codes = [Status(Code.PENDING, "no answer")]
+    outcomes = bind_once(scheduler, api)
+    assert outcomes == [BindOutcomeKind.UNKNOWN] and scheduler.state.assumed_count() == 1
+    until(lambda: len(outcomes) == 2, "the second binding cycle")
+    assert outcomes[1] == BindOutcomeKind.BOUND and "Step.unreserve" not in CALLS
+    assert CALLS.count("Step.pre_bind") == 2  # retried from PreBind (PreBind must be idempotent)
+
+
+def test_unschedulable_from_prebind_parks_the_pod_with_that_plugin_as_rejector() -> None:
+    scheduler, api = make()
+    Step.fail = {"pre_bind": Status.unschedulable("volume not ready")}
+    assert bind_once(scheduler, api) == [BindOutcomeKind.REJECTED]
+    assert scheduler.binder.drain(5)
+    assert unreserved_in_reverse() and scheduler.state.assumed_count() == 0
+    assert scheduler.queue.lengths()["unschedulable"] == 1
+    assert scheduler.reporter.wait_idle(5)
+    [event] = api.events_for("default/p", "FailedScheduling")
+    assert event.note == "Step: volume not ready"
+
+
+@pytest.mark.parametrize(("point", "code"), [("reserve", Code.WAIT), ("reserve", Code.SKIP), ("pre_bind", Code.WAIT)])
+def test_a_code_an_extension_point_may_not_return_is_an_error_and_loses_no_pod(point: str, code: Code) -> None:
+    scheduler, api = make()
+    Step.fail = {point: Status(code, "odd")}
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    assert scheduler.binder.drain(5)
+    assert_unwound_and_backing_off(scheduler, api)
+
+
+def held(scheduler: Scheduler) -> Any:
+    [waiting] = list(scheduler.waiting_pods)
+    return waiting
+
+
+def test_a_waiting_pod_rejected_from_another_thread_is_unwound_and_parked() -> None:
+    scheduler, api = make()
+    Step.permit_wait = 30.0
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    threading.Thread(target=held(scheduler).reject, args=("Gang", "the gang broke up")).start()
+    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1, "the rejected pod parked")
+    assert unreserved_in_reverse() and scheduler.state.assumed_count() == 0
+    assert len(scheduler.waiting_pods) == 0
+    assert scheduler.reporter.wait_idle(5)
+    [event] = api.events_for("default/p", "FailedScheduling")
+    assert event.note == "Gang: the gang broke up"
+
+
+def test_a_pod_allowed_after_waiting_whose_prebind_fails_is_unwound() -> None:
+    scheduler, api = make()
+    Step.permit_wait = 30.0
+    Step.fail = {"pre_bind": Status.error("disk busy")}
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    held(scheduler).allow("Step")
+    until(lambda: scheduler.queue.lengths()["backoff"] == 1, "the pod backing off")
+    assert scheduler.binder.drain(5)
+    assert_unwound_and_backing_off(scheduler, api)
+
+
+def test_a_pod_deleted_while_waiting_is_rejected_at_once_and_reported_nowhere() -> None:
+    scheduler, api = make()
+    Step.permit_wait = 30.0
+    api.add_pod(pod("p"))
+    scheduler.schedule_one(timeout=1)
+    assert len(scheduler.waiting_pods) == 1
+    api.delete_pod("default/p")
+    assert len(scheduler.waiting_pods) == 0 and unreserved_in_reverse()
+    assert scheduler.state.assumed_count() == 0
+    assert scheduler.queue.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
+    assert scheduler.reporter.wait_idle(5)
+    assert api.events_for("default/p", "FailedScheduling") == []
+
+
+def test_allow_from_a_bind_worker_never_deadlocks_the_binder() -> None:
+    scheduler, api = make()
+    scheduler.binder.max_pending = 1  # the worker that allows holds the only slot
+    Step.permit_wait, Step.hold_label = 30.0, "hold"
+    Step.pre_bind_hook = lambda p: [w.allow("Step") for w in scheduler.waiting_pods if p.name == "releaser"]
+    body = pod("held")
+    body["metadata"]["labels"] = {"hold": "1"}
+    api.add_pod(body)
+    scheduler.schedule_one(timeout=1)
+    api.add_pod(pod("releaser"))
+    scheduler.schedule_one(timeout=1)
+    until(lambda: CALLS.count("Step.post_bind") == 2, "both pods through the binding cycle")
+    assert scheduler.binder.drain(5)
+
+
+def test_pods_parked_for_room_get_another_try_when_a_held_pod_gives_its_room_back() -> None:
+    scheduler, api = make()
+    scheduler.handlers.on_node_event("ADDED", node("gpu", gpus=1))
+    Step.permit_wait, Step.hold_label = 0.2, "hold"
+    holder = pod("holder", gpus=1)
+    holder["metadata"]["labels"] = {"hold": "1"}
+    api.add_pod(holder)
+    scheduler.schedule_one(timeout=1)
+    waiting = api.add_pod(pod("next", gpus=1))
+    scheduler.schedule_one(timeout=1)  # no room: the holder is assumed on the only GPU
+    assert scheduler.queue.lengths()["unschedulable"] == 1
+    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1 and len(scheduler.waiting_pods) == 0,
+          "the holder timed out")
+    # "next" moved out of unschedulable by the holder's rejection, the holder itself parked
+    lengths = scheduler.queue.lengths()
+    assert lengths["active"] + lengths["backoff"] == 1
+    drain(scheduler, api)
+    assert scheduler.state.pods[waiting["metadata"]["uid"]].node == "gpu"  # Step's Bind keeps it assumed there
+    assert not scheduler.state.is_placed(holder["metadata"]["uid"])
 
 
 def test_queueing_hints_move_a_parked_pod_only_for_a_node_that_can_help() -> None:
@@ -365,3 +507,40 @@ def test_queueing_hints_move_a_parked_pod_only_for_a_node_that_can_help() -> Non
     assert scheduler.queue.lengths()["unschedulable"] == 1  # only big moved
     drain(scheduler, api)
     assert api.binds == [("default/big", "big-here")]
+
+
+class Picky(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+    """Rejects every node and scores every node 0, unless its PreFilter / PreScore said Skip."""
+
+    name = "Picky"
+    skip: ClassVar[bool] = True
+
+    def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
+        return Status(Code.SKIP) if self.skip else SUCCESS
+
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        return Filtered.single(np.zeros(table.capacity, dtype=bool), "picky")
+
+    def pre_score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: Any) -> Status:
+        return Status(Code.SKIP)
+
+    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: Any) -> Any:
+        raise AssertionError("Score runs although its PreScore said Skip")
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_skip_at_prefilter_and_prescore_skips_that_plugins_filter_and_score(skip: bool) -> None:
+    registry = Registry.default(third_party=False)
+    registry.register(Picky)
+    Picky.skip = skip
+    config = {"profiles": [{"plugins": {point: {"enabled": [{"name": "Picky"}]}
+                                        for point in ("preFilter", "filter", "preScore", "score")}}]}
+    api = FakeAPI()
+    scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
+    api.watchers.append(scheduler.handlers)
+    scheduler.handlers.on_node_event("ADDED", node("n0"))
+    api.add_pod(pod("p"))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None
+    assert (result.node == "n0") is skip
+    assert "Picky" not in {t.plugin for t in result.terms}

@@ -89,8 +89,9 @@ def test_custom_metric_on_missing_deny_filters_and_lowest_scores_zero() -> None:
     gpu_nodes(scheduler, ["known", "unknown"])
     feed(cache, {"m": {"known": 1}})
     api.add_pod(pod("p"))
-    drain(scheduler, api)
-    assert api.binds == [("default/p", "known")]
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None and result.rejections == {"node(s) had no fresh m": 1}
+    assert scheduler.state.table.names_of(result.feasible_rows) == ["known"]
 
     scheduler, api, cache = make(custom([{"metric": "m", "direction": "higher",
                                           "normalization": {"min": 0, "max": 10}}], {"m": {"onMissing": "lowest"}}))

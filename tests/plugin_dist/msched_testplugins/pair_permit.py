@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metrics_sched.framework import CycleState, PermitPlugin, PermitVerdict, PodInfo
+from metrics_sched.framework import SUCCESS, CycleState, PermitPlugin, PodInfo, Status
 
 GROUP = "test.metrics-sched.io/pair"
 TIMEOUT = "test.metrics-sched.io/permit-timeout"
@@ -23,16 +23,16 @@ class PairPermit(PermitPlugin):
 
     args: Args
 
-    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[PermitVerdict, str, float]:
+    def permit(self, cycle: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
         group = pod.labels.get(GROUP)
         if group is None:
-            return PermitVerdict.ALLOW, "", 0.0
+            return SUCCESS, 0.0
         waiting = [w for w in self.handle.waiting_pods
                    if w.pod.namespace == pod.namespace and w.pod.labels.get(GROUP) == group]
         if len(waiting) + 1 >= self.args.size:
             for other in waiting:
                 other.allow(self.name)
-            return PermitVerdict.ALLOW, "", 0.0
+            return SUCCESS, 0.0
         annotations = (pod.raw.get("metadata") or {}).get("annotations") or {}
         timeout = float(annotations.get(TIMEOUT, self.args.timeout_seconds))
-        return PermitVerdict.WAIT, f"{self.args.size - 1 - len(waiting)} more of pair {group}", timeout
+        return Status.wait(f"{self.args.size - 1 - len(waiting)} more of pair {group}"), timeout

@@ -3,7 +3,7 @@ refuses pods labelled test.metrics-sched.io/prebind=fail, which must then be unr
 
 from __future__ import annotations
 
-from metrics_sched.framework import BINDING_ANNOTATIONS, SUCCESS, CycleState, PodInfo, PreBindPlugin, Status
+from metrics_sched.framework import SUCCESS, CycleState, PodInfo, PreBindPlugin, Status, annotate_binding
 
 STAMP = "test.metrics-sched.io/prebind"
 
@@ -14,5 +14,5 @@ class StampPreBind(PreBindPlugin):
     def pre_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
         if pod.labels.get(STAMP) == "fail":
             return Status.error("refused by the test PreBind")
-        cycle.write(BINDING_ANNOTATIONS, {**(cycle.get(BINDING_ANNOTATIONS) or {}), STAMP: node})
+        annotate_binding(cycle, {STAMP: node})
         return SUCCESS
