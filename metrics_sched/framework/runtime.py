@@ -96,6 +96,7 @@ class CycleResult:
     assumed: bool = False
     waiting: WaitingPod | None = None  # held at Permit (status WAIT) until Framework.hold() starts the wait
     skipped: set[str] = field(default_factory=set)  # plugins whose PreFilter/PreScore said Skip
+    bind_retries: int = 0  # binding cycles rerun because the bind's outcome was unknown
     summary: str = ""  # set by the audit: the Scheduled event's text
 
     def release_arrays(self) -> None:

@@ -152,10 +152,12 @@ class Binder:
         self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
 
     def _retry_later(self, framework: Framework, result: CycleResult) -> None:
-        """Runs the same binding cycle again after a backoff; the pod stays assumed meanwhile."""
+        """Runs the same binding cycle again after a backoff (growing with each unknown outcome, up to the
+        queue's maximum); the pod stays assumed meanwhile."""
         with self._lock:
             self._in_flight += 1
-        timer = threading.Timer(self.queue.backoff_duration(result.pod.attempts + 1),
+        result.bind_retries += 1
+        timer = threading.Timer(self.queue.backoff_duration(result.pod.attempts + result.bind_retries),
                                 lambda: self.pool.submit(self._run, framework, result))
         timer.daemon = True
         timer.start()

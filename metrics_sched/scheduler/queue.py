@@ -159,6 +159,9 @@ class SchedulingQueue:
                         continue  # stale heap entry (removed or re-pushed)
                     del self._active[uid]
                     qp = entry[1]
+                    if not self._enqueueable(qp.info):
+                        self._gated[uid] = qp  # a PreEnqueue plugin says not yet (checked on every way in)
+                        continue
                     self._cycle += 1
                     qp.popped_in_cycle = self._cycle
                     qp.attempts += 1

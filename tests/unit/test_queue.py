@@ -148,3 +148,17 @@ def test_pre_enqueue_keeps_a_pod_gated_until_it_changes() -> None:
     assert q.lengths()["gated"] == 0
     popped = q.pop(0)
     assert popped is not None and popped.info.name == "p"
+
+
+def test_pre_enqueue_is_asked_again_when_a_pod_comes_back_to_active() -> None:
+    clock = Clock()
+    ready = {"p": True}
+    q = SchedulingQueue(lambda p: (-p.priority, p.created), events_of=lambda _p, _s: [],
+                        pre_enqueue=lambda p: ready[p.name], clock=clock)
+    q.add(info("p"))
+    popped = q.pop(0)
+    assert popped is not None
+    ready["p"] = False  # e.g. its gang lost a member meanwhile
+    q.retry_later(popped.uid)
+    clock.now += 60
+    assert q.pop(0) is None and q.lengths()["gated"] == 1
