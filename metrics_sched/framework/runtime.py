@@ -215,9 +215,10 @@ class Framework:
             verdict = plugin.filter(cycle, pod, table)
             before = feasible
             feasible = before & verdict.feasible
-            for reason, rows in verdict.reasons.items():
-                reasons[reason] = rows & before
-            if result is not None:
+            if result is None:  # a what-if run returns the reasons; a cycle counts them instead
+                for reason, rows in verdict.reasons.items():
+                    reasons[reason] = rows & before
+            else:
                 rejected = int(before.sum() - feasible.sum())
                 if rejected:
                     result.rejected_by.add(plugin.name)
