@@ -59,16 +59,17 @@ class PluginSpec:
 DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
     "preEnqueue": (),
     "queueSort": (PluginRef("PrioritySort"),),
-    "preFilter": (PluginRef("NodeResourcesFit"),),
+    "preFilter": (PluginRef("UnsupportedFields"), PluginRef("NodePorts"), PluginRef("NodeResourcesFit")),
     "filter": (
-        PluginRef("NodeUnschedulable"), PluginRef("NodeReady"), PluginRef("NodeName"),
+        PluginRef("NodeUnschedulable"), PluginRef("NodeReady"), PluginRef("NodeName"), PluginRef("NodePorts"),
         PluginRef("TaintToleration"), PluginRef("NodeAffinity"), PluginRef("NodeResourcesFit"),
         PluginRef("GPUTemperature"),
     ),
     "postFilter": (),
-    "preScore": (),
+    "preScore": (PluginRef("NodeResourcesBalancedAllocation"),),
     "score": (
-        PluginRef("NodeResourcesFit", 1), PluginRef("NodeAffinity", 2), PluginRef("TaintToleration", 3),
+        PluginRef("NodeResourcesFit", 1), PluginRef("NodeResourcesBalancedAllocation", 1),
+        PluginRef("ImageLocality", 1), PluginRef("NodeAffinity", 2), PluginRef("TaintToleration", 3),
         PluginRef("ZoneSpread", 1), PluginRef("GPUTemperature", 3), PluginRef("NodeLoad", 2), PluginRef("Cost", 2),
     ),
     "reserve": (PluginRef("InFlightLedger"),),

@@ -7,17 +7,21 @@ from metrics_sched.plugins.cost import Cost
 from metrics_sched.plugins.custom_metric import CustomMetric
 from metrics_sched.plugins.default_binder import DefaultBinder
 from metrics_sched.plugins.gpu_temperature import GPUTemperature
+from metrics_sched.plugins.image_locality import ImageLocality
 from metrics_sched.plugins.in_flight_ledger import InFlightLedger
 from metrics_sched.plugins.node_affinity import NodeAffinity
 from metrics_sched.plugins.node_label_filter import NodeLabelFilter
 from metrics_sched.plugins.node_label_score import NodeLabelScore
 from metrics_sched.plugins.node_load import NodeLoad
 from metrics_sched.plugins.node_name import NodeName
+from metrics_sched.plugins.node_ports import NodePorts
 from metrics_sched.plugins.node_ready import NodeReady
+from metrics_sched.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
 from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
 from metrics_sched.plugins.node_unschedulable import NodeUnschedulable
 from metrics_sched.plugins.priority_sort import PrioritySort
 from metrics_sched.plugins.taint_toleration import TaintToleration
+from metrics_sched.plugins.unsupported_fields import UnsupportedFields
 from metrics_sched.plugins.zone_spread import ZoneSpread
 
 BUILTIN: dict[str, type[Plugin]] = {
@@ -25,7 +29,7 @@ BUILTIN: dict[str, type[Plugin]] = {
     for cls in (
         PrioritySort, NodeResourcesFit, NodeUnschedulable, NodeReady, NodeName, TaintToleration, NodeAffinity,
         NodeLabelFilter, NodeLabelScore, ZoneSpread, DefaultBinder, GPUTemperature, NodeLoad, Cost, CustomMetric,
-        InFlightLedger,
+        InFlightLedger, UnsupportedFields, NodePorts, NodeResourcesBalancedAllocation, ImageLocality,
     )
 }
 

@@ -9,7 +9,7 @@ not know yet are kept aside and counted when the node arrives.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,33 @@ import numpy as np
 
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, MEMORY
-from metrics_sched.state.node_table import IntArray, NodeRecord, NodeTable, parse_node
+from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, NodeTable, parse_node
+
+# A host port as kube-scheduler keys it (HostPortInfo): (hostIP, protocol, hostPort), with an empty hostIP
+# read as the wildcard 0.0.0.0 and an empty protocol as TCP.
+HostPort = tuple[str, str, int]
+WILDCARD_IP = "0.0.0.0"
+_ANY_IP = "*"  # the per-row count over every hostIP of a (protocol, port): what a wildcard port conflicts with
+
+
+def host_ports(pod: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """The host ports a pod holds on its node (kube-scheduler's util.GetHostPorts): the ports with a hostPort
+    > 0 of its containers and of its sidecars (init containers with restartPolicy: Always)."""
+    spec = pod.get("spec") or {}
+    found: list[HostPort] = []
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    for container in (*sidecars, *(spec.get("containers") or [])):
+        for port in container.get("ports") or ():
+            raw = port.get("hostPort")
+            if not raw:
+                continue
+            try:
+                number = int(raw)
+            except (TypeError, ValueError):
+                continue
+            if number > 0:
+                found.append((port.get("hostIP") or WILDCARD_IP, port.get("protocol") or "TCP", number))
+    return tuple(found)
 
 
 @dataclass
@@ -31,6 +57,7 @@ class PodRecord:
     owner_key: str | None
     assumed: bool
     row: int | None = None
+    host_ports: tuple[HostPort, ...] = ()
 
     @property
     def key(self) -> str:
@@ -57,6 +84,8 @@ class ClusterState:
         self.pods: dict[str, PodRecord] = {}
         self._waiting: dict[str, set[str]] = {}
         self._owner_counts: dict[str, IntArray] = {}
+        # (protocol, port) -> hostIP (or _ANY_IP) -> per-row count of placed pods holding it (NodePorts).
+        self._port_counts: dict[tuple[str, int], dict[str, IntArray]] = {}
 
     # -- nodes -----------------------------------------------------------------------------------
     def upsert_node(self, node: Mapping[str, Any]) -> NodeChange:
@@ -97,6 +126,10 @@ class ClusterState:
             for counts in self._owner_counts.values():
                 if row is not None and row < counts.shape[0]:
                     counts[row] = 0
+            for by_ip in self._port_counts.values():
+                for counts in by_ip.values():
+                    if row is not None and row < counts.shape[0]:
+                        counts[row] = 0
             for pod in orphans:
                 self.pods.pop(pod.uid, None)
             return orphans
@@ -117,13 +150,27 @@ class ClusterState:
                     grown[: counts.shape[0]] = counts
                 counts = self._owner_counts[pod.owner_key] = grown
             counts[row] += sign
+        if pod.host_ports:
+            self._count_ports(pod.host_ports, row, sign)
+
+    def _count_ports(self, ports: Iterable[HostPort], row: int, sign: int) -> None:
+        for ip, protocol, port in ports:
+            by_ip = self._port_counts.setdefault((protocol, port), {})
+            for key in (ip, _ANY_IP):
+                counts = by_ip.get(key)
+                if counts is None or counts.shape[0] <= row:
+                    grown = np.zeros(max(self.table.capacity, row + 1), dtype=np.int64)
+                    if counts is not None:
+                        grown[: counts.shape[0]] = counts
+                    counts = by_ip[key] = grown
+                counts[row] += sign
 
     def _place(self, info: PodInfo, node: str, assumed: bool) -> PodRecord:
         record = PodRecord(
             uid=info.uid, namespace=info.namespace, name=info.name, node=node,
             vector=self.table.vector(info.requests),
             nonzero=(info.non_zero_requests.get(CPU, 0), info.non_zero_requests.get(MEMORY, 0)),
-            owner_key=info.owner_key, assumed=assumed,
+            owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
         )
         self.pods[info.uid] = record
         row = self.table.index.get(node)
@@ -192,6 +239,24 @@ class ClusterState:
     def assumed_count(self) -> int:
         with self.lock:
             return sum(1 for p in self.pods.values() if p.assumed)
+
+    def host_port_conflicts(self, ports: Iterable[HostPort], size: int | None = None) -> BoolArray:
+        """Rows (over `size`, default the table's capacity) where a placed pod holds a host port that one of
+        `ports` conflicts with (HostPortInfo.CheckConflict): same protocol and port, and the same hostIP or
+        either side the wildcard 0.0.0.0. A few dict lookups and array ors per port, never a loop over nodes."""
+        size = self.table.capacity if size is None else size
+        conflicts = np.zeros(size, dtype=bool)
+        for ip, protocol, port in ports:
+            by_ip = self._port_counts.get((protocol or "TCP", port))
+            if not by_ip or port <= 0:
+                continue
+            ip = ip or WILDCARD_IP
+            for key in (_ANY_IP,) if ip == WILDCARD_IP else (ip, WILDCARD_IP):
+                counts = by_ip.get(key)
+                if counts is not None:
+                    n = min(size, counts.shape[0])
+                    conflicts[:n] |= counts[:n] > 0
+        return conflicts
 
     def owner_counts(self, owner_key: str) -> IntArray:
         counts = self._owner_counts.get(owner_key)

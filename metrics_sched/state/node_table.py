@@ -32,6 +32,14 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class NodeImage:
+    """One entry of node.status.images: the names it is known by and its size."""
+
+    names: tuple[str, ...]
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class NodeRecord:
     name: str
     allocatable: Resources
@@ -40,6 +48,48 @@ class NodeRecord:
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
     addresses: Mapping[str, str]
+    images: tuple[NodeImage, ...] = ()
+
+
+@dataclass
+class ImageState:
+    """An image name across the cluster, as kube-scheduler's cache keeps it (ImageStateSummary): the size
+    reported by the first node that had it, and the rows of the nodes that have it now."""
+
+    size: int
+    rows: set[int]
+    _rows_array: IntArray | None = None
+
+    def row_array(self) -> IntArray:
+        """The rows as an array (cached until the set changes)."""
+        if self._rows_array is None:
+            self._rows_array = np.fromiter(self.rows, dtype=np.int64, count=len(self.rows))
+        return self._rows_array
+
+    def add(self, row: int) -> None:
+        if row not in self.rows:
+            self.rows.add(row)
+            self._rows_array = None
+
+    def discard(self, row: int) -> None:
+        if row in self.rows:
+            self.rows.discard(row)
+            self._rows_array = None
+
+
+def _parse_images(status: Mapping[str, Any]) -> tuple[NodeImage, ...]:
+    images = []
+    for image in status.get("images") or []:
+        if not isinstance(image, Mapping):
+            continue
+        names = tuple(n for n in image.get("names") or [] if isinstance(n, str) and n)
+        try:
+            size = int(image.get("sizeBytes") or 0)
+        except (TypeError, ValueError):
+            size = 0
+        if names:
+            images.append(NodeImage(names, size))
+    return tuple(images)
 
 
 def parse_node(node: Mapping[str, Any]) -> NodeRecord:
@@ -61,6 +111,7 @@ def parse_node(node: Mapping[str, Any]) -> NodeRecord:
         labels=dict(metadata.get("labels") or {}),
         taints=taints,
         addresses=addresses,
+        images=_parse_images(status),
     )
 
 
@@ -88,6 +139,9 @@ class NodeTable:
         self.generation = 0
         self.labels_generation = 0
         self.rows_generation = 0  # changes only when a node takes or leaves a row
+        # image name -> size and the rows holding it (node.status.images), for ImageLocality.
+        self.images: dict[str, ImageState] = {}
+        self.images_generation = 0
 
     # -- shape -----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -164,6 +218,8 @@ class NodeTable:
         self.taint_set[row] = taint_id
         if added or previous is None or previous.labels != record.labels:
             self._set_labels(row, record.labels, previous.labels if previous else {})
+        if previous is None or previous.images != record.images:
+            self._set_images(row, record.images, previous.images if previous else ())
         self.generation += 1
         return row, added
 
@@ -182,6 +238,7 @@ class NodeTable:
         self.taint_set[row] = 0
         if previous:
             self._set_labels(row, {}, previous.labels)
+            self._set_images(row, (), previous.images)
         self._free.append(row)
         self.generation += 1
         self.rows_generation += 1
@@ -200,6 +257,26 @@ class NodeTable:
             if column is not None:
                 column[row] = labels.get(key)
         self.labels_generation += 1
+
+    def _set_images(self, row: int, images: Sequence[NodeImage], previous: Sequence[NodeImage]) -> None:
+        """As kube-scheduler's cache: the node's old names are removed (an image no node has any more is
+        dropped), then its new names added; a name new to the cluster takes this node's size."""
+        if not images and not previous:
+            return
+        for name in {name for image in previous for name in image.names}:
+            state = self.images.get(name)
+            if state is not None:
+                state.discard(row)
+                if not state.rows:
+                    del self.images[name]
+        for image in images:
+            for name in image.names:
+                state = self.images.get(name)
+                if state is None:
+                    self.images[name] = ImageState(image.size_bytes, {row})
+                else:
+                    state.add(row)
+        self.images_generation += 1
 
     # -- reads -----------------------------------------------------------------------------------
     def label_column(self, key: str) -> npt.NDArray[np.object_]:

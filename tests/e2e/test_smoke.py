@@ -12,12 +12,12 @@ from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
 from tests.e2e import kube, prom
 from tests.e2e.conftest import E2E_GPUS
+from tests.e2e.kube_scheduler import kube_scheduler
 
 
 def test_real_kube_scheduler_runs_100_pods_on_fake_nodes(cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
     assert len(cluster.nodes) >= 50
-    cluster.start_kube_scheduler()
-    try:
+    with kube_scheduler(cluster):
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda i: api.post(f"/api/v1/namespaces/{namespace}/pods",
@@ -32,8 +32,6 @@ def test_real_kube_scheduler_runs_100_pods_on_fake_nodes(cluster: DevCluster, ap
         pods = kube.list_pods(api, namespace)
         assert all(p["spec"]["nodeName"] in {n.name for n in cluster.nodes} for p in pods)
         print(f"100 pods Running in {elapsed:.1f}s")
-    finally:
-        cluster.stop_kube_scheduler()
 
 
 def test_prometheus_has_one_gpu_temperature_series_per_gpu(cluster: DevCluster) -> None:

@@ -20,8 +20,8 @@ def test_defaults() -> None:
     [profile] = config.profiles
     assert profile.scheduler_name == "metrics-sched"
     assert [r.name for r in profile.enabled("filter")] == [
-        "NodeUnschedulable", "NodeReady", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit",
-        "GPUTemperature"]
+        "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity",
+        "NodeResourcesFit", "GPUTemperature"]
     assert config.leader_election.lease_duration == 15 and config.leader_election.renew_deadline == 10
     assert config.pod_initial_backoff == 1 and config.pod_max_backoff == 10
     assert config.pod_max_in_unschedulable == 300
@@ -44,8 +44,8 @@ def test_enabled_disabled_and_weights_merge_like_kube_scheduler() -> None:
     }, CATALOG)
     profile = config.profiles[0]
     assert [(r.name, r.weight) for r in profile.enabled("score")] == [
-        ("NodeResourcesFit", 5), ("NodeAffinity", 2), ("TaintToleration", 3), ("GPUTemperature", 3), ("NodeLoad", 2),
-        ("Cost", 2), ("NodeLabelScore", 2)]
+        ("NodeResourcesFit", 5), ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1), ("NodeAffinity", 2),
+        ("TaintToleration", 3), ("GPUTemperature", 3), ("NodeLoad", 2), ("Cost", 2), ("NodeLabelScore", 2)]
     assert [r.name for r in profile.enabled("filter")] == ["NodeResourcesFit"]
     assert config.leader_election.lease_duration == 20
 

@@ -1,0 +1,97 @@
+"""UnsupportedFields: refuse, never ignore, a pod that uses a field metrics-sched does not honour yet.
+
+Placing such a pod as if the field were absent would silently break the pod's own constraints (two
+anti-affine replicas on one node, a PVC-backed pod on a node its volume cannot reach). Instead the pod
+gets `UnschedulableAndUnresolvable` naming the first offending field, e.g.
+
+    pod uses spec.affinity.podAntiAffinity, which metrics-sched does not support yet
+
+so the framework reports `FailedScheduling` with that text and `PodScheduled=False` (`Unschedulable`),
+and parks the pod. No cluster event can help (the plugin registers none): only an update of the pod
+moves it, or the periodic flush of parked pods, which finds the same field again.
+
+`ignore` lists field paths (as in FIELDS below, `[*]` for any index) an operator accepts to be ignored.
+That is a risk the operator takes on: such pods are placed as if the field did not exist, so their
+affinity, spreading, volume topology or device claims are NOT honoured; keep those pods on the default
+scheduler unless that is really acceptable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from metrics_sched.framework import (
+    SUCCESS,
+    ArgsError,
+    ClusterEvent,
+    Code,
+    CycleState,
+    PodInfo,
+    PreFilterPlugin,
+    Status,
+)
+
+POD_AFFINITY = "spec.affinity.podAffinity"
+POD_ANTI_AFFINITY = "spec.affinity.podAntiAffinity"
+TOPOLOGY_SPREAD = "spec.topologySpreadConstraints"
+PVC_VOLUME = "spec.volumes[*].persistentVolumeClaim"
+EPHEMERAL_VOLUME = "spec.volumes[*].ephemeral"
+RESOURCE_CLAIMS = "spec.resourceClaims"
+
+# Every field this plugin refuses (and so every path `ignore` accepts), in the order they are checked.
+FIELDS: tuple[str, ...] = (POD_AFFINITY, POD_ANTI_AFFINITY, TOPOLOGY_SPREAD, PVC_VOLUME, EPHEMERAL_VOLUME,
+                           RESOURCE_CLAIMS)
+
+_AFFINITY_TERMS = ("requiredDuringSchedulingIgnoredDuringExecution", "preferredDuringSchedulingIgnoredDuringExecution")
+
+
+def _has_terms(section: Any) -> bool:
+    """An inter-pod (anti-)affinity with at least one required or preferred term (`{}` constrains nothing)."""
+    return isinstance(section, Mapping) and any(section.get(key) for key in _AFFINITY_TERMS)
+
+
+def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> list[str]:
+    """The unsupported fields the pod spec uses, each named with its index where it has one, in FIELDS order."""
+    found: list[str] = []
+    affinity = spec.get("affinity") or {}
+    if isinstance(affinity, Mapping):
+        for path, key in ((POD_AFFINITY, "podAffinity"), (POD_ANTI_AFFINITY, "podAntiAffinity")):
+            if path not in ignore and _has_terms(affinity.get(key)):
+                found.append(path)
+    if TOPOLOGY_SPREAD not in ignore and spec.get("topologySpreadConstraints"):
+        found.append(TOPOLOGY_SPREAD)
+    volumes = spec.get("volumes") or []
+    if isinstance(volumes, Sequence):
+        for path, key in ((PVC_VOLUME, "persistentVolumeClaim"), (EPHEMERAL_VOLUME, "ephemeral")):
+            if path in ignore:
+                continue
+            found += [f"spec.volumes[{i}].{key}" for i, volume in enumerate(volumes)
+                      if isinstance(volume, Mapping) and volume.get(key) is not None]
+    if RESOURCE_CLAIMS not in ignore and spec.get("resourceClaims"):
+        found.append(RESOURCE_CLAIMS)
+    return found
+
+
+class UnsupportedFields(PreFilterPlugin):
+    name = "UnsupportedFields"
+    events: ClassVar[frozenset[ClusterEvent]] = frozenset()  # no cluster event helps: only the pod's update
+
+    @dataclass(frozen=True)
+    class Args:
+        # Field paths (from FIELDS) whose pods are placed as if the field were absent: the field is NOT honoured.
+        ignore: tuple[str, ...] = ()
+
+        def validate(self) -> None:
+            for i, path in enumerate(self.ignore):
+                if path not in FIELDS:
+                    raise ArgsError(f"ignore[{i}]", f"unknown field {path!r} (known: {', '.join(FIELDS)})")
+
+    args: Args
+
+    def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
+        found = unsupported_fields(pod.raw.get("spec") or {}, frozenset(self.args.ignore))
+        if not found:
+            return SUCCESS
+        return Status(Code.UNRESOLVABLE, f"pod uses {found[0]}, which metrics-sched does not support yet")
