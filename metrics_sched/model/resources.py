@@ -6,7 +6,9 @@
   init container started after it;
 - pod-level `spec.resources.requests` (cpu, memory) replaces the container sum for those resources;
 - `spec.overhead` (RuntimeClass) is added last.
-cpu is in millicores, everything else in integer base units (bytes, count).
+cpu is in millicores, everything else in integer base units (bytes, count). A pod's amounts are added
+exactly (in milli units: the API server rounds every quantity to 1m) and only the pod's total is rounded
+up to a base unit, as kube-scheduler does (PodRequests, then Quantity.Value()).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 Resources = dict[str, int]
 
 
-def parse_resource_list(values: Mapping[str, Any] | None, where: str = "") -> Resources:
-    """A ResourceList as integers; raises QuantityError naming the field of a malformed value."""
+def parse_resource_list(values: Mapping[str, Any] | None, where: str = "", *, milli: bool = False) -> Resources:
+    """A ResourceList as integers (cpu in millicores, the rest in base units, or everything in milli units);
+    raises QuantityError naming the field of a malformed value."""
     out: Resources = {}
     for name, raw in (values or {}).items():
         try:
-            out[name] = to_milli(raw) if name == CPU else to_int(raw)
+            out[name] = to_milli(raw) if milli or name == CPU else to_int(raw)
         except QuantityError as exc:
             raise QuantityError(f"{where}[{name}]: {exc}") from None
     return out
@@ -56,11 +59,11 @@ def _container_requests(containers: Iterable[Mapping[str, Any]], field: str, non
     result = []
     for i, container in enumerate(containers):
         requests = parse_resource_list(
-            (container.get("resources") or {}).get("requests"), f"spec.{field}[{i}].resources.requests"
+            (container.get("resources") or {}).get("requests"), f"spec.{field}[{i}].resources.requests", milli=True
         )
         if non_zero:
             requests.setdefault(CPU, DEFAULT_MILLI_CPU_REQUEST)
-            requests.setdefault(MEMORY, DEFAULT_MEMORY_REQUEST)
+            requests.setdefault(MEMORY, DEFAULT_MEMORY_REQUEST * 1000)
         result.append(requests)
     return result
 
@@ -92,14 +95,16 @@ def pod_requests(pod: Mapping[str, Any], *, non_zero: bool = False) -> Resources
         _max(init_peak, effective)
     _max(total, init_peak)
 
-    pod_level = parse_resource_list(((spec.get("resources") or {}).get("requests")), "spec.resources.requests")
+    pod_level = parse_resource_list(((spec.get("resources") or {}).get("requests")), "spec.resources.requests",
+                                    milli=True)
     for name in POD_LEVEL_RESOURCES:
         if name in pod_level:
             total[name] = pod_level[name]
 
-    _add(total, parse_resource_list(spec.get("overhead"), "spec.overhead"))
-    total[PODS] = 1
-    return total
+    _add(total, parse_resource_list(spec.get("overhead"), "spec.overhead", milli=True))
+    rounded = {name: amount if name == CPU else -(-amount // 1000) for name, amount in total.items()}
+    rounded[PODS] = 1
+    return rounded
 
 
 def node_allocatable(node: Mapping[str, Any]) -> Resources:

@@ -2,12 +2,13 @@
 
 Shared by NodeAffinity; not a plugin itself. Semantics follow k8s.io/component-helpers
 scheduling/corev1/nodeaffinity: terms are ORed, expressions within a term ANDed; NotIn and
-DoesNotExist match nodes without the label; Gt/Lt compare integers; matchFields supports
+DoesNotExist match nodes without the label; Gt/Lt compare int64 values as Go parses them; matchFields supports
 metadata.name.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,15 +16,25 @@ import numpy as np
 
 from metrics_sched.state.node_table import BoolArray, NodeTable
 
-
-def _as_int(value: object) -> float:
-    try:
-        return float(int(str(value)))
-    except (TypeError, ValueError):
-        return float("nan")
+_INT64 = re.compile(r"[+-]?[0-9]+\Z")
 
 
-_to_number = np.frompyfunc(_as_int, 1, 1)
+def _int64(value: str) -> int | None:
+    """strconv.ParseInt(value, 10, 64), as labels.Requirement.Matches reads Gt/Lt operands: decimal digits
+    with an optional sign, no underscores, within int64; anything else does not match."""
+    if not _INT64.match(value):
+        return None
+    number = int(value)
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def _compare(table: NodeTable, key: str, bound: int, greater: bool) -> BoolArray:
+    """Gt/Lt over every node, exact: each distinct label value is parsed once (None: no such label)."""
+    values, rows = np.unique(table.label_column(key).astype(str), return_inverse=True)
+    parsed = [_int64(v) for v in values.tolist()]
+    match = np.array([n is not None and (n > bound if greater else n < bound) for n in parsed], dtype=bool)
+    present = table.label_exists(key)
+    return np.asarray(match[rows] & present, dtype=bool)
 
 
 def _expression(table: NodeTable, expr: Mapping[str, Any], *, field: bool = False) -> BoolArray:
@@ -46,10 +57,9 @@ def _expression(table: NodeTable, expr: Mapping[str, Any], *, field: bool = Fals
     if operator == "DoesNotExist":
         return ~table.label_exists(key)
     if operator in ("Gt", "Lt") and len(values) == 1:
-        bound = _as_int(values[0])
-        numbers = np.asarray(_to_number(table.label_column(key)), dtype=np.float64)
-        with np.errstate(invalid="ignore"):
-            return numbers > bound if operator == "Gt" else numbers < bound
+        bound = _int64(str(values[0]))
+        if bound is not None:
+            return _compare(table, key, bound, operator == "Gt")
     return np.zeros(table.capacity, dtype=bool)
 
 

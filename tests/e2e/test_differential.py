@@ -14,8 +14,8 @@ quarter of the cases size node 0 to fit the pod exactly, or one unit short, and 
 node 0: boundary verdicts that nothing else can hide.
 
 Not generated: NotReady nodes (metrics-sched's NodeReady filter has no kube-scheduler counterpart, which relies
-on the node lifecycle controller's not-ready taint; the dev cluster has no controller-manager), fields that
-UnsupportedFields refuses, and the known disagreements marked EXCLUDED below.
+on the node lifecycle controller's not-ready taint; the dev cluster has no controller-manager) and fields that
+UnsupportedFields refuses.
 
 Only resource/constraint plugins decide: metrics-sched runs with no telemetry source and with
 GPUTemperature, NodeLoad and Cost disabled. Every case is derived from (DIFF_SEED, case number) alone:
@@ -23,7 +23,6 @@ GPUTemperature, NodeLoad and Cost disabled. Every case is derived from (DIFF_SEE
     DIFF_SEED=1234 pytest tests/e2e/test_differential.py                # another seed
     DIFF_SEED=1234 DIFF_CASE=17 pytest tests/e2e/test_differential.py   # re-run one case of it
     DIFF_CASES=1000 pytest tests/e2e/test_differential.py               # more cases
-    DIFF_KNOWN=1 pytest tests/e2e/test_differential.py                  # with the known disagreements (EXCLUDED)
 """
 
 from __future__ import annotations
@@ -60,8 +59,6 @@ pytestmark = pytest.mark.e2e
 SEED = int(os.environ.get("DIFF_SEED", "20261201"))
 CASES = int(os.environ.get("DIFF_CASES", "200"))
 ONLY = os.environ.get("DIFF_CASE")
-# DIFF_KNOWN=1 generates the known disagreements too (see EXCLUDED below), to reproduce them and check a fix.
-KNOWN = os.environ.get("DIFF_KNOWN") == "1"
 # Host ports are generated only once metrics-sched has a NodePorts plugin (until then it ignores them); they
 # are drawn either way, so a case number is the same case with or without them.
 HOST_PORTS = "NodePorts" in BUILTIN
@@ -69,12 +66,9 @@ HOST_PORTS = "NodePorts" in BUILTIN
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 CORDON = "node.kubernetes.io/unschedulable"
-# "gen" is compared with Gt/Lt, "03" included (both sides read 3).
-# EXCLUDED until NodeAffinity's Gt/Lt (metrics_sched/plugins/node_selector.py `_as_int`) parses like Go's
-# strconv.ParseInt(v, 10, 64) in k8s.io/apimachinery labels.Requirement.Matches: "1_0" (Python's int() reads
-# 10, Go rejects it: no match), "99999999999999999999" (beyond int64: Go no match, Python matches) and
-# "9007199254740993" with Gt "9007199254740992" (ms compares floats: equal, so no match; Go: 993 > 992).
-# DIFF_KNOWN=1 adds them back (default seed: DIFF_CASE=176 beyond int64, DIFF_CASE=934 float precision).
+# "gen" is compared with Gt/Lt, "03" included (both sides read 3). Values Go's strconv.ParseInt(v, 10, 64)
+# reads differently from Python's int() or a float (k8s.io/apimachinery labels.Requirement.Matches): "1_0" (not
+# a number), beyond int64, and two numbers a float cannot tell apart.
 GT_LT_ODD = ["1_0", "99999999999999999999", "9007199254740993"]
 GT_LT_BIG = "9007199254740992"
 LABEL_VALUES: dict[str, list[str]] = {
@@ -91,15 +85,11 @@ WIDGET = "example.com/widget"  # an extended resource (requests = limits), on so
 # Quantities in several spellings: both sides must parse them alike.
 POD_CPU: list[str | None] = [None, "100m", "0.5", "500m", "1", "1500m", "2", "100500u", "0.0005"]
 POD_MEMORY: list[str | None] = [None, "256Mi", "1G", "1Gi", "1073741824", "2Gi", "1500M", "4Gi"]
-# EXCLUDED until NodeResourcesFit counts like kube-scheduler: memory with a fraction of a byte ("536870912500m").
-# kube-scheduler adds a pod's containers exactly and rounds the pod's total up once (component-helpers PodRequests,
-# then Resource.SetMaxResource: Quantity.Value()); metrics_sched/model/resources.py pod_requests rounds every
-# container up, then adds: a pod with two such containers needs 1 byte more there (DIFF_KNOWN=1 DIFF_CASE=416 of
-# the default seed). cpu agrees: the API server already rounds every quantity up to 1m.
+# Memory with a fraction of a byte: kube-scheduler adds a pod's containers exactly and rounds the pod's total up
+# once (component-helpers PodRequests, then Quantity.Value()), not each container.
 FRACTIONAL_BYTES = "536870912500m"
-if KNOWN:
-    LABEL_VALUES["gen"] += GT_LT_ODD
-    POD_MEMORY.append(FRACTIONAL_BYTES)
+LABEL_VALUES["gen"] += GT_LT_ODD
+POD_MEMORY.append(FRACTIONAL_BYTES)
 EXISTING_CPU: list[str | None] = [None, "100m", "250m", "0.5", "1", "250500u"]
 EXISTING_MEMORY: list[str | None] = [None, "256Mi", "1Gi", "1e9", "2Gi"]
 
@@ -157,7 +147,7 @@ def _expression(rng: random.Random, count: int) -> dict[str, Any]:
                     ["In", "In", "NotIn", "Exists", "DoesNotExist"])
     expr: dict[str, Any] = {"key": key, "operator": op}
     if op in ("Gt", "Lt"):
-        expr["values"] = [rng.choice([str(rng.randint(0, 6)), GT_LT_BIG]) if KNOWN else str(rng.randint(0, 6))]
+        expr["values"] = [rng.choice([str(rng.randint(0, 6)), GT_LT_BIG])]
     elif op in ("In", "NotIn"):
         vocab = ([f"{NODE_REF}{i}" for i in range(count)] if key == HOSTNAME
                  else LABEL_VALUES.get(key, ["v"]))

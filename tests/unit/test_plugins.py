@@ -140,3 +140,20 @@ def test_zone_spread_prefers_the_emptier_zone() -> None:
     plugin = ZoneSpread({"topologyKey": "zone"}, handle)
     scores = plugin.score(CycleState(), parse_pod(newcomer), state.table, state.table.rows())
     assert scores.tolist() == [0.0, 0.0, 100.0, 100.0]
+
+
+@pytest.mark.parametrize(("label", "operator", "bound", "matches"), [
+    ("1_0", "Gt", "1", False),  # Go's ParseInt takes no underscores
+    ("99999999999999999999", "Gt", "1", False),  # beyond int64: not a number to Go
+    ("9007199254740993", "Gt", "9007199254740992", True),  # exact, not as floats
+    ("03", "Lt", "4", True),
+    ("-2", "Lt", "+1", True),
+    ("5", "Gt", "x", False),  # an operand that is not a number matches nothing
+])
+def test_gt_lt_read_label_values_as_go_int64(label: str, operator: str, bound: str, matches: bool) -> None:
+    state = ClusterState()
+    state.upsert_node(node("n", labels={"gen": label}))
+    state.upsert_node(node("other"))
+    handle = Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI())
+    p = pod("p", affinity=required([expr("gen", operator, bound)]))
+    assert feasible(NodeAffinity({}, handle), p, state) == (["n"] if matches else [])

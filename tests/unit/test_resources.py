@@ -93,3 +93,9 @@ def test_non_zero_defaults_apply_per_container_for_scoring() -> None:
 def test_malformed_request_names_the_field() -> None:
     with pytest.raises(QuantityError, match=r"spec.containers\[1\].resources.requests\[cpu\]"):
         pod_requests(pod([c("a", cpu="1"), c("b", cpu="lots")]))
+
+
+def test_a_pods_amounts_are_added_exactly_and_rounded_once() -> None:
+    half = {"resources": {"requests": {"memory": "536870912500m"}}}  # 536870912.5 bytes
+    pod = {"spec": {"containers": [half, half]}}
+    assert pod_requests(pod)["memory"] == 1073741825  # kube-scheduler: ceil(2 x 536870912.5), not 2 x ceil
