@@ -346,9 +346,10 @@ class DevCluster:
 
     def start_kube_scheduler(
         self, *, qps: float = 50, burst: int = 100, percentage_of_nodes_to_score: int | None = None,
-        name: str = "kube-scheduler",
+        name: str = "kube-scheduler", profile: dict[str, Any] | None = None,
     ) -> str:
-        """The real kube-scheduler (default profile `default-scheduler`); QPS 50/burst 100 are its defaults."""
+        """The real kube-scheduler; QPS 50/burst 100 are its defaults. Without `profile` it runs its default
+        profile (`default-scheduler`); a profile (schedulerName, plugins, pluginConfig) replaces it."""
         assert self.endpoints is not None and self._bins is not None and self._pki is not None
         port = free_port()
         config: dict[str, Any] = {
@@ -356,6 +357,8 @@ class DevCluster:
             "clientConnection": {"kubeconfig": self.endpoints.kubeconfig, "qps": qps, "burst": burst},
             "leaderElection": {"leaderElect": False},
         }
+        if profile is not None:
+            config["profiles"] = [profile]
         if percentage_of_nodes_to_score is not None:
             config["percentageOfNodesToScore"] = percentage_of_nodes_to_score
         path = self.run_dir / f"{name}.yaml"

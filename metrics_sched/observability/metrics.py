@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from metrics_sched.audit.record import DecisionRecord
+from metrics_sched.framework.interfaces import BindOutcomeKind
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.scheduler.binding import BindOutcome
 from metrics_sched.scheduler.scheduler import Scheduler
@@ -112,9 +113,9 @@ class SchedulerMetrics:
     def on_bind(self, record: DecisionRecord, outcome: BindOutcome) -> None:
         self.bind_results.labels(outcome.result).inc()
         self.bind_duration.labels(outcome.result).observe(outcome.seconds)
-        bound = outcome.result in ("bound", "already_bound")
+        bound = outcome.result in (BindOutcomeKind.BOUND, BindOutcomeKind.ALREADY_BOUND)
         # Like kube-scheduler: a pod Permit or PreBind turned down is unschedulable, a failed bind an error.
-        result = "scheduled" if bound else "unschedulable" if outcome.result == "rejected" else "error"
+        result = "scheduled" if bound else "unschedulable" if outcome.result == BindOutcomeKind.REJECTED else "error"
         self.attempts.labels(result, record.profile).inc()
         self.attempt_duration.labels(result, record.profile).observe(record.duration_ms / 1000 + outcome.seconds)
         if bound:

@@ -36,13 +36,15 @@ from metrics_sched.framework import (
 POD_AFFINITY = "spec.affinity.podAffinity"
 POD_ANTI_AFFINITY = "spec.affinity.podAntiAffinity"
 TOPOLOGY_SPREAD = "spec.topologySpreadConstraints"
-PVC_VOLUME = "spec.volumes[*].persistentVolumeClaim"
-EPHEMERAL_VOLUME = "spec.volumes[*].ephemeral"
 RESOURCE_CLAIMS = "spec.resourceClaims"
+# Volume sources kube-scheduler places by (volume binding and zones for claims; VolumeRestrictions for the
+# in-tree disks a node can attach only once; NodeVolumeLimits for inline CSI volumes).
+VOLUME_KINDS = ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi",
+                "csi")
+PVC_VOLUME, EPHEMERAL_VOLUME, *_ = VOLUME_PATHS = tuple(f"spec.volumes[*].{kind}" for kind in VOLUME_KINDS)
 
 # Every field this plugin refuses (and so every path `ignore` accepts), in the order they are checked.
-FIELDS: tuple[str, ...] = (POD_AFFINITY, POD_ANTI_AFFINITY, TOPOLOGY_SPREAD, PVC_VOLUME, EPHEMERAL_VOLUME,
-                           RESOURCE_CLAIMS)
+FIELDS: tuple[str, ...] = (POD_AFFINITY, POD_ANTI_AFFINITY, TOPOLOGY_SPREAD, *VOLUME_PATHS, RESOURCE_CLAIMS)
 
 _AFFINITY_TERMS = ("requiredDuringSchedulingIgnoredDuringExecution", "preferredDuringSchedulingIgnoredDuringExecution")
 
@@ -64,7 +66,7 @@ def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozens
         found.append(TOPOLOGY_SPREAD)
     volumes = spec.get("volumes") or []
     if isinstance(volumes, Sequence):
-        for path, key in ((PVC_VOLUME, "persistentVolumeClaim"), (EPHEMERAL_VOLUME, "ephemeral")):
+        for path, key in zip(VOLUME_PATHS, VOLUME_KINDS, strict=True):
             if path in ignore:
                 continue
             found += [f"spec.volumes[{i}].{key}" for i, volume in enumerate(volumes)

@@ -2,26 +2,10 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from devcluster.kubeapi import KubeAPI
-
-T = TypeVar("T")
-
-
-def poll(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Returns check()'s first truthy result; fails with `what` after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+from tests.polling import poll as poll  # the e2e tests' kube.poll, shared with the unit tests
 
 
 def pod_manifest(name: str, *, scheduler: str | None = None, cpu: str = "100m", memory: str = "500Mi",

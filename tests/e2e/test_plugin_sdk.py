@@ -69,7 +69,10 @@ def test_third_party_permit_postfilter_prebind_and_score_plugins_end_to_end(
             "pluginConfig": [{"name": "PairPermit", "args": {"size": 2, "timeoutSeconds": 60}}],
         }
         with schedulers(cluster, extra=config, env={"PYTHONPATH": str(PLUGIN_DIST)}) as (name, [proc]):
-            wait_for_values(proc, {n: {"gpu_utilisation": utilisation[i]} for i, n in enumerate(nodes)})
+            # Every input of the choice asserted below, at the set value: GPUBusy's term, and the temperature
+            # filter and cost term it must not be outweighed or filtered by.
+            wait_for_values(proc, {n: {"gpu_utilisation": utilisation[i], "gpu_temperature": 50.0,
+                                       "node_hourly_cost": 3.0} for i, n in enumerate(nodes)})
 
             # A telemetry score of a few lines decides, and is explained like the built-ins.
             create(api, namespace, "solo", name, pool)

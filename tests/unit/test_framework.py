@@ -43,6 +43,7 @@ from metrics_sched.framework.registry import Registry
 from metrics_sched.plugins.default_binder import REREAD_ATTEMPTS, DefaultBinder
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
+from tests.polling import poll
 from tests.unit.fakes import FakeAPI, node, pod
 from tests.unit.test_scheduler import drain
 
@@ -135,15 +136,6 @@ def make(*, binder: str = "Step") -> tuple[Scheduler, FakeAPI]:
     api.watchers.append(scheduler.handlers)
     scheduler.handlers.on_node_event("ADDED", node("n0"))
     return scheduler, api
-
-
-def until(done: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Polls for exactly the condition the test asserts next (binds and Permit timers run on other threads)."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def unreserved_in_reverse() -> bool:
@@ -257,7 +249,7 @@ def test_permit_wait_holds_the_pod_until_another_thread_allows_it() -> None:
     assert waiting.pending_plugins == {"Step"} and "Step.pre_bind" not in CALLS
     assert scheduler.state.assumed_count() == 1  # held pods keep their place
     threading.Thread(target=waiting.allow, args=("Step",)).start()
-    until(lambda: "Step.post_bind" in CALLS, "the bind after allow")
+    poll(lambda: "Step.post_bind" in CALLS, 5, "the bind after allow", interval=0.01)
     assert scheduler.binder.drain(5)
     assert CALLS[-3:] == ["Step.pre_bind", "Step.bind", "Step.post_bind"]
     assert len(framework.handle.waiting_pods) == 0
@@ -269,7 +261,7 @@ def test_permit_wait_times_out_into_a_rejection() -> None:
     api.add_pod(pod("p"))
     result = scheduler.schedule_one(timeout=1)
     assert result is not None and result.status.code == Code.WAIT
-    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1, "the timed-out pod parked")
+    poll(lambda: scheduler.queue.lengths()["unschedulable"] == 1, 5, "the timed-out pod parked", interval=0.01)
     assert scheduler.queue.lengths()["unschedulable"] == 1
     assert unreserved_in_reverse() and scheduler.state.assumed_count() == 0
     assert scheduler.reporter.wait_idle(5)
@@ -365,7 +357,7 @@ def bind_once(scheduler: Scheduler, api: FakeAPI) -> list[BindOutcomeKind]:
     scheduler.bind_observers.append(lambda outcome, _: outcomes.append(outcome.result))
     api.add_pod(pod("p"))
     scheduler.schedule_one(timeout=1)
-    until(lambda: bool(outcomes), "a bind outcome")
+    poll(lambda: bool(outcomes), 5, "a bind outcome", interval=0.01)
     return outcomes
 
 
@@ -383,7 +375,7 @@ def test_a_plain_pending_from_bind_keeps_the_pod_assumed_and_retries_the_binding
     Step.bind_codes = [Status(Code.PENDING, "no answer")]
     outcomes = bind_once(scheduler, api)
     assert outcomes == [BindOutcomeKind.UNKNOWN] and scheduler.state.assumed_count() == 1
-    until(lambda: len(outcomes) == 2, "the second binding cycle")
+    poll(lambda: len(outcomes) == 2, 5, "the second binding cycle", interval=0.01)
     assert outcomes[1] == BindOutcomeKind.BOUND and "Step.unreserve" not in CALLS
     assert CALLS.count("Step.pre_bind") == 2  # retried from PreBind (PreBind must be idempotent)
 
@@ -421,7 +413,7 @@ def test_a_waiting_pod_rejected_from_another_thread_is_unwound_and_parked() -> N
     api.add_pod(pod("p"))
     scheduler.schedule_one(timeout=1)
     threading.Thread(target=held(scheduler).reject, args=("Gang", "the gang broke up")).start()
-    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1, "the rejected pod parked")
+    poll(lambda: scheduler.queue.lengths()["unschedulable"] == 1, 5, "the rejected pod parked", interval=0.01)
     assert unreserved_in_reverse() and scheduler.state.assumed_count() == 0
     assert len(scheduler.waiting_pods) == 0
     assert scheduler.reporter.wait_idle(5)
@@ -436,7 +428,7 @@ def test_a_pod_allowed_after_waiting_whose_prebind_fails_is_unwound() -> None:
     api.add_pod(pod("p"))
     scheduler.schedule_one(timeout=1)
     held(scheduler).allow("Step")
-    until(lambda: scheduler.queue.lengths()["backoff"] == 1, "the pod backing off")
+    poll(lambda: scheduler.queue.lengths()["backoff"] == 1, 5, "the pod backing off", interval=0.01)
     assert scheduler.binder.drain(5)
     assert_unwound_and_backing_off(scheduler, api)
 
@@ -466,7 +458,7 @@ def test_allow_from_a_bind_worker_never_deadlocks_the_binder() -> None:
     scheduler.schedule_one(timeout=1)
     api.add_pod(pod("releaser"))
     scheduler.schedule_one(timeout=1)
-    until(lambda: CALLS.count("Step.post_bind") == 2, "both pods through the binding cycle")
+    poll(lambda: CALLS.count("Step.post_bind") == 2, 5, "both pods through the binding cycle", interval=0.01)
     assert scheduler.binder.drain(5)
 
 
@@ -481,8 +473,8 @@ def test_pods_parked_for_room_get_another_try_when_a_held_pod_gives_its_room_bac
     waiting = api.add_pod(pod("next", gpus=1))
     scheduler.schedule_one(timeout=1)  # no room: the holder is assumed on the only GPU
     assert scheduler.queue.lengths()["unschedulable"] == 1
-    until(lambda: scheduler.queue.lengths()["unschedulable"] == 1 and len(scheduler.waiting_pods) == 0,
-          "the holder timed out")
+    poll(lambda: scheduler.queue.lengths()["unschedulable"] == 1 and len(scheduler.waiting_pods) == 0, 5,
+          "the holder timed out", interval=0.01)
     # "next" moved out of unschedulable by the holder's rejection, the holder itself parked
     lengths = scheduler.queue.lengths()
     assert lengths["active"] + lengths["backoff"] == 1

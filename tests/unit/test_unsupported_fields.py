@@ -12,7 +12,7 @@ from metrics_sched.framework import ArgsError, Code, CycleState, Handle
 from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins import BUILTIN
-from metrics_sched.plugins.unsupported_fields import FIELDS, UnsupportedFields
+from metrics_sched.plugins.unsupported_fields import FIELDS, UnsupportedFields, unsupported_fields
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
@@ -113,3 +113,9 @@ def test_the_scheduler_reports_parks_and_never_binds_an_unsupported_pod() -> Non
     assert scheduler.queue.lengths()["unschedulable"] == 1
     drain(scheduler, api)
     assert api.binds == []
+
+
+@pytest.mark.parametrize("kind", ["gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi", "csi"])
+def test_volumes_kube_scheduler_places_by_are_refused_too(kind: str) -> None:
+    spec = {"volumes": [{"name": "cfg", "configMap": {"name": "x"}}, {"name": "data", kind: {}}]}
+    assert unsupported_fields(spec) == [f"spec.volumes[1].{kind}"]
