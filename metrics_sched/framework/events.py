@@ -23,7 +23,10 @@ class ClusterEvent(enum.StrEnum):
     NODE_SCHEDULABLE = "NodeSchedulableChange"
     NODE_LABELS = "NodeLabelChange"
     NODE_TAINTS = "NodeTaintChange"
+    POD_ADDED = "AssignedPodAdd"
+    POD_LABELS = "AssignedPodUpdateLabel"  # a placed pod's labels changed (or it started terminating)
     POD_DELETED = "AssignedPodDelete"
+    NAMESPACE_LABELS = "NamespaceLabelChange"  # a namespace appeared or its labels changed
     METRIC_CHANGED = "MetricChange"
 
 
@@ -35,8 +38,9 @@ class QueueingHint(enum.Enum):
     SKIP = "QueueSkip"
 
 
-# (parked pod, the event's object) -> hint. The object is the NodeRecord for node events, the released
-# PodRecord for AssignedPodDelete, the set of refreshed metric names for MetricChange.
+# (parked pod, the event's object) -> hint. The object is the NodeRecord for node events, the PodRecord
+# placed, relabelled or released for AssignedPod*, the namespace name for NamespaceLabelChange, the set of
+# refreshed metric names for MetricChange.
 HintFn = Callable[[PodInfo, Any], QueueingHint]
 
 

@@ -9,6 +9,7 @@ from metrics_sched.plugins.default_binder import DefaultBinder
 from metrics_sched.plugins.gpu_temperature import GPUTemperature
 from metrics_sched.plugins.image_locality import ImageLocality
 from metrics_sched.plugins.in_flight_ledger import InFlightLedger
+from metrics_sched.plugins.inter_pod_affinity import InterPodAffinity
 from metrics_sched.plugins.node_affinity import NodeAffinity
 from metrics_sched.plugins.node_label_filter import NodeLabelFilter
 from metrics_sched.plugins.node_label_score import NodeLabelScore
@@ -19,6 +20,7 @@ from metrics_sched.plugins.node_ready import NodeReady
 from metrics_sched.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
 from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
 from metrics_sched.plugins.node_unschedulable import NodeUnschedulable
+from metrics_sched.plugins.pod_topology_spread import PodTopologySpread
 from metrics_sched.plugins.priority_sort import PrioritySort
 from metrics_sched.plugins.taint_toleration import TaintToleration
 from metrics_sched.plugins.unsupported_fields import UnsupportedFields
@@ -30,6 +32,7 @@ BUILTIN: dict[str, type[Plugin]] = {
         PrioritySort, NodeResourcesFit, NodeUnschedulable, NodeReady, NodeName, TaintToleration, NodeAffinity,
         NodeLabelFilter, NodeLabelScore, ZoneSpread, DefaultBinder, GPUTemperature, NodeLoad, Cost, CustomMetric,
         InFlightLedger, UnsupportedFields, NodePorts, NodeResourcesBalancedAllocation, ImageLocality,
+        InterPodAffinity, PodTopologySpread,
     )
 }
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, NodeTable
 
 _INT64 = re.compile(r"[+-]?[0-9]+\Z")
@@ -82,3 +83,22 @@ def selector_mask(table: NodeTable, node_selector: Mapping[str, str]) -> BoolArr
     for key, value in node_selector.items():
         mask &= table.label_in(key, [value])
     return mask
+
+
+def required_affinity_mask(table: NodeTable, node_selector: Mapping[str, str],
+                           required_terms: Sequence[Mapping[str, Any]] | None) -> BoolArray:
+    """Rows matching a pod's spec.nodeSelector and (if any) its required node affinity terms, ORed
+    (component-helpers' RequiredNodeAffinity.Match)."""
+    mask = selector_mask(table, node_selector)
+    if required_terms is not None:
+        any_term = np.zeros(table.capacity, dtype=bool)
+        for term in required_terms:
+            any_term |= term_mask(table, term)
+        mask &= any_term
+    return mask
+
+
+def pod_required_affinity_mask(table: NodeTable, pod: PodInfo) -> BoolArray:
+    required = ((pod.affinity.get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    return required_affinity_mask(table, pod.node_selector, required)

@@ -14,11 +14,21 @@ from metrics_sched.framework import (
     max_normalize,
 )
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable, Taint
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable, Taint
 
 
 def _tolerated(pod: PodInfo, taint: Taint) -> bool:
     return any(t.tolerates(taint.key, taint.value, taint.effect) for t in pod.tolerations)
+
+
+def tolerated_rows(pod: PodInfo, table: NodeTable) -> BoolArray:
+    """Rows whose NoSchedule/NoExecute taints the pod all tolerates (one check per distinct taint set)."""
+    ok_sets = np.array([
+        all(_tolerated(pod, t) for t in taints if t.effect in ("NoSchedule", "NoExecute"))
+        for taints in table.taint_sets
+    ], dtype=bool)
+    result: BoolArray = ok_sets[table.taint_set]
+    return result
 
 
 class TaintToleration(FilterPlugin, ScorePlugin):
@@ -26,11 +36,7 @@ class TaintToleration(FilterPlugin, ScorePlugin):
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_TAINTS})
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
-        ok_sets = np.array([
-            all(_tolerated(pod, t) for t in taints if t.effect in ("NoSchedule", "NoExecute"))
-            for taints in table.taint_sets
-        ], dtype=bool)
-        return Filtered.single(ok_sets[table.taint_set], "node(s) had untolerated taint(s)")
+        return Filtered.single(tolerated_rows(pod, table), "node(s) had untolerated taint(s)")
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         untolerated = np.array([

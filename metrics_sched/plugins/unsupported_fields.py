@@ -1,10 +1,10 @@
 """UnsupportedFields: refuse, never ignore, a pod that uses a field metrics-sched does not honour yet.
 
-Placing such a pod as if the field were absent would silently break the pod's own constraints (two
-anti-affine replicas on one node, a PVC-backed pod on a node its volume cannot reach). Instead the pod
-gets `UnschedulableAndUnresolvable` naming the first offending field, e.g.
+Placing such a pod as if the field were absent would silently break the pod's own constraints (a
+PVC-backed pod on a node its volume cannot reach). Instead the pod gets `UnschedulableAndUnresolvable`
+naming the first offending field, e.g.
 
-    pod uses spec.affinity.podAntiAffinity, which metrics-sched does not support yet
+    pod uses spec.volumes[0].persistentVolumeClaim, which metrics-sched does not support yet
 
 so the framework reports `FailedScheduling` with that text and `PodScheduled=False` (`Unschedulable`),
 and parks the pod. No cluster event can help (the plugin registers none): only an update of the pod
@@ -12,7 +12,7 @@ moves it, or the periodic flush of parked pods, which finds the same field again
 
 `ignore` lists field paths (as in FIELDS below, `[*]` for any index) an operator accepts to be ignored.
 That is a risk the operator takes on: such pods are placed as if the field did not exist, so their
-affinity, spreading, volume topology or device claims are NOT honoured; keep those pods on the default
+volume topology or device claims are NOT honoured; keep those pods on the default
 scheduler unless that is really acceptable.
 """
 
@@ -33,9 +33,6 @@ from metrics_sched.framework import (
     Status,
 )
 
-POD_AFFINITY = "spec.affinity.podAffinity"
-POD_ANTI_AFFINITY = "spec.affinity.podAntiAffinity"
-TOPOLOGY_SPREAD = "spec.topologySpreadConstraints"
 RESOURCE_CLAIMS = "spec.resourceClaims"
 # Volume sources kube-scheduler places by (volume binding and zones for claims; VolumeRestrictions for the
 # in-tree disks a node can attach only once; NodeVolumeLimits for inline CSI volumes).
@@ -44,26 +41,12 @@ VOLUME_KINDS = ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsE
 PVC_VOLUME, EPHEMERAL_VOLUME, *_ = VOLUME_PATHS = tuple(f"spec.volumes[*].{kind}" for kind in VOLUME_KINDS)
 
 # Every field this plugin refuses (and so every path `ignore` accepts), in the order they are checked.
-FIELDS: tuple[str, ...] = (POD_AFFINITY, POD_ANTI_AFFINITY, TOPOLOGY_SPREAD, *VOLUME_PATHS, RESOURCE_CLAIMS)
-
-_AFFINITY_TERMS = ("requiredDuringSchedulingIgnoredDuringExecution", "preferredDuringSchedulingIgnoredDuringExecution")
-
-
-def _has_terms(section: Any) -> bool:
-    """An inter-pod (anti-)affinity with at least one required or preferred term (`{}` constrains nothing)."""
-    return isinstance(section, Mapping) and any(section.get(key) for key in _AFFINITY_TERMS)
+FIELDS: tuple[str, ...] = (*VOLUME_PATHS, RESOURCE_CLAIMS)
 
 
 def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> list[str]:
     """The unsupported fields the pod spec uses, each named with its index where it has one, in FIELDS order."""
     found: list[str] = []
-    affinity = spec.get("affinity") or {}
-    if isinstance(affinity, Mapping):
-        for path, key in ((POD_AFFINITY, "podAffinity"), (POD_ANTI_AFFINITY, "podAntiAffinity")):
-            if path not in ignore and _has_terms(affinity.get(key)):
-                found.append(path)
-    if TOPOLOGY_SPREAD not in ignore and spec.get("topologySpreadConstraints"):
-        found.append(TOPOLOGY_SPREAD)
     volumes = spec.get("volumes") or []
     if isinstance(volumes, Sequence):
         for path, key in zip(VOLUME_PATHS, VOLUME_KINDS, strict=True):

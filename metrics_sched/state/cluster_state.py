@@ -8,6 +8,7 @@ not know yet are kept aside and counted when the node arrives.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -15,9 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from metrics_sched.model.affinity import NO_TERMS, AffinityTerm, PodAffinityTerms, TermKind, parse_affinity
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, MEMORY
+from metrics_sched.model.selectors import SelectorError
+from metrics_sched.state.namespaces import NamespaceIndex
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, NodeTable, parse_node
+from metrics_sched.state.pod_index import PodIndex, PodQuery
+from metrics_sched.state.workloads import WorkloadSelectors
 
 # A host port as kube-scheduler keys it (HostPortInfo): (hostIP, protocol, hostPort), with an empty hostIP
 # read as the wildcard 0.0.0.0 and an empty protocol as TCP.
@@ -58,6 +64,9 @@ class PodRecord:
     assumed: bool
     row: int | None = None
     host_ports: tuple[HostPort, ...] = ()
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    terminating: bool = False  # being deleted: still occupies the node, but topology spreading skips it
+    affinity: PodAffinityTerms = NO_TERMS
 
     @property
     def key(self) -> str:
@@ -86,6 +95,11 @@ class ClusterState:
         self._owner_counts: dict[str, IntArray] = {}
         # (protocol, port) -> hostIP (or _ANY_IP) -> per-row count of placed pods holding it (NodePorts).
         self._port_counts: dict[tuple[str, int], dict[str, IntArray]] = {}
+        # Pods matching the selectors being scheduled, and the affinity terms placed pods carry (inter-pod rules).
+        self.pod_index = PodIndex(self.table.capacity)
+        # Namespace labels (affinity namespaceSelector) and workload selectors (default topology spreading).
+        self.namespaces = NamespaceIndex()
+        self.workloads = WorkloadSelectors()
 
     # -- nodes -----------------------------------------------------------------------------------
     def upsert_node(self, node: Mapping[str, Any]) -> NodeChange:
@@ -130,6 +144,8 @@ class ClusterState:
                 for counts in by_ip.values():
                     if row is not None and row < counts.shape[0]:
                         counts[row] = 0
+            if row is not None:
+                self.pod_index.clear_row(row)
             for pod in orphans:
                 self.pods.pop(pod.uid, None)
             return orphans
@@ -152,6 +168,7 @@ class ClusterState:
             counts[row] += sign
         if pod.host_ports:
             self._count_ports(pod.host_ports, row, sign)
+        self.pod_index.account(pod, row, sign)
 
     def _count_ports(self, ports: Iterable[HostPort], row: int, sign: int) -> None:
         for ip, protocol, port in ports:
@@ -171,6 +188,7 @@ class ClusterState:
             vector=self.table.vector(info.requests),
             nonzero=(info.non_zero_requests.get(CPU, 0), info.non_zero_requests.get(MEMORY, 0)),
             owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
+            labels=dict(info.labels), terminating=info.deleting, affinity=_affinity(info),
         )
         self.pods[info.uid] = record
         row = self.table.index.get(node)
@@ -189,7 +207,8 @@ class ClusterState:
                 waiting.discard(record.uid)
 
     def observe_bound_pod(self, info: PodInfo) -> str:
-        """A pod the API shows on a node. Returns 'confirmed' (was assumed there), 'moved', 'added' or 'same'."""
+        """A pod the API shows on a node. Returns 'confirmed' (was assumed there), 'moved', 'added', 'relabelled'
+        (same node, its labels or deletion changed: counted again) or 'same'."""
         assert info.node_name
         with self.lock:
             existing = self.pods.get(info.uid)
@@ -197,6 +216,11 @@ class ClusterState:
                 if existing.node == info.node_name:
                     was_assumed = existing.assumed
                     existing.assumed = False
+                    if existing.labels != info.labels or existing.terminating != info.deleting:
+                        self._release(existing)
+                        del self.pods[info.uid]
+                        self._place(info, info.node_name, assumed=False)
+                        return "relabelled"
                     return "confirmed" if was_assumed else "same"
                 self._release(existing)
                 del self.pods[info.uid]
@@ -226,11 +250,13 @@ class ClusterState:
                 self._release(record)
                 del self.pods[uid]
 
-    def counted_on(self, uid: str, node: str) -> bool:
-        """The pod is already counted, confirmed, on this node: an update that keeps it there changes nothing."""
+    def counted_on(self, uid: str, node: str, labels: Mapping[str, str] | None = None, deleting: bool = False) -> bool:
+        """The pod is already counted, confirmed, on this node with these labels and deletion state: an update
+        that keeps all that changes nothing."""
         with self.lock:
             record = self.pods.get(uid)
-            return record is not None and record.node == node and not record.assumed
+            return (record is not None and record.node == node and not record.assumed
+                    and record.labels == (labels or {}) and record.terminating == deleting)
 
     def is_placed(self, uid: str) -> bool:
         with self.lock:
@@ -268,3 +294,21 @@ class ClusterState:
             grown[: counts.shape[0]] = counts
             self._owner_counts[owner_key] = counts = grown
         return counts
+
+    # -- inter-pod constraints -------------------------------------------------------------------
+    def pod_counts(self, query: PodQuery) -> IntArray:
+        """Per-row count of the placed pods `query` matches (bound and assumed), over the table's capacity."""
+        self.pod_index.resize(self.table.capacity)
+        return self.pod_index.counts(query, self.pods.values())[: self.table.capacity]
+
+    def carried_terms(self, kind: TermKind) -> list[tuple[AffinityTerm, IntArray]]:
+        """The distinct (anti-)affinity terms of this kind placed pods carry, each with its per-row count."""
+        self.pod_index.resize(self.table.capacity)
+        return [(term, counts[: self.table.capacity]) for term, counts in self.pod_index.carried(kind)]
+
+
+def _affinity(info: PodInfo) -> PodAffinityTerms:
+    try:
+        return parse_affinity(info.raw)
+    except SelectorError:  # the API server validated it; a term we cannot read selects nothing
+        return NO_TERMS

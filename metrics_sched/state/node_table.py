@@ -52,6 +52,27 @@ class NodeRecord:
 
 
 @dataclass
+class Topology:
+    """A label key as a topology: each row's value as an integer code (-1 where the node lacks the key), so
+    per-domain sums are one np.bincount. Codes are stable while the column lives; `values[code]` is the value."""
+
+    codes: IntArray
+    index: dict[str, int]
+    values: list[str]
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    def code(self, value: str) -> int:
+        found = self.index.get(value)
+        if found is None:
+            found = self.index[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+
+@dataclass
 class ImageState:
     """An image name across the cluster, as kube-scheduler's cache keeps it (ImageStateSummary): the size
     reported by the first node that had it, and the rows of the nodes that have it now."""
@@ -136,6 +157,7 @@ class NodeTable:
         self.taint_sets: list[tuple[Taint, ...]] = [()]
         self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
         self._label_columns: dict[str, npt.NDArray[np.object_]] = {}
+        self._topologies: dict[str, Topology] = {}
         self.generation = 0
         self.labels_generation = 0
         self.rows_generation = 0  # changes only when a node takes or leaves a row
@@ -159,6 +181,7 @@ class NodeTable:
         self.nonzero_requested, self.taint_set = grow(self.nonzero_requested), grow(self.taint_set)
         self.capacity = capacity
         self._label_columns.clear()
+        self._topologies.clear()
 
     def resource_column(self, name: str) -> int:
         """The column of a resource, added on first sight (e.g. a new extended resource)."""
@@ -256,6 +279,12 @@ class NodeTable:
             column = self._label_columns.get(key)
             if column is not None:
                 column[row] = labels.get(key)
+            topology = self._topologies.get(key)
+            if topology is not None:
+                value = labels.get(key)
+                topology.codes[row] = -1 if value is None else topology.code(value)
+                if topology.size > 2 * self.capacity:  # values come and go: rebuild rather than grow forever
+                    del self._topologies[key]
         self.labels_generation += 1
 
     def _set_images(self, row: int, images: Sequence[NodeImage], previous: Sequence[NodeImage]) -> None:
@@ -289,6 +318,17 @@ class NodeTable:
                     column[row] = record.labels.get(key)
             self._label_columns[key] = column
         return column
+
+    def topology(self, key: str) -> Topology:
+        """Label `key` as integer domain codes per row, kept current incrementally as labels change."""
+        topology = self._topologies.get(key)
+        if topology is None:
+            topology = Topology(np.full(self.capacity, -1, dtype=np.int64), {}, [])
+            for row, record in enumerate(self.records):
+                if record is not None and (value := record.labels.get(key)) is not None:
+                    topology.codes[row] = topology.code(value)
+            self._topologies[key] = topology
+        return topology
 
     def label_in(self, key: str, values: Iterable[str]) -> BoolArray:
         column = self.label_column(key)

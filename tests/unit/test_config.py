@@ -21,7 +21,12 @@ def test_defaults() -> None:
     assert profile.scheduler_name == "metrics-sched"
     assert [r.name for r in profile.enabled("filter")] == [
         "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity",
-        "NodeResourcesFit", "GPUTemperature"]
+        "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "GPUTemperature"]
+    # kube-scheduler's default weights for the constraint plugins
+    weights = {r.name: r.weight for r in profile.enabled("score")}
+    assert weights["InterPodAffinity"] == 2 and weights["PodTopologySpread"] == 2
+    assert weights["NodeResourcesBalancedAllocation"] == 1 and weights["ImageLocality"] == 1
+    assert "ZoneSpread" not in weights  # PodTopologySpread's system defaults spread replicas over zones
     assert config.leader_election.lease_duration == 15 and config.leader_election.renew_deadline == 10
     assert config.pod_initial_backoff == 1 and config.pod_max_backoff == 10
     assert config.pod_max_in_unschedulable == 300
@@ -34,7 +39,7 @@ def test_enabled_disabled_and_weights_merge_like_kube_scheduler() -> None:
             "plugins": {
                 "score": {
                     "enabled": [{"name": "NodeResourcesFit", "weight": 5}, {"name": "NodeLabelScore", "weight": 2}],
-                    "disabled": [{"name": "ZoneSpread"}],
+                    "disabled": [{"name": "PodTopologySpread"}],
                 },
                 "filter": {"disabled": [{"name": "*"}], "enabled": [{"name": "NodeResourcesFit"}]},
             },
@@ -45,7 +50,8 @@ def test_enabled_disabled_and_weights_merge_like_kube_scheduler() -> None:
     profile = config.profiles[0]
     assert [(r.name, r.weight) for r in profile.enabled("score")] == [
         ("NodeResourcesFit", 5), ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1), ("NodeAffinity", 2),
-        ("TaintToleration", 3), ("GPUTemperature", 3), ("NodeLoad", 2), ("Cost", 2), ("NodeLabelScore", 2)]
+        ("TaintToleration", 3), ("InterPodAffinity", 2), ("GPUTemperature", 3), ("NodeLoad", 2), ("Cost", 2),
+        ("NodeLabelScore", 2)]
     assert [r.name for r in profile.enabled("filter")] == ["NodeResourcesFit"]
     assert config.leader_election.lease_duration == 20
 

@@ -42,17 +42,13 @@ def verdict(p: UnsupportedFields, **spec: Any) -> tuple[Code, str]:
 
 
 @pytest.mark.parametrize(("spec", "field"), [
-    ({"affinity": {"podAffinity": REQUIRED}}, "spec.affinity.podAffinity"),
-    ({"affinity": {"podAffinity": PREFERRED}}, "spec.affinity.podAffinity"),
-    ({"affinity": {"podAntiAffinity": REQUIRED}}, "spec.affinity.podAntiAffinity"),
-    ({"affinity": {"podAntiAffinity": PREFERRED}}, "spec.affinity.podAntiAffinity"),
-    ({"topologySpreadConstraints": SPREAD}, "spec.topologySpreadConstraints"),
     ({"volumes": [EMPTY_DIR, PVC]}, "spec.volumes[1].persistentVolumeClaim"),
     ({"volumes": [EPHEMERAL]}, "spec.volumes[0].ephemeral"),
     ({"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]}, "spec.resourceClaims"),
-    # Several: the first in FIELDS order is named.
-    ({"affinity": {"podAntiAffinity": REQUIRED}, "volumes": [PVC], "topologySpreadConstraints": SPREAD},
-     "spec.affinity.podAntiAffinity"),
+    # Several: the first in FIELDS order is named (inter-pod affinity and spreading are supported now).
+    ({"affinity": {"podAntiAffinity": REQUIRED}, "volumes": [PVC], "topologySpreadConstraints": SPREAD,
+      "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]},
+     "spec.volumes[0].persistentVolumeClaim"),
     ({"volumes": [EMPTY_DIR, EPHEMERAL, PVC]}, "spec.volumes[2].persistentVolumeClaim"),
 ])
 def test_a_pod_using_an_unsupported_field_is_refused_naming_it(spec: dict[str, Any], field: str) -> None:
@@ -66,6 +62,9 @@ def test_a_pod_using_an_unsupported_field_is_refused_naming_it(spec: dict[str, A
     {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]}]}}}},
     {"topologySpreadConstraints": []},
+    # honoured by InterPodAffinity and PodTopologySpread
+    {"affinity": {"podAffinity": REQUIRED, "podAntiAffinity": PREFERRED}},
+    {"topologySpreadConstraints": SPREAD},
     {"volumes": [EMPTY_DIR, {"name": "cfg", "configMap": {"name": "cfg"}}]},
     {"resourceClaims": []},
     {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},  # NodePorts' business
@@ -75,9 +74,10 @@ def test_a_pod_using_only_supported_fields_passes(spec: dict[str, Any]) -> None:
 
 
 def test_ignored_fields_are_not_refused_and_the_next_one_is_named() -> None:
-    p = plugin(ignore=["spec.affinity.podAntiAffinity", "spec.volumes[*].persistentVolumeClaim"])
-    assert verdict(p, affinity={"podAntiAffinity": REQUIRED}, volumes=[PVC])[0] == Code.SUCCESS
-    code, reason = verdict(p, affinity={"podAntiAffinity": REQUIRED}, volumes=[PVC, EPHEMERAL])
+    p = plugin(ignore=["spec.resourceClaims", "spec.volumes[*].persistentVolumeClaim"])
+    claims = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
+    assert verdict(p, resourceClaims=claims, volumes=[PVC])[0] == Code.SUCCESS
+    code, reason = verdict(p, resourceClaims=claims, volumes=[PVC, EPHEMERAL])
     assert code == Code.UNRESOLVABLE and reason.startswith("pod uses spec.volumes[1].ephemeral,")
 
 
@@ -100,13 +100,13 @@ def test_it_is_built_in_and_first_in_the_default_pre_filters() -> None:
 def test_the_scheduler_reports_parks_and_never_binds_an_unsupported_pod() -> None:
     scheduler, api = make()
     scheduler.handlers.on_node_event("ADDED", node("a"))
-    api.add_pod(pod("anti", affinity={"podAntiAffinity": REQUIRED}))
+    api.add_pod(pod("claim", volumes=[PVC]))
     drain(scheduler, api)
     assert api.binds == []
-    assert api.conditions["default/anti"]["status"] == "False"
-    assert api.conditions["default/anti"]["reason"] == "Unschedulable"
-    [event] = api.events_for("default/anti", "FailedScheduling")
-    assert "pod uses spec.affinity.podAntiAffinity, which metrics-sched does not support yet" in event.note
+    assert api.conditions["default/claim"]["status"] == "False"
+    assert api.conditions["default/claim"]["reason"] == "Unschedulable"
+    [event] = api.events_for("default/claim", "FailedScheduling")
+    assert "pod uses spec.volumes[0].persistentVolumeClaim, which metrics-sched does not support yet" in event.note
     assert scheduler.queue.lengths()["unschedulable"] == 1
     # No cluster event moves it: a new node cannot make the field supported.
     scheduler.handlers.on_node_event("ADDED", node("b"))

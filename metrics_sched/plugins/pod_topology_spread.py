@@ -1,0 +1,314 @@
+"""PodTopologySpread: spread matching pods evenly over topology domains, as kube-scheduler's
+PodTopologySpread plugin (pkg/scheduler/framework/plugins/podtopologyspread) decides it.
+
+A constraint counts, per domain (a node's value of `topologyKey`), the pods in the pod's namespace that match
+its `labelSelector` (plus `matchLabelKeys`: the pod's own values of those keys), leaving out pods being
+deleted. Only nodes that have every constraint's key count, and with `nodeAffinityPolicy: Honor` (default)
+only nodes matching the pod's nodeSelector/required node affinity, with `nodeTaintsPolicy: Honor` (default
+Ignore) only nodes whose taints the pod tolerates.
+
+- Filter (`whenUnsatisfiable: DoNotSchedule`): a node lacking the key is unresolvable; otherwise its
+  domain's count, plus 1 if the pod matches its own selector, minus the smallest count over the domains
+  (0 when fewer than `minDomains` domains exist) must not exceed `maxSkew`.
+- Score (`ScheduleAnyway`, or the cluster defaults when the pod has no constraints): fewer matching pods in
+  a node's domains scores higher, each constraint weighted by log(number of domains + 2), as upstream.
+
+Cluster defaults (`defaultingType: System`): hostname maxSkew 3 and zone maxSkew 5, ScheduleAnyway, for a
+pod selected by a Service, ReplicationController, ReplicaSet or StatefulSet (their selectors are the
+constraints' selector); `defaultingType: List` uses `defaultConstraints` instead.
+
+Vectorised: per-node counts come from the cluster state's incremental index; domain sums are np.bincount
+over the topology's integer codes; no loop over nodes or pods in a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from metrics_sched.framework import (
+    SUCCESS,
+    ArgsError,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventHint,
+    Filtered,
+    FilterPlugin,
+    NodeTable,
+    PodInfo,
+    PreFilterPlugin,
+    PreScorePlugin,
+    QueueingHint,
+    ScorePlugin,
+    StateKey,
+    Status,
+)
+from metrics_sched.model.selectors import LabelSelector, Requirement, SelectorError
+from metrics_sched.plugins.node_selector import pod_required_affinity_mask
+from metrics_sched.plugins.taint_toleration import tolerated_rows
+from metrics_sched.state.cluster_state import PodRecord
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray
+from metrics_sched.state.pod_index import PodQuery, QueryTerm
+
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+ERR_CONSTRAINTS = "node(s) didn't match pod topology spread constraints"
+ERR_MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
+_MAX_INT32 = 2**31 - 1
+_IGNORED = -1.0  # a raw score for nodes left out of scoring (normalised to 0, as upstream's invalidScore)
+
+Action = Literal["DoNotSchedule", "ScheduleAnyway"]
+
+
+@dataclass(frozen=True)
+class DefaultConstraint:
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: Action
+
+
+SYSTEM_DEFAULTS = (DefaultConstraint(3, HOSTNAME, "ScheduleAnyway"), DefaultConstraint(5, ZONE, "ScheduleAnyway"))
+
+
+@dataclass(frozen=True)
+class Constraint:
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector
+    min_domains: int
+    honor_node_affinity: bool
+    honor_taints: bool
+
+
+def _policy(value: Any, default: bool) -> bool:
+    return default if value is None else value == "Honor"
+
+
+def parse_constraints(raw: Sequence[Mapping[str, Any]], labels: Mapping[str, str], action: Action) -> list[Constraint]:
+    """The pod's constraints with this whenUnsatisfiable (filterTopologySpreadConstraints): matchLabelKeys
+    merged as the pod's key=value pairs ahead of the selector's requirements (a nil selector stays nil)."""
+    found = []
+    for item in raw:
+        if item.get("whenUnsatisfiable") != action:
+            continue
+        selector = LabelSelector.parse(item.get("labelSelector"))
+        own = {k: labels[k] for k in item.get("matchLabelKeys") or () if k in labels}
+        if own and not selector.nothing:
+            selector = selector.adding(Requirement(k, "In", (v,)) for k, v in own.items())
+        found.append(Constraint(
+            max_skew=int(item.get("maxSkew") or 0), topology_key=str(item.get("topologyKey") or ""),
+            selector=selector, min_domains=int(item.get("minDomains") or 1),
+            honor_node_affinity=_policy(item.get("nodeAffinityPolicy"), True),
+            honor_taints=_policy(item.get("nodeTaintsPolicy"), False)))
+    return found
+
+
+@dataclass
+class _ScoreState:
+    constraints: list[Constraint]
+    ignored: BoolArray  # over the scored rows
+    counts: list[FloatArray]  # per constraint, the count each scored row is credited with
+    weights: list[float]
+
+
+_FILTER = StateKey[list[Constraint]]("PodTopologySpread/filter")
+_SCORE = StateKey[_ScoreState]("PodTopologySpread/score")
+
+
+class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+    name = "PodTopologySpread"
+    events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.NODE_TAINTS,
+                        ClusterEvent.POD_ADDED, ClusterEvent.POD_LABELS, ClusterEvent.POD_DELETED})
+
+    @dataclass(frozen=True)
+    class Args:
+        # Constraints for pods without their own (only with defaultingType: List).
+        default_constraints: tuple[DefaultConstraint, ...] = ()
+        # System: hostname maxSkew 3 and zone maxSkew 5, ScheduleAnyway; List: default_constraints.
+        defaulting_type: Literal["System", "List"] = "System"
+
+        def validate(self) -> None:
+            if self.defaulting_type == "System" and self.default_constraints:
+                raise ArgsError("defaultConstraints", "must be empty when defaultingType is System")
+            seen = set()
+            for i, c in enumerate(self.default_constraints):
+                if c.max_skew <= 0:
+                    raise ArgsError(f"defaultConstraints[{i}].maxSkew", "must be greater than zero")
+                if not c.topology_key:
+                    raise ArgsError(f"defaultConstraints[{i}].topologyKey", "must not be empty")
+                if (c.topology_key, c.when_unsatisfiable) in seen:
+                    raise ArgsError(f"defaultConstraints[{i}]", "duplicate topologyKey and whenUnsatisfiable")
+                seen.add((c.topology_key, c.when_unsatisfiable))
+
+    args: Args
+
+    def events_to_register(self) -> list[EventHint]:
+        return [EventHint(ClusterEvent.NODE_ADDED), EventHint(ClusterEvent.NODE_LABELS),
+                EventHint(ClusterEvent.NODE_TAINTS), EventHint(ClusterEvent.POD_LABELS),
+                EventHint(ClusterEvent.POD_ADDED, self._after_pod_change),
+                EventHint(ClusterEvent.POD_DELETED, self._after_pod_change)]
+
+    def _after_pod_change(self, pod: PodInfo, placed: PodRecord | None) -> QueueingHint:
+        """Only a pod of the same namespace that a constraint counts changes the skew (a new one may raise
+        the minimum, a deleted one lower a domain)."""
+        if placed is None:
+            return QueueingHint.QUEUE
+        if placed.namespace != pod.namespace:
+            return QueueingHint.SKIP
+        try:
+            constraints = self.constraints(pod, "DoNotSchedule")
+        except SelectorError:
+            return QueueingHint.SKIP
+        return (QueueingHint.QUEUE if any(c.selector.matches(placed.labels) for c in constraints)
+                else QueueingHint.SKIP)
+
+    @property
+    def _defaults(self) -> tuple[DefaultConstraint, ...]:
+        return SYSTEM_DEFAULTS if self.args.defaulting_type == "System" else self.args.default_constraints
+
+    def constraints(self, pod: PodInfo, action: Action) -> list[Constraint]:
+        """The pod's own constraints with this action, or the defaults (buildDefaultConstraints) if it has none."""
+        own = (pod.raw.get("spec") or {}).get("topologySpreadConstraints") or []
+        if own:
+            return parse_constraints(own, pod.labels, action)
+        defaults = [c for c in self._defaults if c.when_unsatisfiable == action]
+        if not defaults:
+            return []
+        selector = self.handle.cluster.workloads.default_selector(pod.raw)
+        if selector.empty:
+            return []
+        return [Constraint(c.max_skew, c.topology_key, selector, 1, True, False) for c in defaults]
+
+    def _counts(self, pod: PodInfo, selector: LabelSelector, size: int) -> IntArray:
+        """Per row, the pods of the pod's namespace the selector matches, not being deleted
+        (countPodsMatchSelector; an empty selector counts nothing there)."""
+        if selector.empty or selector.nothing:
+            return np.zeros(size, dtype=np.int64)
+        query = PodQuery((QueryTerm(frozenset({pod.namespace}), selector),), skip_terminating=True)
+        return self.handle.cluster.pod_counts(query)[:size]
+
+    def _included(self, pod: PodInfo, table: NodeTable, constraint: Constraint,
+                  masks: dict[str, BoolArray]) -> BoolArray:
+        """Rows counted for a constraint under its node inclusion policies (masks computed once per cycle)."""
+        included = table.present[: table.capacity].copy()
+        if constraint.honor_node_affinity:
+            if "affinity" not in masks:
+                masks["affinity"] = pod_required_affinity_mask(table, pod)
+            included &= masks["affinity"]
+        if constraint.honor_taints:
+            if "taints" not in masks:
+                masks["taints"] = tolerated_rows(pod, table)[: table.capacity]
+            included &= masks["taints"]
+        return included
+
+    # -- filtering -------------------------------------------------------------------------------
+    def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
+        try:
+            constraints = self.constraints(pod, "DoNotSchedule")
+        except SelectorError as exc:
+            return Status(Code.UNRESOLVABLE, f"parsing pod: {exc}")
+        if not constraints:
+            return Status(Code.SKIP)
+        cycle.write(_FILTER, constraints)
+        return SUCCESS
+
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        constraints = cycle.get(_FILTER)
+        if constraints is None:
+            constraints = self.constraints(pod, "DoNotSchedule")
+        if not constraints:
+            return Filtered.all(table)
+        size = table.capacity
+        has_all = np.ones(size, dtype=bool)
+        for c in constraints:
+            has_all &= table.topology(c.topology_key).codes[:size] >= 0
+        masks: dict[str, BoolArray] = {}
+        fits = np.ones(size, dtype=bool)
+        for c in constraints:
+            topology = table.topology(c.topology_key)
+            codes = topology.codes[:size]
+            counted = has_all & self._included(pod, table, c, masks)
+            sums = np.bincount(codes[counted], weights=self._counts(pod, c.selector, size)[counted].astype(np.float64),
+                               minlength=topology.size)
+            domains = np.bincount(codes[counted], minlength=topology.size) > 0
+            lowest = float(sums[domains].min()) if domains.any() else float(_MAX_INT32)
+            if int(domains.sum()) < c.min_domains:
+                lowest = 0.0
+            self_match = 1.0 if c.selector.matches(pod.labels) else 0.0
+            match = np.where(codes >= 0, sums[np.maximum(codes, 0)] if sums.size else 0.0, 0.0)
+            fits &= (codes < 0) | (match + self_match - lowest <= c.max_skew)
+        return Filtered(has_all & fits, {ERR_MISSING_LABEL: ~has_all, ERR_CONSTRAINTS: ~fits})
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def pre_score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> Status:
+        try:
+            constraints = self.constraints(pod, "ScheduleAnyway")
+        except SelectorError as exc:
+            return Status.error(f"parsing pod: {exc}")
+        if not constraints or len(table) == 0:
+            return Status(Code.SKIP)
+        size = table.capacity
+        own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
+        # Nodes must have every key unless the constraints are the system defaults: then a node without a
+        # zone label still gets hostname spreading.
+        require_all = own or self.args.defaulting_type != "System"
+        has_all = np.ones(size, dtype=bool)
+        for c in constraints:
+            has_all &= table.topology(c.topology_key).codes[:size] >= 0
+        ignored = ~has_all[rows] if require_all else np.zeros(rows.shape[0], dtype=bool)
+        scored = rows[~ignored]
+        masks: dict[str, BoolArray] = {}
+        credit_rows: list[FloatArray] = []
+        weights: list[float] = []
+        for c in constraints:
+            topology = table.topology(c.topology_key)
+            per_row = self._counts(pod, c.selector, size).astype(np.float64)
+            if c.topology_key == HOSTNAME:
+                credit_rows.append(per_row[rows])
+                weights.append(float(np.log(scored.shape[0] + 2)))
+                continue
+            # A node without the key stands in the "" domain here (upstream reads its value as ""), though it
+            # earns no credit for this constraint at Score.
+            missing = topology.size
+            codes = np.where(topology.codes[:size] >= 0, topology.codes[:size], missing)
+            domains = np.zeros(missing + 1, dtype=bool)
+            domains[codes[scored]] = True
+            counted = self._included(pod, table, c, masks) & domains[codes]
+            if require_all:
+                counted &= has_all
+            sums = np.bincount(codes[counted], weights=per_row[counted], minlength=missing + 1)
+            credit_rows.append(np.asarray(sums[codes[rows]], dtype=np.float64))
+            weights.append(float(np.log(int(domains.sum()) + 2)))
+        cycle.write(_SCORE, _ScoreState(constraints, ignored, credit_rows, weights))
+        return SUCCESS
+
+    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
+        state = cycle.get(_SCORE)
+        if state is None:
+            return np.zeros(rows.shape[0], dtype=np.float64)
+        size = table.capacity
+        total = np.zeros(rows.shape[0], dtype=np.float64)
+        for c, credit, weight in zip(state.constraints, state.counts, state.weights, strict=True):
+            has_key = table.topology(c.topology_key).codes[:size][rows] >= 0
+            total += np.where(has_key, credit * weight + (c.max_skew - 1), 0.0)
+        # int64(math.Round(score)): halves away from zero (scores are never negative).
+        rounded: FloatArray = np.floor(total + 0.5)
+        return np.where(state.ignored, _IGNORED, rounded)
+
+    def normalize(self, scores: FloatArray) -> FloatArray:
+        """Upstream NormalizeScore: fewer matches is better, 100 * (max + min - s) / max in integers; ignored
+        nodes get 0; all zero gives 100."""
+        valid = scores != _IGNORED
+        if not valid.any():
+            return np.zeros_like(scores)
+        low = float(scores[valid].min())
+        high = max(float(scores[valid].max()), 0.0)
+        if high == 0:
+            return np.where(valid, 100.0, 0.0)
+        ints = scores.astype(np.int64)
+        normalized = (100 * (int(high) + int(low) - ints)) // int(high)  # integers, as upstream
+        return np.where(valid, normalized.astype(np.float64), 0.0)
