@@ -14,6 +14,12 @@ from typing import Any, Literal, Protocol
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 KubeObject = Mapping[str, Any]
+# The workload objects whose selectors kube-scheduler's DefaultSelector reads (PodTopologySpread's system
+# default constraints), named as their resources.
+WorkloadKind = Literal["services", "replicationcontrollers", "replicasets", "statefulsets"]
+# Every resource a ClusterSource lists and watches, as on_synced names it.
+SyncedResource = Literal["nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
+                         "statefulsets"]
 
 
 class ApiError(Exception):
@@ -46,13 +52,22 @@ class ClusterEventSink(Protocol):
 
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None: ...
 
-    def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
+    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
+        """A Namespace (its labels are what a pod affinity term's namespaceSelector selects)."""
+        ...
+
+    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        """A Service, ReplicationController, ReplicaSet or StatefulSet (its selector, for default spreading)."""
+        ...
+
+    def on_synced(self, resource: SyncedResource) -> None:
         """The initial list of `resource` has been delivered (and again after each relist)."""
         ...
 
 
 class ClusterSource(Protocol):
-    """LIST+WATCH of nodes and of all pods, delivering to a sink from background threads."""
+    """LIST+WATCH of nodes, namespaces, and of all pods and workloads (Services, ReplicationControllers,
+    ReplicaSets, StatefulSets), delivering to a sink from background threads."""
 
     def start(self, sink: ClusterEventSink) -> None: ...
 

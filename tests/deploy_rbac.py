@@ -12,6 +12,10 @@ Rule = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceNa
 # What the scheduler may do in every namespace (ClusterRole metrics-sched)...
 CLUSTER_RULES: frozenset[Rule] = frozenset({
     *(("", resource, verb, None) for resource in ("pods", "nodes") for verb in ("get", "list", "watch")),
+    # namespaceSelector (namespaces) and default topology spreading (the workloads that select pods).
+    *(("", resource, verb, None) for resource in ("namespaces", "services", "replicationcontrollers")
+      for verb in ("list", "watch")),
+    *(("apps", resource, verb, None) for resource in ("replicasets", "statefulsets") for verb in ("list", "watch")),
     ("", "pods/binding", "create", None),
     ("", "pods/status", "patch", None),
     ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),

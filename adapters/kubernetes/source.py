@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
-from metrics_sched.ports import ClusterEventSink, EventType, KubeObject
+from metrics_sched.ports import ClusterEventSink, EventType, KubeObject, WorkloadKind
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,29 @@ PODS = WatchedResource(
     deliver=lambda sink, kind, obj: sink.on_pod_event(kind, obj),
     synced=lambda sink: sink.on_synced("pods"),
 )
-DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS)
+# What a pod affinity term's namespaceSelector selects.
+NAMESPACES = WatchedResource(
+    "namespaces", "/api/v1/namespaces",
+    deliver=lambda sink, kind, obj: sink.on_namespace_event(kind, obj),
+    synced=lambda sink: sink.on_synced("namespaces"),
+)
+
+
+def _workload(kind: WorkloadKind, path: str) -> WatchedResource:
+    """A workload whose selector PodTopologySpread's default constraints read (kube-scheduler's DefaultSelector)."""
+    return WatchedResource(
+        kind, path,
+        deliver=lambda sink, event, obj: sink.on_workload_event(kind, event, obj),
+        synced=lambda sink: sink.on_synced(kind),
+    )
+
+
+SERVICES = _workload("services", "/api/v1/services")
+REPLICATION_CONTROLLERS = _workload("replicationcontrollers", "/api/v1/replicationcontrollers")
+REPLICA_SETS = _workload("replicasets", "/apis/apps/v1/replicasets")
+STATEFUL_SETS = _workload("statefulsets", "/apis/apps/v1/statefulsets")
+WORKLOADS: tuple[WatchedResource, ...] = (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
+DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS, NAMESPACES, *WORKLOADS)
 
 
 class KubeClusterSource:

@@ -49,7 +49,8 @@ class App:
     lost: threading.Event = field(default_factory=threading.Event)
 
     def synced(self) -> bool:
-        return {"nodes", "pods"} <= self.scheduler.handlers.synced
+        # Every watch, namespaces included: a namespaceSelector must not see an empty cluster.
+        return self.scheduler.handlers.caches_synced()
 
     def healthz(self, _: dict[str, list[str]]) -> Response:
         if self.lost.is_set():

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal
+from typing import get_args
 
 from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.model.podinfo import PodInfo, parse_pod
-from metrics_sched.ports import EventType, KubeObject
+from metrics_sched.ports import EventType, KubeObject, SyncedResource, WorkloadKind
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.state.cluster_state import ClusterState
 
 log = logging.getLogger(__name__)
+
+# Scheduling starts once every cache has its initial list, as kube-scheduler waits for all its informers:
+# nodes and pods for fit, namespaces for namespaceSelectors (none would match before), and the workloads
+# for default topology spreading (scoring only, but a pod scored before they arrive would spread wrongly).
+ALL_CACHES: frozenset[str] = frozenset(get_args(SyncedResource))
+
+
+# What observing a bound pod means to parked pods (ClusterState.observe_bound_pod's answers).
+_PLACEMENT_EVENTS = {"added": ClusterEvent.POD_ADDED, "moved": ClusterEvent.POD_ADDED,
+                     "confirmed": ClusterEvent.POD_ADDED, "relabelled": ClusterEvent.POD_LABELS}
 
 
 class ClusterEventHandlers:
@@ -65,8 +75,12 @@ class ClusterEventHandlers:
                 self.queue.move_all(ClusterEvent.POD_DELETED, released)
             return
         if info.node_name:
-            self.state.observe_bound_pod(info)
+            outcome = self.state.observe_bound_pod(info)
             self.queue.delete(info.uid)
+            event = _PLACEMENT_EVENTS.get(outcome)
+            if event is not None:
+                # A pod now counts on its node: a pod parked for want of an affine pod may fit.
+                self.queue.move_all(event, self.state.record(info.uid))
             return
         if info.deleting or info.scheduler_name not in self.scheduler_names:
             self.queue.delete(info.uid)
@@ -79,8 +93,31 @@ class ClusterEventHandlers:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return False
-        return self.state.counted_on((pod.get("metadata") or {}).get("uid", ""), node)
+        metadata = pod.get("metadata") or {}
+        return self.state.counted_on(metadata.get("uid", ""), node, metadata.get("labels") or {},
+                                     bool(metadata.get("deletionTimestamp")))
 
-    def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
+    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
+        name = str((namespace.get("metadata") or {}).get("name", ""))
+        if kind == "DELETED":
+            # Not an event of its own (as upstream): the pods it held leave with their AssignedPodDelete.
+            self.state.namespaces.remove(name)
+        elif self.state.namespaces.upsert(namespace):
+            # New or relabelled (not a status or annotation change): a pod parked because a namespaceSelector
+            # matched no (or other) namespaces may fit now.
+            self.queue.move_all(ClusterEvent.NAMESPACE_LABELS, name)
+
+    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        # Scoring input only (PodTopologySpread's default constraints): no parked pod can start to fit.
+        if event == "DELETED":
+            self.state.workloads.remove(kind, obj)
+        else:
+            self.state.workloads.upsert(kind, obj)
+
+    def on_synced(self, resource: SyncedResource) -> None:
         self.synced.add(resource)
         log.info("%s synced", resource)
+
+    def caches_synced(self) -> bool:
+        """True once every watched resource has delivered its initial list: the scheduler may start."""
+        return self.synced >= ALL_CACHES

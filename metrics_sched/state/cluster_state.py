@@ -258,6 +258,10 @@ class ClusterState:
             return (record is not None and record.node == node and not record.assumed
                     and record.labels == (labels or {}) and record.terminating == deleting)
 
+    def record(self, uid: str) -> PodRecord | None:
+        with self.lock:
+            return self.pods.get(uid)
+
     def is_placed(self, uid: str) -> bool:
         with self.lock:
             return uid in self.pods

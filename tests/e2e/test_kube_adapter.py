@@ -12,12 +12,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import yaml
 
 from adapters.kubernetes import (
+    DEFAULT_RESOURCES,
     KubeClient,
     KubeClusterSource,
     KubeLeaseStore,
@@ -28,7 +29,19 @@ from adapters.kubernetes import (
 )
 from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
-from metrics_sched.ports import ApiError, EventType, KubeObject, LeaseRecord, SchedulingEvent
+from metrics_sched.config import parse_config
+from metrics_sched.framework.registry import Registry
+from metrics_sched.model.selectors import EVERYTHING, LabelSelector
+from metrics_sched.ports import (
+    ApiError,
+    EventType,
+    KubeObject,
+    LeaseRecord,
+    SchedulingEvent,
+    SyncedResource,
+    WorkloadKind,
+)
+from metrics_sched.scheduler import Scheduler
 from tests.e2e import kube
 
 SCHEDULER = "metrics-sched-e2e"
@@ -67,7 +80,13 @@ class StateSink:
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         self._apply("pods", kind, pod)
 
-    def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
+    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
+        self._apply("namespaces", kind, namespace)
+
+    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        self._apply(kind, event, obj)
+
+    def on_synced(self, resource: SyncedResource) -> None:
         with self.lock:
             self.synced[resource] += 1
 
@@ -129,7 +148,7 @@ def test_source_delivers_all_nodes_and_pods_then_live_changes(
     src.start(sink)
     try:
         assert src.wait_synced(30)
-        assert sink.synced == {"nodes": 1, "pods": 1}
+        assert sink.synced == {resource.name: 1 for resource in DEFAULT_RESOURCES}
         assert sink.node_names() == {n["metadata"]["name"] for n in api.get("/api/v1/nodes")["items"]}
         assert sink.pods(namespace) == api_pods(api, namespace)
 
@@ -265,6 +284,59 @@ def test_token_file_and_in_cluster_configs_reach_the_server(cluster: DevCluster,
             pytest.raises(ApiError) as info:
         bad.request("GET", "/api/v1/namespaces/default")
     assert info.value.status == 401 and "not-a-valid-token" not in str(info.value)
+
+
+def test_namespace_labels_and_workload_selectors_reach_the_cluster_state(
+    api: KubeAPI, namespace: str, client: KubeClient
+) -> None:
+    registry = Registry.default(third_party=False)
+    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, KubePodWriter(client))
+    state = scheduler.state
+    src = KubeClusterSource(client)
+    src.start(scheduler.handlers)
+    rs_path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    svc_path = f"/api/v1/namespaces/{namespace}/services"
+    try:
+        assert src.wait_synced(30)
+        assert scheduler.handlers.caches_synced()
+        # The initial list: the apiserver labels every namespace with its name.
+        labels = state.namespaces.labels(namespace)
+        assert labels is not None and labels["kubernetes.io/metadata.name"] == namespace
+        assert {"default", "kube-system", namespace} <= state.namespaces.matching(EVERYTHING)
+
+        team = LabelSelector.parse({"matchLabels": {"e2e-team": namespace}})
+        assert state.namespaces.matching(team) == frozenset()
+        api.merge_patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {"e2e-team": namespace}}})
+        kube.poll(lambda: state.namespaces.matching(team) == {namespace}, 15, "the namespace's new label")
+
+        # No controller-manager runs here: the ReplicaSet stays at its spec, no pods are made.
+        template_labels = {"app": "web", "tier": "front"}
+        rs = api.post(rs_path, {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web"},
+            "spec": {"replicas": 0,
+                     "selector": {"matchLabels": {"app": "web"},
+                                  "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "x"]}]},
+                     "template": {"metadata": {"labels": template_labels},
+                                  "spec": {"containers": [{"name": "c", "image": "registry.invalid/web:1"}]}}}})
+        api.post(svc_path, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                            "spec": {"selector": {"tier": "front"}, "ports": [{"port": 80}]}})
+        pod = {"metadata": {"name": "web-1", "namespace": namespace, "labels": template_labels,
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                                                 "uid": rs["metadata"]["uid"], "controller": True}]}}
+        expected = LabelSelector.from_set({"tier": "front"}).adding(
+            LabelSelector.parse(rs["spec"]["selector"]).requirements)
+        kube.poll(lambda: state.workloads.default_selector(pod) == expected, 15,
+                  "the Service's and the ReplicaSet's selectors")
+
+        api.delete(f"{rs_path}/web")
+        api.delete(f"{svc_path}/web")
+        kube.poll(lambda: state.workloads.default_selector(pod).empty and namespace not in state.workloads.namespaces(),
+                  15, "the deletions")
+    finally:
+        src.stop()
+        # The dev cluster has no namespace controller: objects left in a deleted namespace would outlive it.
+        api.delete(f"{rs_path}/web")
+        api.delete(f"{svc_path}/web")
 
 
 def test_apiserver_restart_mid_watch_misses_nothing(

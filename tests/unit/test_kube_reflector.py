@@ -21,15 +21,17 @@ import pytest
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, backoff_delay
-from adapters.kubernetes.source import KubeClusterSource
+from adapters.kubernetes.source import DEFAULT_RESOURCES, KubeClusterSource
 from adapters.kubernetes.tokens import StaticToken
-from metrics_sched.ports import ClusterSource, EventType, KubeObject
+from metrics_sched.ports import ClusterSource, EventType, KubeObject, SyncedResource, WorkloadKind
 
 pytestmark = pytest.mark.unit
 
 FAST = ReflectorOptions(backoff_initial=0.001, backoff_max=0.01)
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
+# Every collection KubeClusterSource watches by default (namespaces and the workloads too).
+ALL_PATHS = tuple(r.path for r in DEFAULT_RESOURCES)
 
 
 class ScriptedStream(httpx.SyncByteStream):
@@ -59,12 +61,12 @@ class FakeApiServer:
 
     def __init__(self) -> None:
         self.rv = 100
-        self.collections: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, NODES: {}}
-        self.watch_script: dict[str, list[WatchReply]] = {PODS: [], NODES: []}
+        self.collections: dict[str, dict[str, dict[str, Any]]] = {path: {} for path in ALL_PATHS}
+        self.watch_script: dict[str, list[WatchReply]] = {path: [] for path in ALL_PATHS}
         self.requests: list[httpx.Request] = []
         self.list_failures = 0
         self.streams: list[ScriptedStream] = []
-        self.idle_watches: dict[str, list[ScriptedStream]] = {PODS: [], NODES: []}
+        self.idle_watches: dict[str, list[ScriptedStream]] = {path: [] for path in ALL_PATHS}
         self.lock = threading.Lock()
 
     # -- state -----------------------------------------------------------------------------------
@@ -169,7 +171,13 @@ class RecordingSink:
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         self._record("pods", kind, pod)
 
-    def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
+    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
+        self._record("namespaces", kind, namespace)
+
+    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        self._record(kind, event, obj)
+
+    def on_synced(self, resource: SyncedResource) -> None:
         with self.lock:
             self.synced.append(resource)
 
@@ -428,7 +436,7 @@ def test_source_feeds_nodes_and_pods_to_the_sink(server: FakeApiServer, client: 
     port.start(sink)
     try:
         assert source.wait_synced(5)
-        assert sorted(sink.synced) == ["nodes", "pods"]
+        assert sorted(sink.synced) == sorted(r.name for r in DEFAULT_RESOURCES)
         server.watch_script[NODES].append(lambda r: server.stream([{"type": "DELETED",
                                                                     "object": server.delete("n2", NODES)}], "hang"))
         # The first node watch is already open and silent: end it, as the server would, so the next
@@ -438,6 +446,6 @@ def test_source_feeds_nodes_and_pods_to_the_sink(server: FakeApiServer, client: 
         wait_for(lambda: ("nodes", "DELETED", "n2") in [(r, k, n) for r, k, n, _ in sink.events], "node n2 deleted")
         assert sorted((r, k, n) for r, k, n, _ in sink.events) == [
             ("nodes", "ADDED", "n1"), ("nodes", "ADDED", "n2"), ("nodes", "DELETED", "n2"), ("pods", "ADDED", "ns/p1")]
-        assert set(source.stats()) == {"nodes", "pods"}
+        assert set(source.stats()) == {r.name for r in DEFAULT_RESOURCES}
     finally:
         port.stop()
