@@ -82,6 +82,13 @@ def _domain_sums(codes: IntArray, size: int, per_row: IntArray | FloatArray) -> 
     return np.asarray(sums, dtype=np.float64)
 
 
+def _lands(table: NodeTable, key: str, per_row: IntArray | FloatArray) -> bool:
+    """Whether some counted pod is on a node with `key`: upstream only records (key, value) pairs of such
+    nodes, and with none recorded it skips (PreFilter) or scores nothing (PreScore)."""
+    size = min(table.capacity, per_row.shape[0])
+    return bool(np.any((per_row[:size] != 0) & (table.topology(key).codes[:size] >= 0)))
+
+
 def _at(codes: IntArray, sums: FloatArray) -> FloatArray:
     """Each row's domain value (0 where the row lacks the key)."""
     if sums.size == 0:
@@ -174,8 +181,10 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             terms = self._terms(cycle, pod)
         except SelectorError as exc:
             return Status(Code.UNRESOLVABLE, f"parsing pod: {exc}")
+        table = self.handle.table
         existing = [(term.topology_key, counts)
-                    for term, counts in self._matching_carried(TermKind.REQUIRED_ANTI_AFFINITY, pod)]
+                    for term, counts in self._matching_carried(TermKind.REQUIRED_ANTI_AFFINITY, pod)
+                    if _lands(table, term.topology_key, counts)]
         if not existing and not terms.required_affinity and not terms.required_anti_affinity:
             return Status(Code.SKIP)
         affinity = tuple(self._resolved(t) for t in terms.required_affinity)
@@ -242,7 +251,8 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         state = _ScoreState()
 
         def add(key: str, per_row: FloatArray) -> None:
-            state.by_key.setdefault(key, []).append(per_row)
+            if _lands(table, key, per_row):
+                state.by_key.setdefault(key, []).append(per_row)
 
         size = table.capacity
         for weighted, sign in ((terms.preferred_affinity, 1.0), (terms.preferred_anti_affinity, -1.0)):

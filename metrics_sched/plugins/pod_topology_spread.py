@@ -227,7 +227,10 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         for c in constraints:
             has_all &= table.topology(c.topology_key).codes[:size] >= 0
         masks: dict[str, BoolArray] = {}
-        fits = np.ones(size, dtype=bool)
+        # Constraints are checked in order and a row takes the reason of the first one it fails.
+        undecided = np.ones(size, dtype=bool)
+        missing = np.zeros(size, dtype=bool)
+        skewed = np.zeros(size, dtype=bool)
         for c in constraints:
             topology = table.topology(c.topology_key)
             codes = topology.codes[:size]
@@ -240,8 +243,13 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                 lowest = 0.0
             self_match = 1.0 if c.selector.matches(pod.labels) else 0.0
             match = np.where(codes >= 0, sums[np.maximum(codes, 0)] if sums.size else 0.0, 0.0)
-            fits &= (codes < 0) | (match + self_match - lowest <= c.max_skew)
-        return Filtered(has_all & fits, {ERR_MISSING_LABEL: ~has_all, ERR_CONSTRAINTS: ~fits})
+            lacks = undecided & (codes < 0)
+            missing |= lacks
+            undecided &= ~lacks
+            fails = undecided & (match + self_match - lowest > c.max_skew)
+            skewed |= fails
+            undecided &= ~fails
+        return Filtered(undecided, {ERR_MISSING_LABEL: missing, ERR_CONSTRAINTS: skewed})
 
     # -- scoring ---------------------------------------------------------------------------------
     def pre_score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> Status:
