@@ -29,10 +29,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pytest
 
-from metrics_sched.framework import Code, CycleState, Handle
+from metrics_sched.framework import Code, Handle
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins.inter_pod_affinity import (
     ERR_AFFINITY,
@@ -46,6 +45,7 @@ from metrics_sched.telemetry.ledger import InFlightLedgerStore
 from tests.unit.fakes import FakeAPI
 from tests.unit.fakes import node as fake_node
 from tests.unit.fakes import pod as fake_pod
+from tests.unit.plugin_runs import filter_reasons, normalized_scores
 from tests.unit.test_scheduler import drain, make
 
 pytestmark = pytest.mark.unit
@@ -135,36 +135,6 @@ def cluster(nodes: Sequence[Obj], pods: Sequence[Obj], namespaces: Sequence[Obj]
         state.observe_bound_pod(parse_pod(p))
     handle = Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI())
     return state, InterPodAffinity(dict(args or {}), handle)
-
-
-def filter_reasons(state: ClusterState, plugin: InterPodAffinity, incoming: Obj,
-                   names: Sequence[str]) -> tuple[Code, list[str | None]]:
-    """PreFilter's code, then per node the first reason our Filter gives (None: the node passes)."""
-    info = parse_pod(incoming)
-    cycle = CycleState()
-    code = plugin.pre_filter(cycle, info).code
-    verdict = plugin.filter(cycle, info, state.table)
-    out: list[str | None] = []
-    for name in names:
-        row = state.table.index[name]
-        if verdict.feasible[row]:
-            out.append(None)
-        else:
-            out.append(next(reason for reason, mask in verdict.reasons.items() if mask[row]))
-    return code, out
-
-
-def scores(state: ClusterState, plugin: InterPodAffinity, incoming: Obj,
-           names: Sequence[str]) -> tuple[Code, list[int] | None]:
-    """PreScore's code, then (unless it skipped) the normalised scores of the named (feasible) nodes."""
-    info = parse_pod(incoming)
-    cycle = CycleState()
-    rows = np.array([state.table.index[n] for n in names], dtype=np.int64)
-    code = plugin.pre_score(cycle, info, state.table, rows).code
-    if code == Code.SKIP:
-        return code, None
-    raw = plugin.score(cycle, info, state.table, rows)
-    return code, [int(s) for s in plugin.normalize(np.asarray(raw, dtype=np.float64))]
 
 
 # -- filtering_test.go TestRequiredAffinitySingleNode --------------------------------------------------------
@@ -562,7 +532,7 @@ def test_preferred_affinity(name: str, incoming: Obj, pods: list[Obj], nodes: li
                             want: list[int] | None) -> None:
     state, plugin = cluster(nodes, pods, NAMESPACES, {"hardPodAffinityWeight": 1,
                                                      "ignorePreferredTermsOfExistingPods": ignore_existing})
-    code, got = scores(state, plugin, incoming, [n["metadata"]["name"] for n in nodes])
+    code, got = normalized_scores(state, plugin, incoming, [n["metadata"]["name"] for n in nodes])
     assert code == (Code.SKIP if want is None else Code.SUCCESS)
     assert got == want
 
@@ -586,7 +556,7 @@ def test_preferred_affinity_with_hard_pod_affinity_symmetric_weight(name: str, n
     nodes = nodes_of(RG_CHINA, RG_INDIA, AZ1)
     pods = [on("node1", aff=HARD_POD_AFFINITY), on("node2", aff=HARD_POD_AFFINITY)]
     state, plugin = cluster(nodes, pods, NAMESPACES, {"hardPodAffinityWeight": weight})
-    code, got = scores(state, plugin, mk_pod(ns=namespace, labels=SERVICE_S1), ["node1", "node2", "node3"])
+    code, got = normalized_scores(state, plugin, mk_pod(ns=namespace, labels=SERVICE_S1), ["node1", "node2", "node3"])
     assert code == (Code.SKIP if want is None else Code.SUCCESS)
     assert got == want
 
@@ -599,7 +569,7 @@ def test_scores_cover_only_the_feasible_rows_but_count_pods_everywhere() -> None
     nodes = nodes_of(RG_CHINA, RG_INDIA, RG_CHINA, RG_CHINA, RG_INDIA)
     pods = [on("node1", S2), on("node1", S2), on("node2", S2), on("node3", S2), on("node4", S2), on("node5", S2)]
     state, plugin = cluster(nodes, pods)
-    assert scores(state, plugin, mk_pod(labels=S1, aff=STAY_S2_REGION), ["node2", "node3", "node5"]) == (
+    assert normalized_scores(state, plugin, mk_pod(labels=S1, aff=STAY_S2_REGION), ["node2", "node3", "node5"]) == (
         Code.SUCCESS, [0, M, 0])
 
 
@@ -691,10 +661,10 @@ def test_a_node_removed_and_added_back_recounts_its_pods() -> None:
     state.upsert_node(rz("nodeC", "z2"))  # takes nodeB's row: nothing is counted there
     assert filter_reasons(state, plugin, incoming, ["nodeA", "nodeC"])[1] == [None, None]
     # nothing left to score by (upstream: Skip; all-zero scores are the same to the cycle)
-    assert scores(state, plugin, mk_pod(labels={"app": "web"}), ["nodeA", "nodeC"])[1] in (None, [0, 0])
+    assert normalized_scores(state, plugin, mk_pod(labels={"app": "web"}), ["nodeA", "nodeC"])[1] in (None, [0, 0])
     state.upsert_node(rz("nodeB", "z3"))  # the bound pod waited for its node and counts again
     assert filter_reasons(state, plugin, incoming, ["nodeA", "nodeB", "nodeC"])[1] == [None, ANTI, None]
-    assert scores(state, plugin, mk_pod(labels={"app": "web"}), ["nodeA", "nodeB", "nodeC"]) == (
+    assert normalized_scores(state, plugin, mk_pod(labels={"app": "web"}), ["nodeA", "nodeB", "nodeC"]) == (
         Code.SUCCESS, [0, M, 0])
 
 
@@ -744,4 +714,4 @@ def test_pre_score_skips_when_no_term_lands_on_a_node_with_its_key() -> None:
     pods = [mk_pod(labels={"app": "web"}, node="nodeB",
                    aff=affinity(pref_aff=[weighted(7, term(req("app", "In", "web"), topo="zone"))]))]
     state, plugin = cluster([rz("nodeA", "z1"), mk_node("nodeB", {"hostname": "nodeB"})], pods)
-    assert scores(state, plugin, mk_pod(labels={"app": "web"}), ["nodeA", "nodeB"]) == (Code.SKIP, None)
+    assert normalized_scores(state, plugin, mk_pod(labels={"app": "web"}), ["nodeA", "nodeB"]) == (Code.SKIP, None)

@@ -46,6 +46,7 @@ from metrics_sched.telemetry.ledger import InFlightLedgerStore
 from tests.unit.fakes import FakeAPI
 from tests.unit.fakes import node as fake_node
 from tests.unit.fakes import pod as fake_pod
+from tests.unit.plugin_runs import filter_reasons, normalized_scores
 from tests.unit.test_scheduler import drain, make
 
 pytestmark = pytest.mark.unit
@@ -139,32 +140,6 @@ def cluster(nodes: Sequence[Obj], pods: Sequence[Obj], args: PodTopologySpread.A
     for kind, obj in objs:
         state.workloads.upsert(kind, obj)
     return state, PodTopologySpread(args, Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI()))
-
-
-def filter_reasons(state: ClusterState, plugin: PodTopologySpread, incoming: Obj,
-                   names: Sequence[str]) -> tuple[Code, list[str | None]]:
-    info = parse_pod(incoming)
-    cycle = CycleState()
-    code = plugin.pre_filter(cycle, info).code
-    verdict = plugin.filter(cycle, info, state.table)
-    out: list[str | None] = []
-    for name in names:
-        row = state.table.index[name]
-        out.append(None if verdict.feasible[row] else
-                   next(reason for reason, mask in verdict.reasons.items() if mask[row]))
-    return code, out
-
-
-def scores(state: ClusterState, plugin: PodTopologySpread, incoming: Obj,
-           names: Sequence[str]) -> tuple[Code, list[int] | None]:
-    info = parse_pod(incoming)
-    cycle = CycleState()
-    rows = np.array([state.table.index[n] for n in names], dtype=np.int64)
-    code = plugin.pre_score(cycle, info, state.table, rows).code
-    if code == Code.SKIP:
-        return code, None
-    raw = plugin.score(cycle, info, state.table, rows)
-    return code, [int(s) for s in plugin.normalize(np.asarray(raw, dtype=np.float64))]
 
 
 def names_of(nodes: Sequence[Obj]) -> list[str]:
@@ -537,12 +512,12 @@ def test_pre_filter_state_default_constraints() -> None:
 def test_pre_score_skip() -> None:
     nodes = [mk_node("node-a", {HOSTNAME: "node-a"}), mk_node("node-b", {HOSTNAME: "node-b"})]
     state, plugin = cluster(nodes, [])
-    assert scores(state, plugin, mk_pod(ns="default"), ["node-a", "node-b"]) == (Code.SKIP, None)
+    assert normalized_scores(state, plugin, mk_pod(ns="default"), ["node-a", "node-b"]) == (Code.SKIP, None)
     args = PodTopologySpread.Args(defaulting_type="List", default_constraints=(DefaultConstraint(2, "planet", SOFT),))
     state, plugin = cluster([mk_node("node-a", {"planet": "mars"})], [], args,
                             [rs("rs1", {"matchExpressions": [{"key": "tar", "operator": "Exists"}]})])
     incoming = mk_pod(ns="default", labels={"foo": "bar", "baz": "sup"}, owner=("apps/v1", "ReplicaSet", "rs2"))
-    assert scores(state, plugin, incoming, ["node-a"]) == (Code.SKIP, None)
+    assert normalized_scores(state, plugin, incoming, ["node-a"]) == (Code.SKIP, None)
 
 
 # -- scoring_test.go TestPodTopologySpreadScore --------------------------------------------------------------
@@ -664,7 +639,7 @@ SCORE: list[tuple[str, Obj, list[Obj], list[Obj], list[Obj], list[tuple[Workload
 def test_pod_topology_spread_score(name: str, incoming: Obj, pods: list[Obj], nodes: list[Obj], failed: list[Obj],
                                    objs: list[tuple[WorkloadKind, Obj]], want: list[int]) -> None:
     state, plugin = cluster([*nodes, *failed], pods, SYSTEM, objs)
-    assert scores(state, plugin, incoming, names_of(nodes)) == (Code.SUCCESS, want)
+    assert normalized_scores(state, plugin, incoming, names_of(nodes)) == (Code.SUCCESS, want)
 
 
 # -- system defaults (not upstream tables: derived by hand from scoring.go) -----------------------------------
@@ -682,11 +657,11 @@ def test_system_defaults_weigh_hostname_and_zone_and_keep_zoneless_nodes() -> No
     host_w, zone_w = float(np.log(4 + 2)), float(np.log(2 + 2))
     raw = [round(2 * host_w + 2 + 2 * zone_w + 4), round(0 * host_w + 2 + 2 * zone_w + 4), round(1 * host_w + 2), 2]
     high, low = max(raw), min(raw)
-    assert scores(state, plugin, incoming, names_of(nodes)) == (Code.SUCCESS,
+    assert normalized_scores(state, plugin, incoming, names_of(nodes)) == (Code.SUCCESS,
                                                                 [100 * (high + low - s) // high for s in raw])
     # the same pod in another namespace: the ReplicaSet is not its owner there, nothing to spread by
     other = mk_pod(ns="other", labels={"foo": "tar"}, owner=("apps/v1", "ReplicaSet", "rs1"))
-    assert scores(state, plugin, other, names_of(nodes)) == (Code.SKIP, None)
+    assert normalized_scores(state, plugin, other, names_of(nodes)) == (Code.SKIP, None)
 
 
 def test_list_defaulting_requires_every_key() -> None:
@@ -695,7 +670,8 @@ def test_list_defaulting_requires_every_key() -> None:
     nodes = [mk_node("node-a", {ZONE: "z1"}), mk_node("node-b", {ZONE: "z2"}), mk_node("node-c", {})]
     pods = [mk_pod(labels={"app": "web"}, node="node-a")]
     state, plugin = cluster(nodes, pods, args, [svc({"app": "web"})])
-    assert scores(state, plugin, mk_pod(labels={"app": "web"}), names_of(nodes)) == (Code.SUCCESS, [0, 100, 0])
+    got = normalized_scores(state, plugin, mk_pod(labels={"app": "web"}), names_of(nodes))
+    assert got == (Code.SUCCESS, [0, 100, 0])
 
 
 # -- the incremental counts ----------------------------------------------------------------------------------
