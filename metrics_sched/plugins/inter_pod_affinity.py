@@ -216,8 +216,8 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         # The first failing rule names the reason, in kube-scheduler's order.
         return Filtered(affinity_ok & anti_ok & existing_ok, {
             ERR_AFFINITY: ~affinity_ok,
-            ERR_ANTI_AFFINITY: ~anti_ok,
-            ERR_EXISTING_ANTI_AFFINITY: ~existing_ok,
+            ERR_ANTI_AFFINITY: affinity_ok & ~anti_ok,
+            ERR_EXISTING_ANTI_AFFINITY: affinity_ok & anti_ok & ~existing_ok,
         })
 
     def _affinity_rows(self, state: _FilterState, table: NodeTable) -> BoolArray:

@@ -10,24 +10,26 @@ from tests.e2e import kube
 from tests.e2e.pools import in_pool, node_pool
 from tests.e2e.scheduler_proc import schedulers
 
-FIELD_MESSAGE = "pod uses spec.affinity.podAntiAffinity, which metrics-sched does not support yet"
+FIELD_MESSAGE = "pod uses spec.volumes[0].persistentVolumeClaim, which metrics-sched does not support yet"
 
 
-def test_a_pod_with_pod_anti_affinity_is_reported_and_not_bound(cluster: DevCluster, api: KubeAPI,
-                                                                namespace: str) -> None:
+def test_a_pod_with_a_persistent_volume_claim_is_reported_and_not_bound(cluster: DevCluster, api: KubeAPI,
+                                                                        namespace: str) -> None:
     with node_pool(cluster, 2) as (pool, _), schedulers(cluster) as (name, _):
-        anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "test"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+        api.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+        volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
         spec = in_pool(pool)
         api.post(f"/api/v1/namespaces/{namespace}/pods",
-                 kube.pod_manifest("anti", scheduler=name, affinity=anti, **spec))
+                 kube.pod_manifest("claim", scheduler=name, volumes=volumes, **spec))
 
         def refused() -> tuple[dict[str, Any], dict[str, Any]] | None:
-            pod = api.get(f"/api/v1/namespaces/{namespace}/pods/anti")
+            pod = api.get(f"/api/v1/namespaces/{namespace}/pods/claim")
             cond = next((c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"), None)
             events = api.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
             event = next((e for e in events if e["reason"] == "FailedScheduling"
-                          and e["regarding"]["name"] == "anti"), None)
+                          and e["regarding"]["name"] == "claim"), None)
             return (cond, event) if cond and event else None
 
         cond, event = kube.poll(refused, 15, "PodScheduled=False and a FailedScheduling event")
@@ -35,9 +37,9 @@ def test_a_pod_with_pod_anti_affinity_is_reported_and_not_bound(cluster: DevClus
         assert FIELD_MESSAGE in cond["message"]
         assert FIELD_MESSAGE in event["note"]
         assert event["reportingController"] == name and event["type"] == "Warning"
-        assert not api.get(f"/api/v1/namespaces/{namespace}/pods/anti")["spec"].get("nodeName")
+        assert not api.get(f"/api/v1/namespaces/{namespace}/pods/claim")["spec"].get("nodeName")
         # A supported pod in the same pool is bound: the nodes are fine, only the field is refused.
         api.post(f"/api/v1/namespaces/{namespace}/pods", kube.pod_manifest("plain", scheduler=name, **spec))
         kube.poll(lambda: api.get(f"/api/v1/namespaces/{namespace}/pods/plain")["spec"].get("nodeName"), 15,
                   "the plain pod bound")
-        assert not api.get(f"/api/v1/namespaces/{namespace}/pods/anti")["spec"].get("nodeName")
+        assert not api.get(f"/api/v1/namespaces/{namespace}/pods/claim")["spec"].get("nodeName")
