@@ -13,10 +13,10 @@ import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from adapters.kubernetes import KubeClient, KubeClusterSource, KubePodWriter, load
-from metrics_sched.ports import ApiError, EventType, KubeObject
+from metrics_sched.ports import ApiError, EventType, KubeObject, SyncedResource, WorkloadKind
 
 
 class _Sink:
@@ -53,7 +53,13 @@ class _Sink:
         with contextlib.suppress(ApiError):  # a lost race is the API's answer, not ours to retry here
             self.writer.bind(namespace, name, uid, node)
 
-    def on_synced(self, resource: Literal["nodes", "pods"]) -> None:
+    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
+        pass  # binds to precomputed nodes: no constraint to honour
+
+    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        pass
+
+    def on_synced(self, resource: SyncedResource) -> None:
         self.synced.add(resource)
 
 

@@ -5,8 +5,10 @@ InFlightLedger, plus NodeLabelFilter, NodeLabelScore and CustomMetric configured
 telemetry in the MetricCache (gpu_temperature, node_cpu_utilisation, node_load_per_cpu,
 node_hourly_cost, gpu_utilisation), nodes are heterogeneous (zone / disk-type / role labels, some
 taints, a few cordoned, 8 GPUs each). Pods are scheduler_perf-shaped (100m CPU / 500Mi) with a
-1-GPU variant; half belong to one of 20 ReplicaSets (so ZoneSpread scores them), a few carry a
-toleration, a nodeSelector or a preferred node affinity.
+1-GPU variant; half belong to one of 20 ReplicaSets (labelled as their selector selects; the
+ReplicaSets are known to the scheduler, so PodTopologySpread's system defaults spread them, as
+ZoneSpread did before it left the default profile), a few carry a toleration, a nodeSelector or a
+preferred node affinity.
 
 Two measurements per cluster size, each on a fresh scheduler:
 - cycle:    Framework.schedule + ClusterState.assume under the state lock (the pure decision);
@@ -24,11 +26,18 @@ frozen), so the state grows during a run: p50 of the first and last tenth are re
 Also: `ledger_scaling`, the cycle latency with the in-flight ledger already holding 10k-100k
 placements (what it holds at steady state: ~600 s of placements), which is what bounds the core.
 
-Also: RSS of a fresh process holding 5,000 nodes, their telemetry and 50,000 bound pods, and a
-cProfile of the decision loop at 5,000 nodes. The machine is small and noisy: this reports, it
-asserts nothing about timings.
+Also: `constraints` (bench/constraints_bench.py), the same decisions at 5,000 nodes (in 4 zones) with
+20,000 labelled pods already bound (some with required or preferred inter-pod (anti-)affinity) for
+a 1,000-replica Deployment with zone spreading (maxSkew 1, DoNotSchedule) and required hostname
+anti-affinity, in quick mode too; its outcome is checked, and its decisions/s reported next to the
+plain case's at 5,000 nodes. Skipped, with a message, while InterPodAffinity / PodTopologySpread
+are not built in.
 
-    python -m bench.core_bench [--quick] [--sizes 1000 5000] [--decisions N]
+Also: RSS of a fresh process holding 5,000 nodes, their telemetry and 50,000 bound pods, and a
+cProfile of the decision loop at 5,000 nodes (plain, and the constraints case). The machine is small
+and noisy: this reports, it asserts nothing about timings (the constraints case's outcome excepted).
+
+    python -m bench.core_bench [--quick] [--sizes 1000 5000] [--decisions N] [--replicas N]
 """
 
 from __future__ import annotations
@@ -45,17 +54,19 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
+from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 SIZES = (1_000, 5_000, 15_000)
+REPLICASETS = 20  # the owners of make_pod's even pods
 DRAIN_EVERY = 250
 ZONES = tuple(f"zone-{c}" for c in "abcdefgh")
 METRICS = ("gpu_temperature", "node_cpu_utilisation", "node_load_per_cpu", "node_hourly_cost", "gpu_utilisation")
@@ -84,14 +95,18 @@ def say(message: str) -> None:
 
 
 # -- the cluster and the pods --------------------------------------------------------------------
-def make_cluster(n_nodes: int, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
-    """Heterogeneous 8-GPU nodes and their telemetry (metric -> node -> value), deterministic by seed."""
+def make_cluster(n_nodes: int, seed: int = 0, zones: Sequence[str] = ZONES,
+                 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """Heterogeneous 8-GPU nodes and their telemetry (metric -> node -> value), deterministic by seed.
+
+    Node i is in zones[i % len(zones)]; the zones change no other draw.
+    """
     rng = random.Random(seed)
     nodes = []
     values: dict[str, dict[str, float]] = {m: {} for m in METRICS}
     for i in range(n_nodes):
         name = f"node-{i:05d}"
-        labels = {"topology.kubernetes.io/zone": ZONES[i % len(ZONES)],
+        labels = {"topology.kubernetes.io/zone": zones[i % len(zones)],
                   "disk-type": "ssd" if rng.random() < 0.6 else "hdd",
                   "role": rng.choices(("gpu", "general", "special"), (0.7, 0.2, 0.1))[0]}
         if rng.random() < 0.01:
@@ -129,16 +144,32 @@ def make_pod(i: int, *, node_name: str | None = None, prefix: str = "p") -> dict
         spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 50, "preference": {"matchExpressions": [{"key": "role", "operator": "In",
                                                                  "values": ["gpu"]}]}}]}}
+    owner = replicaset_name(i) if i % 2 == 0 else None
     return pod_object(name, cpu="1" if gpu else "100m", memory="4Gi" if gpu else "500Mi", gpus=1 if gpu else 0,
-                      owner=f"rs-{i % 20:02d}" if i % 2 == 0 else None, node_name=node_name, **spec)
+                      owner=owner, labels={"app": owner} if owner else None, node_name=node_name, **spec)
 
 
-def cluster(n_nodes: int, seed: int = 0) -> Harness:
+def replicaset_name(i: int) -> str:
+    return f"rs-{i % REPLICASETS:02d}"
+
+
+def replicaset(name: str, namespace: str = "bench") -> dict[str, Any]:
+    """A ReplicaSet as the watch delivers it; only its selector matters (PodTopologySpread's DefaultSelector)."""
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"rs-{name}"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}}}
+
+
+def cluster(n_nodes: int, seed: int = 0, *, replicasets: bool = True) -> Harness:
+    """The scheduler with the nodes and their telemetry, and (unless replicasets=False) make_pod's ReplicaSets."""
     harness = build_scheduler(CORE_CONFIG, seed=seed)
     nodes, values = make_cluster(n_nodes, seed)
     for node in nodes:
         harness.scheduler.handlers.on_node_event("ADDED", node)
     harness.feed(values)
+    if replicasets:
+        for i in range(REPLICASETS):
+            harness.scheduler.handlers.on_workload_event("replicasets", "ADDED", replicaset(replicaset_name(i)))
     return harness
 
 
@@ -209,11 +240,13 @@ def run_cycles(harness: Harness, pods: list[dict[str, Any]], warmup: int) -> dic
 
 
 def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
-                  profiler: cProfile.Profile | None = None, compare_first: int = 0) -> dict[str, Any]:
+                  profiler: cProfile.Profile | None = None, compare_first: int = 0,
+                  observe: Callable[[int, CycleResult | None], None] | None = None) -> dict[str, Any]:
     """Scheduler.schedule_one with a no-op writer, the binder drained every DRAIN_EVERY decisions.
 
     compare_first: also report the first N measured decisions alone (to compare with a shorter cycle run
     at the same state size).
+    observe: called untimed with (index, what schedule_one returned) after each call, warm-up ones included.
     """
     scheduler = harness.scheduler
     for pod in pods:
@@ -235,6 +268,8 @@ def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
         if i >= warmup:
             latencies.append(t1 - t0)
             unscheduled += result is None or result.node is None
+        if observe is not None:
+            observe(i, result)
         if (i + 1) % DRAIN_EVERY == 0:
             d0 = clock()
             drain(harness)
@@ -253,11 +288,12 @@ def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
     return stats
 
 
-def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: int = 0) -> dict[str, Any]:
+def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: int = 0, *,
+                 replicasets: bool = True) -> dict[str, Any]:
     pods = [make_pod(i) for i in range(warmup + max(decisions, cycles))]
     row: dict[str, Any] = {"nodes": n_nodes, "warmup": warmup}
     t0 = time.perf_counter()
-    harness = cluster(n_nodes, seed)
+    harness = cluster(n_nodes, seed, replicasets=replicasets)
     row["setup_seconds"] = round(time.perf_counter() - t0, 2)
     say(f"{n_nodes} nodes: cycle x {warmup}+{cycles}")
     try:
@@ -265,7 +301,7 @@ def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: i
     finally:
         harness.stop()
     gc.collect()
-    harness = cluster(n_nodes, seed)
+    harness = cluster(n_nodes, seed, replicasets=replicasets)
     say(f"{n_nodes} nodes: decision x {warmup}+{decisions}")
     try:
         row["decision"] = run_decisions(harness, pods[: warmup + decisions], warmup,
@@ -398,6 +434,12 @@ def profile(n_nodes: int, decisions: int, warmup: int, top: int = 15) -> dict[st
         stats_run = run_decisions(harness, pods, warmup, profiler=profiler)
     finally:
         harness.stop()
+    return {"nodes": n_nodes, "decisions": decisions, **profile_summary(profiler, decisions, top),
+            "decision_p50_ms_under_profiler": stats_run.get("p50_ms")}
+
+
+def profile_summary(profiler: cProfile.Profile, decisions: int, top: int = 15) -> dict[str, Any]:
+    """The profiled time and the top functions by cumulative and by own time (per decision too)."""
     stats = pstats.Stats(profiler, stream=io.StringIO())
     raw = stats.stats  # type: ignore[attr-defined]
     total = max((ct for (_, _, _, ct, _) in raw.values()), default=0.0)
@@ -407,9 +449,7 @@ def profile(n_nodes: int, decisions: int, warmup: int, top: int = 15) -> dict[st
                for key, (_, nc, tt, ct, _) in raw.items()]
     by_cum = sorted(entries, key=lambda e: -e["cumtime_s"])[:top]
     by_own = sorted(entries, key=lambda e: -e["tottime_s"])[:top]
-    return {"nodes": n_nodes, "decisions": decisions, "profiled_seconds": round(total, 3),
-            "decision_p50_ms_under_profiler": stats_run.get("p50_ms"),
-            "top_cumulative": by_cum,
+    return {"profiled_seconds": round(total, 3), "top_cumulative": by_cum,
             "top_own_time": [{k: e[k] for k in ("function", "calls", "tottime_s")} for e in by_own]}
 
 
@@ -417,7 +457,8 @@ def profile(n_nodes: int, decisions: int, warmup: int, top: int = 15) -> dict[st
 def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | None = None,
         cycles: int | None = None, warmup: int | None = None, rss_nodes: int = 5_000, rss_pods: int = 50_000,
         profile_nodes: int = 5_000, profile_decisions: int | None = None, ledger_nodes: int = 5_000,
-        ledger_entries: Sequence[int] | None = None, seed: int = 0) -> dict[str, Any]:
+        ledger_entries: Sequence[int] | None = None, constraints_replicas: int | None = None,
+        seed: int = 0) -> dict[str, Any]:
     sizes = tuple(sizes or SIZES)
     decisions = decisions or (2_000 if quick else 10_000)
     cycles = cycles or (decisions // 2 if quick else decisions)
@@ -436,12 +477,26 @@ def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | Non
         },
         "sizes": [measure_size(n, decisions, cycles, warmup, seed) for n in sizes],
     }
+    from bench import constraints_bench  # not at the top: it imports this module
+
+    # The constraints case (5,000 nodes, 20,000 bound pods, a 1,000-replica Deployment with zone spread and
+    # hostname anti-affinity), next to the plain case at the same size.
+    replicas = constraints_replicas or 1_000
+    constraints = constraints_bench.measure(5_000, 20_000, replicas, min(warmup, 50), seed)
+    plain = next((row for row in result["sizes"] if row["nodes"] == constraints["nodes"]), None)
+    if plain is not None and constraints.get("decisions_per_second"):
+        constraints["plain_decisions_per_second"] = plain["decisions_per_second"]
+        constraints["vs_plain"] = round(constraints["decisions_per_second"] / plain["decisions_per_second"], 3)
+    result["constraints"] = constraints
     result["ledger_scaling"] = ledger_scaling(
         ledger_nodes, ledger_entries or ((0, 10_000, 30_000) if quick else (0, 10_000, 50_000, 100_000)),
         30 if quick else 100, seed)
     result["ledger_bound"] = ledger_bound(result["ledger_scaling"], InFlightLedgerStore().horizon)
     result["rss"] = measure_rss(rss_nodes, rss_pods)
     result["profile"] = profile(profile_nodes, profile_decisions or (300 if quick else 2_000), min(warmup, 100))
+    if "skipped" not in constraints:
+        result["constraints_profile"] = constraints_bench.profile(5_000, 20_000, 300 if quick else replicas,
+                                                                  min(warmup, 50), seed=seed)
     result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
@@ -453,12 +508,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="2,000 decisions (1,000 cycles) per size instead of 10,000 each")
     parser.add_argument("--sizes", type=int, nargs="+", help=f"node counts (default {' '.join(map(str, SIZES))})")
     parser.add_argument("--decisions", type=int, help="measured decisions per size")
+    parser.add_argument("--replicas", type=int, help="the constraints case's Deployment (default 1,000)")
     parser.add_argument("--rss-child", type=int, nargs=2, metavar=("NODES", "PODS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rss_child:
         print(json.dumps(rss_child(*args.rss_child)))
         return
-    print(json.dumps(run(args.quick, sizes=args.sizes, decisions=args.decisions), indent=2))
+    result = run(args.quick, sizes=args.sizes, decisions=args.decisions, constraints_replicas=args.replicas)
+    print(json.dumps(result, indent=2))
+    if result["constraints"].get("violations"):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

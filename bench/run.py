@@ -57,6 +57,28 @@ def markdown(report: dict[str, Any]) -> str:
         for row in core.get("sizes", []):
             lines.append(f"| {row.get('nodes')} | {row.get('decisions_per_second')} | {row.get('p50_ms')} | "
                          f"{row.get('p99_ms')} |")
+        constraints = core.get("constraints")
+        if constraints and constraints.get("skipped"):
+            lines.append(f"\nConstraints case skipped: {constraints['skipped']}.")
+        elif constraints:
+            plain: dict[str, Any] = next((r for r in core.get("sizes", []) if r.get("nodes") == constraints["nodes"]),
+                                         {})
+            outcome = constraints.get("outcome", {})
+            lines += ["", f"**Core with constraints** ({constraints['nodes']} nodes in {constraints['zones']} zones, "
+                      f"{constraints['existing_pods']} labelled pods already bound, "
+                      f"{constraints.get('existing_required_anti_affinity')} of them with required anti-affinity; "
+                      f"a {constraints['replicas']}-replica Deployment with zone spread (maxSkew 1) and "
+                      "hostname anti-affinity)", "",
+                      "| case | decisions/s | p50 ms | p99 ms |", "|---|---|---|---|",
+                      f"| plain, {constraints['nodes']} nodes | {plain.get('decisions_per_second', '-')} | "
+                      f"{plain.get('p50_ms', '-')} | {plain.get('p99_ms', '-')} |",
+                      f"| constraints | {constraints.get('decisions_per_second')} | {constraints.get('p50_ms')} | "
+                      f"{constraints.get('p99_ms')} |", "",
+                      f"Outcome: {outcome.get('placed')} of {outcome.get('replicas')} placed on "
+                      f"{outcome.get('distinct_nodes')} distinct nodes, per zone "
+                      f"{', '.join(map(str, outcome.get('pods_per_zone', {}).values()))}: "
+                      + ("constraints hold." if constraints.get("verified") else
+                         "VIOLATED: " + "; ".join(constraints.get("violations", [])) + ".")]
         if core.get("rss"):
             lines.append(f"\nRSS with {core['rss'].get('nodes')} nodes and {core['rss'].get('pods')} pods: "
                          f"{core['rss'].get('rss_mb')} MB.")
@@ -80,7 +102,14 @@ def chart(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sizes = report.get("e2e", [])
-    fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(6 * max(1, len(sizes)), 4), squeeze=False)
+    core = report.get("core") or {}
+    core_bars = [(f"plain\n{row['nodes']} nodes", row.get("decisions_per_second") or 0.0, "#1f5fa8")
+                 for row in core.get("sizes", [])]
+    constraints = core.get("constraints") or {}
+    if constraints.get("decisions_per_second"):
+        core_bars.append((f"constraints\n{constraints['nodes']} nodes", constraints["decisions_per_second"], "#d9822b"))
+    panels = max(1, len(sizes) + (1 if core_bars else 0))
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=False):
         labels = [r["contender"] for r in size["results"]]
         values = [r["pods_per_second"] for r in size["results"]]
@@ -89,6 +118,12 @@ def chart(report: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{size['nodes']} nodes / {size['pods']} pods")
         ax.set_ylabel("pods bound per second")
         ax.tick_params(axis="x", rotation=20)
+    if core_bars:
+        ax = axes[0][len(sizes)]
+        bars = ax.bar([b[0] for b in core_bars], [b[1] for b in core_bars], color=[b[2] for b in core_bars])
+        ax.bar_label(bars, fmt="%.0f")
+        ax.set_title("core only (no API), every plugin on")
+        ax.set_ylabel("decisions per second")
     fig.suptitle(f"metrics-sched vs kube-scheduler ({report['machine']['cores']} cores, {report['machine']['date']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -105,6 +140,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality"])
+    parser.add_argument("--no-readme", action="store_true", help="leave README.md's bench section as it is")
     parser.add_argument("--e2e-sizes", nargs="*", default=None, metavar="NODESxPODS",
                         help="e.g. 5000x10000; sizes already in latest.json and not listed are kept")
     args = parser.parse_args()
@@ -136,8 +172,13 @@ def main() -> None:
     md = markdown(report)
     (RESULTS / "latest.md").write_text(md + "\n")
     chart(report, RESULTS / "latest.png")
-    update_readme(md)
+    if not args.no_readme:
+        update_readme(md)
     print(md)
+    violations = (report.get("core") or {}).get("constraints", {}).get("violations")
+    if violations:
+        say("the constraints case's outcome is wrong: " + "; ".join(violations))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

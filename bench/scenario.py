@@ -126,12 +126,15 @@ def node_object(name: str, *, cpu: int, memory_gib: int, gpus: int, labels: Mapp
 
 def pod_object(name: str, *, cpu: str, memory: str, gpus: int = 0, uid: str | None = None,
                owner: str | None = None, node_name: str | None = None, namespace: str = "bench",
-               scheduler: str = "metrics-sched", **spec: Any) -> dict[str, Any]:
+               scheduler: str = "metrics-sched", labels: Mapping[str, str] | None = None,
+               **spec: Any) -> dict[str, Any]:
     requests = {"cpu": cpu, "memory": memory}
     if gpus:
         requests[GPU] = str(gpus)
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}",
                                 "creationTimestamp": "2026-11-30T12:00:00Z"}
+    if labels:
+        metadata["labels"] = dict(labels)
     if owner:
         metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner,
                                         "uid": f"rs-{owner}", "controller": True}]

@@ -63,8 +63,10 @@ __all__ = [
 class Filtered:
     """A filter's verdict over every row of the table: feasible[row] and why the others failed.
 
-    `reasons` maps a human reason (as in FailedScheduling messages) to the rows it rejects; a row
-    may fail for several reasons, the first reason listed wins when they are counted.
+    `reasons` maps a human reason (as in FailedScheduling messages) to the rows it rejects. Every reason
+    a row is listed under is counted, as kube-scheduler counts each reason of a node's status (Insufficient
+    cpu and Insufficient memory); a plugin whose upstream Filter stops at the first failing rule lists the
+    row under that rule only.
     """
 
     feasible: BoolArray

@@ -1,24 +1,66 @@
 """Differential test: the real kube-scheduler and metrics-sched get the same pod on the same fresh nodes.
 
-Each case is a small random node set (1-6 nodes: cpu, memory, GPUs, pod capacity, zone/hostname/other
+Each case is a small random node set (1-6 nodes: cpu, memory, GPUs, pod capacity, zone/hostname/rack/other
 labels, NoSchedule/PreferNoSchedule/NoExecute taints, cordons), pods already bound there (created with
 spec.nodeName) and one pod to place (requests incl. GPUs, nodeSelector, required/preferred node affinity
 with every operator and matchFields on metadata.name, tolerations; host ports once the NodePorts plugin
-exists). The case is built twice, once in a private pool per scheduler, and each scheduler gets its copy
-of the pod. They must agree on feasibility (bound vs PodScheduled=False/Unschedulable) for every case,
-and on the node (by its index in the pool) whenever exactly one node is feasible. metrics-sched's
-decision record gives its feasible set; the node kube-scheduler picked must be in it, which covers the
-one-feasible-node rule (with a single candidate, kube-scheduler must pick that one). The reverse (metrics-sched
-picking a node kube-scheduler finds infeasible while kube-scheduler picks another) is not observable, so a
-quarter of the cases size node 0 to fit the pod exactly, or one unit short, and half of those pin the pod to
-node 0: boundary verdicts that nothing else can hide.
+exists). Pods carry labels from a small vocabulary (app a/b/c, tier x/y, ver 1/2) and live in 1-3 of the
+run's namespaces (labelled team/env). Once metrics-sched has InterPodAffinity, existing pods carry
+required/preferred pod (anti-)affinity (an existing pod's required anti-affinity can reject the new pod) and
+the new pod gets required/preferred podAffinity/podAntiAffinity: label selectors with matchLabels and
+In/NotIn/Exists/DoesNotExist, `{}` (every pod) or absent (no pod), `namespaces` (one that never exists
+included), `namespaceSelector` (`{}` = all namespaces, labels, kubernetes.io/metadata.name),
+matchLabelKeys/mismatchLabelKeys, topologyKey zone/hostname/rack/a key no node has, and "the first pod of a
+group" (required affinity to its own labels that no pod has yet). Once it has PodTopologySpread, the new pod
+gets 1-2 topologySpreadConstraints with every field (maxSkew 1-3, DoNotSchedule/ScheduleAnyway, those
+topology keys, selectors as above, minDomains, nodeAffinityPolicy/nodeTaintsPolicy Honor/Ignore,
+matchLabelKeys; no matchLabelKeys key in the selector, minDomains only with DoNotSchedule: API validation).
+These fields are drawn either way, so a case number is the same case with or without them.
+
+The case is built twice, once in a private pool per scheduler, and each scheduler gets its copy of the pod.
+They must agree on feasibility (bound vs PodScheduled=False/Unschedulable) for every case, and on the node
+(by its index in the pool) whenever exactly one node is feasible. metrics-sched's decision record gives its
+feasible set; the node kube-scheduler picked must be in it, which covers the one-feasible-node rule (with a
+single candidate, kube-scheduler must pick that one). The reverse (metrics-sched picking a node kube-scheduler
+finds infeasible while kube-scheduler picks another) is not observable, so a quarter of the cases size node 0
+to fit the pod exactly, or one unit short, and half of those pin the pod to node 0: boundary verdicts that
+nothing else can hide.
+
+Isolation. Both schedulers see the whole cluster: every pool of the run, both copies, the dev cluster's own
+nodes. So everything a selector or a topology domain can reach is made private where it can be, and the rest
+is shown to decide nothing:
+- In a case, `~x` is rendered per copy as `<pool>-x`: pod label values, zone values and the rack label KEY,
+  so no foreign pod matches an In/matchLabels requirement and no foreign node shares a zone or rack domain
+  (hostnames are unique anyway). `@ns-i` is the copy's scheduler's i-th namespace of the run and `^x` a
+  value unique to that scheduler in the run (namespace labels): 3 namespaces per scheduler, created with the
+  nodes and reused by every case (no controller-manager finalizes namespaces, so not one per case).
+- Foreign pods in those namespaces (other cases) can still match NotIn/DoesNotExist/Exists/`{}`. They sit
+  on foreign nodes, in foreign domains, so they never count for this pool's domains (affinity, anti-affinity,
+  existing pods' anti-affinity, spread counts). Only two things look beyond the pool's domains:
+  (1) required podAffinity's "first pod of a group" rule (no pod in the cluster matches every term, on a
+  node with the term's key): some foreign pod (another case's, whose probe may be bound or not yet) may
+  match an open selector, which would make the verdict depend on the run. So at least one required
+  podAffinity term is always confined (matchLabels, an In requirement, a matchLabelKeys key the pod has,
+  or a null selector); open selectors and `{}` still appear in the other terms and everywhere else.
+  (2) topology spread with nodeAffinityPolicy Ignore (the pool's nodeSelector no longer bounds the
+  domains) counts domains over the whole cluster: zone/hostname domains of other pools and of the dev
+  cluster's nodes. Whenever such foreign domains count, one with no matching pod counts too, so the global
+  minimum is 0 for both copies, whatever the other cases hold: the dev cluster's untainted nodes hold no
+  pod of the run; and the mirror pool (same node labels and taints but its own pool taint; its pods in the
+  other scheduler's namespaces) is left out only by its pool taint under nodeTaintsPolicy Honor, which then
+  leaves out every other pool too. Rack, being a per-copy key, only ever has this pool's domains, so it
+  tests Ignore exactly. With Honor (the default) the pool's nodeSelector, always present, keeps domains
+  in the pool.
 
 Not generated: NotReady nodes (metrics-sched's NodeReady filter has no kube-scheduler counterpart, which relies
-on the node lifecycle controller's not-ready taint; the dev cluster has no controller-manager) and fields that
-UnsupportedFields refuses.
+on the node lifecycle controller's not-ready taint; the dev cluster has no controller-manager), terminating
+pods (they cannot be created) and fields that UnsupportedFields refuses; topologySpreadConstraints on
+existing pods (they only concern their own placement).
 
 Only resource/constraint plugins decide: metrics-sched runs with no telemetry source and with
-GPUTemperature, NodeLoad and Cost disabled. Every case is derived from (DIFF_SEED, case number) alone:
+GPUTemperature, NodeLoad and Cost disabled. Every case is derived from (DIFF_SEED, case number) alone (the
+pod-label, namespace, inter-pod and spread fields from a second random stream, so the other fields of a case
+are what they were before those existed):
 
     DIFF_SEED=1234 pytest tests/e2e/test_differential.py                # another seed
     DIFF_SEED=1234 DIFF_CASE=17 pytest tests/e2e/test_differential.py   # re-run one case of it
@@ -62,6 +104,9 @@ ONLY = os.environ.get("DIFF_CASE")
 # Host ports are generated only once metrics-sched has a NodePorts plugin (until then it ignores them); they
 # are drawn either way, so a case number is the same case with or without them.
 HOST_PORTS = "NodePorts" in BUILTIN
+# The same for inter-pod (anti-)affinity and topology spread (UnsupportedFields refused them before).
+POD_AFFINITY = "InterPodAffinity" in BUILTIN
+TOPOLOGY_SPREAD = "PodTopologySpread" in BUILTIN
 
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
@@ -71,8 +116,10 @@ CORDON = "node.kubernetes.io/unschedulable"
 # a number), beyond int64, and two numbers a float cannot tell apart.
 GT_LT_ODD = ["1_0", "99999999999999999999", "9007199254740993"]
 GT_LT_BIG = "9007199254740992"
+# Rendered per copy (see Renderer): "~x" is "<pool>-x", "^x" is "<run>-<scheduler>-x", "@ns-i" a namespace.
+LOCAL, SIDE, NS_REF = "~", "^", "@ns-"
 LABEL_VALUES: dict[str, list[str]] = {
-    ZONE: ["zone-0", "zone-1", "zone-2"],
+    ZONE: ["~zone-0", "~zone-1", "~zone-2"],
     "gen": ["1", "2", "3", "4", "5", "x", "03"],
     "disk": ["ssd", "hdd", ""]}
 TAINT_KEYS = ["a", "b", GPU_RESOURCE]
@@ -92,6 +139,24 @@ LABEL_VALUES["gen"] += GT_LT_ODD
 POD_MEMORY.append(FRACTIONAL_BYTES)
 EXISTING_CPU: list[str | None] = [None, "100m", "250m", "0.5", "1", "250500u"]
 EXISTING_MEMORY: list[str | None] = [None, "256Mi", "1Gi", "1e9", "2Gi"]
+# Inter-pod affinity and topology spread: topology keys (RACK is a label key of its own per copy; no node
+# has NOWHERE), pod labels (values per copy) and the namespaces of each scheduler in the run.
+RACK = "~rack"
+NOWHERE = "metrics-sched.test/nowhere"
+TOPOLOGY_KEYS = [ZONE, HOSTNAME, RACK, NOWHERE]
+TOPOLOGY_WEIGHTS = [36, 36, 20, 8]
+POD_LABELS: dict[str, list[str]] = {"app": ["a", "b", "c"], "tier": ["x", "y"], "ver": ["1", "2"]}
+POD_LABEL_ODDS = {"app": 0.8, "tier": 0.5, "ver": 0.5}
+SOLO = f"{LOCAL}solo"  # an app value no other pod has: the first pod of a group
+NAMESPACE_LABELS: list[dict[str, str]] = [{"team": "^red", "env": "^prod"}, {"team": "^blue", "env": "^prod"},
+                                          {"team": "^blue"}]
+NEVER_NAMESPACE = "diff-nowhere"  # a namespace that never exists
+METADATA_NAME = "kubernetes.io/metadata.name"  # every namespace's own name, set by the API server
+# kube-scheduler 1.36.3 evaluates a namespaceSelector of the new pod's own (anti-)affinity terms that matches an
+# empty label set (NotIn, DoesNotExist) against empty labels: it matches every namespace (a regression upstream,
+# kubernetes/kubernetes#141526, fixed by #141563). metrics-sched does what the API says, so the new pod's required
+# terms get the positive operator instead (In, Exists); existing pods' terms and preferred terms keep both.
+KUBE_141526 = True
 
 
 # -- generation ---------------------------------------------------------------------------------------
@@ -129,8 +194,9 @@ def _pod_level(rng: random.Random, pod: dict[str, Any]) -> dict[str, str]:
 def _host_ports(rng: random.Random, most: int) -> list[dict[str, Any]]:
     ports: dict[tuple[int, str, str], dict[str, Any]] = {}
     for _ in range(rng.randint(1, most)):
-        port = {"hostPort": rng.choice([8080, 8081]), "protocol": rng.choice(["TCP", "TCP", "UDP", "SCTP"]),
-                "hostIP": rng.choice(["", "", "0.0.0.0", "127.0.0.1", "10.0.0.1"])}
+        port: dict[str, Any] = {"hostPort": rng.choice([8080, 8081]),
+                                "protocol": rng.choice(["TCP", "TCP", "UDP", "SCTP"]),
+                                "hostIP": rng.choice(["", "", "0.0.0.0", "127.0.0.1", "10.0.0.1"])}
         ports[(port["hostPort"], port["protocol"], port["hostIP"])] = port
     return list(ports.values())
 
@@ -184,6 +250,211 @@ def _toleration(rng: random.Random) -> dict[str, Any]:
     return tol
 
 
+def _pod_labels(rng: random.Random) -> dict[str, str]:
+    return {key: LOCAL + rng.choice(values) for key, values in POD_LABELS.items()
+            if rng.random() < POD_LABEL_ODDS[key]}
+
+
+def _label_requirement(rng: random.Random, labels: dict[str, str]) -> dict[str, Any]:
+    """A requirement on pod labels, half the time one that these labels meet."""
+    key = rng.choice(list(POD_LABELS))
+    values = [LOCAL + v for v in POD_LABELS[key]]
+    if labels and rng.random() < 0.5:
+        key = rng.choice(sorted(labels))
+        values = [LOCAL + v for v in POD_LABELS[key]]
+        own, others = labels[key], [v for v in values if v != labels[key]]
+        op = rng.choice(["In", "In", "NotIn", "Exists"])
+        chosen = {own, *rng.sample(others, rng.randint(0, 1))} if op == "In" else set(rng.sample(others, 1))
+    else:
+        op = rng.choice(["In", "In", "NotIn", "Exists", "DoesNotExist"])
+        chosen = set(rng.sample(values, rng.randint(1, 2)))
+    req: dict[str, Any] = {"key": key, "operator": op}
+    if op in ("In", "NotIn"):
+        req["values"] = sorted(chosen)
+    return req
+
+
+def _selector(rng: random.Random, labels: dict[str, str]) -> dict[str, Any] | None:
+    """A pod label selector: None (absent: matches no pod), {} (every pod), these labels (the pod's group) or
+    part of them, other values, and requirements with every operator."""
+    draw = rng.random()
+    if draw < 0.1:
+        return None
+    if draw < 0.2:
+        return {}
+    selector: dict[str, Any] = {}
+    if draw < 0.65 and labels:
+        keys = sorted(rng.sample(sorted(labels), rng.randint(1, len(labels))))
+        selector["matchLabels"] = {k: labels[k] for k in keys}
+        if rng.random() < 0.25:
+            selector["matchExpressions"] = [_label_requirement(rng, labels)]
+        return selector
+    if rng.random() < 0.4:
+        key = rng.choice(list(POD_LABELS))
+        selector["matchLabels"] = {key: LOCAL + rng.choice(POD_LABELS[key])}
+    if not selector or rng.random() < 0.4:
+        selector["matchExpressions"] = [_label_requirement(rng, labels) for _ in range(rng.randint(1, 2))]
+    return selector
+
+
+def _selector_keys(selector: dict[str, Any] | None) -> set[str]:
+    if selector is None:
+        return set()
+    return set(selector.get("matchLabels", {})) | {e["key"] for e in selector.get("matchExpressions", [])}
+
+
+def _label_keys(rng: random.Random, item: dict[str, Any], mismatch: bool) -> None:
+    """matchLabelKeys (never a key of the selector: API validation) and, for pod (anti-)affinity,
+    mismatchLabelKeys (never one of matchLabelKeys); both need a selector."""
+    if "labelSelector" not in item:
+        return
+    free = sorted(set(POD_LABELS) - _selector_keys(item["labelSelector"]))
+    if free and rng.random() < 0.2:
+        item["matchLabelKeys"] = sorted(rng.sample(free, rng.randint(1, min(2, len(free)))))
+    rest = sorted(set(POD_LABELS) - set(item.get("matchLabelKeys", [])))
+    if mismatch and rest and rng.random() < 0.12:
+        item["mismatchLabelKeys"] = [rng.choice(rest)]
+
+
+def _namespace_selector(rng: random.Random) -> dict[str, Any]:
+    draw = rng.random()
+    if draw < 0.35:
+        return {}  # every namespace
+    if draw < 0.6:
+        return {"matchLabels": {"team": rng.choice(["^red", "^blue"])}}
+    if draw < 0.75:
+        return {"matchLabels": {METADATA_NAME: f"{NS_REF}{rng.randrange(len(NAMESPACE_LABELS))}"}}
+    key = rng.choice(["team", "env"])
+    op = rng.choice(["In", "NotIn", "Exists", "DoesNotExist"])
+    req: dict[str, Any] = {"key": key, "operator": op}
+    if op in ("In", "NotIn"):
+        req["values"] = [rng.choice(["^red", "^blue"] if key == "team" else ["^prod", "^test"])]
+    return {"matchExpressions": [req]}
+
+
+def _pod_term(rng: random.Random, labels: dict[str, str], positive_namespaces: bool = False) -> dict[str, Any]:
+    """A PodAffinityTerm of a pod with these labels; see KUBE_141526 for `positive_namespaces`."""
+    term: dict[str, Any] = {}
+    if (selector := _selector(rng, labels)) is not None:
+        term["labelSelector"] = selector
+    if rng.random() < 0.25:
+        choices = [*(f"{NS_REF}{i}" for i in range(len(NAMESPACE_LABELS))), NEVER_NAMESPACE]
+        term["namespaces"] = sorted(set(rng.sample(choices, rng.randint(1, 2))))
+    if rng.random() < 0.25:
+        term["namespaceSelector"] = _namespace_selector(rng)
+        if positive_namespaces:
+            for req in term["namespaceSelector"].get("matchExpressions", []):
+                req["operator"] = {"NotIn": "In", "DoesNotExist": "Exists"}.get(req["operator"], req["operator"])
+    _label_keys(rng, term, mismatch=True)
+    term["topologyKey"] = rng.choices(TOPOLOGY_KEYS, weights=TOPOLOGY_WEIGHTS)[0]
+    return term
+
+
+def _weighted(rng: random.Random, labels: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"weight": rng.randint(1, 100), "podAffinityTerm": _pod_term(rng, labels)}
+            for _ in range(rng.randint(1, 2))]
+
+
+def _confined(term: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether only pods of this copy can match the term (see the module docstring: the first-pod rule)."""
+    selector = term.get("labelSelector")
+    if selector is None:
+        return True
+    return (bool(selector.get("matchLabels"))
+            or any(e["operator"] == "In" for e in selector.get("matchExpressions", []))
+            or any(k in labels for k in term.get("matchLabelKeys", [])))
+
+
+def _confine(rng: random.Random, terms: list[dict[str, Any]], labels: dict[str, str]) -> None:
+    """Makes one required podAffinity term confined to this copy's pods (a matchLabels on a key it may hold)."""
+    confined = any(_confined(t, labels) for t in terms)
+    key = rng.choice(sorted(set(POD_LABELS) - set(terms[0].get("matchLabelKeys", []))))
+    value = labels.get(key) or LOCAL + rng.choice(POD_LABELS[key])
+    if not confined:
+        terms[0].setdefault("labelSelector", {}).setdefault("matchLabels", {})[key] = value
+
+
+def _pod_affinity(rng: random.Random, labels: dict[str, str], odds: tuple[float, float, float, float], *,
+                  incoming: bool = False, first_of_group: bool = False) -> dict[str, Any]:
+    """podAffinity/podAntiAffinity with required/preferred terms, each with its odds."""
+    out: dict[str, Any] = {}
+    if rng.random() < odds[0] or first_of_group:
+        terms = [_pod_term(rng, labels, incoming and KUBE_141526) for _ in range(rng.choice([1, 1, 1, 2]))]
+        if first_of_group:  # required affinity to its own labels, which no other pod has yet
+            terms[0]["labelSelector"] = {"matchLabels": {"app": SOLO}}
+            terms[0]["topologyKey"] = rng.choice([ZONE, HOSTNAME, RACK])
+            for key in ("matchLabelKeys", "mismatchLabelKeys"):
+                terms[0].pop(key, None)
+            if rng.random() < 0.7:  # else the pod may not be in the term's namespaces: then the rule fails
+                terms[0].pop("namespaces", None)
+        if incoming:
+            _confine(rng, terms, labels)
+        out.setdefault("podAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = terms
+    if rng.random() < odds[1]:
+        out.setdefault("podAffinity", {})["preferredDuringSchedulingIgnoredDuringExecution"] = _weighted(rng, labels)
+    if rng.random() < odds[2]:
+        out.setdefault("podAntiAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = [
+            _pod_term(rng, labels, incoming and KUBE_141526) for _ in range(rng.randint(1, 2))]
+    if rng.random() < odds[3]:
+        out.setdefault("podAntiAffinity", {})["preferredDuringSchedulingIgnoredDuringExecution"] = _weighted(
+            rng, labels)
+    return out
+
+
+def _spread(rng: random.Random, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """1-2 topology spread constraints with every field; one per (topologyKey, whenUnsatisfiable) and minDomains
+    only with DoNotSchedule (API validation)."""
+    constraints: dict[tuple[str, str], dict[str, Any]] = {}
+    for _ in range(rng.randint(1, 2)):
+        c: dict[str, Any] = {"maxSkew": rng.randint(1, 3),
+                             "topologyKey": rng.choices(TOPOLOGY_KEYS, weights=TOPOLOGY_WEIGHTS)[0],
+                             "whenUnsatisfiable": rng.choice(["DoNotSchedule", "DoNotSchedule", "ScheduleAnyway"])}
+        if (selector := _selector(rng, labels)) is not None:
+            c["labelSelector"] = selector
+        if c["whenUnsatisfiable"] == "DoNotSchedule" and rng.random() < 0.3:
+            c["minDomains"] = rng.randint(1, 4)
+        for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            if value := rng.choice([None, None, "Honor", "Ignore"]):
+                c[policy] = value
+        _label_keys(rng, c, mismatch=False)
+        constraints[(c["topologyKey"], c["whenUnsatisfiable"])] = c
+    return list(constraints.values())
+
+
+def _inter_pod(seed: int, number: int, case: dict[str, Any]) -> None:
+    """Pod labels, namespaces, pod (anti-)affinity and topology spread, from a random stream of their own (the rest
+    of the case stays what it was before they existed); dropped again while metrics-sched lacks their plugins."""
+    rng = random.Random(f"{seed}:{number}:inter-pod")
+    for node in case["nodes"]:
+        if rng.random() < 0.6:
+            node["labels"][RACK] = rng.choice(["r0", "r1"])
+    namespaces = rng.choice([1, 1, 2, 3])
+    group, home = _pod_labels(rng), rng.randrange(namespaces)  # the new pod's labels and namespace
+    for pod in case["existing"]:
+        if rng.random() < 0.4:  # of the new pod's group (more or less): (anti-)affinity and spreading bite
+            pod["labels"] = {k: v for k, v in group.items() if rng.random() < 0.85}
+            pod["namespace"] = home
+        else:
+            pod["labels"] = _pod_labels(rng)
+            pod["namespace"] = rng.randrange(namespaces)
+        pod.update(_pod_affinity(rng, pod["labels"], (0.08, 0.08, 0.3, 0.1)))
+    pod = case["pod"]
+    pod["labels"], pod["namespace"] = group, home
+    first_of_group = rng.random() < 0.06
+    if first_of_group:
+        pod["labels"]["app"] = SOLO
+    pod.update(_pod_affinity(rng, pod["labels"], (0.2, 0.15, 0.3, 0.15), incoming=True,
+                             first_of_group=first_of_group))
+    if rng.random() < 0.35:
+        pod["topologySpreadConstraints"] = _spread(rng, pod["labels"])
+    case["first_of_group"] = first_of_group
+    for p in [*case["existing"], pod]:
+        for key, wanted in (("podAffinity", POD_AFFINITY), ("podAntiAffinity", POD_AFFINITY),
+                            ("topologySpreadConstraints", TOPOLOGY_SPREAD)):
+            if not wanted:
+                p.pop(key, None)
+
+
 def generate(seed: int, number: int) -> dict[str, Any]:
     """One case, from (seed, number) alone: nodes, pods bound to them, and the pod to place."""
     rng = random.Random(f"{seed}:{number}")
@@ -203,18 +474,19 @@ def generate(seed: int, number: int) -> dict[str, Any]:
         if rng.random() < 0.3:
             nodes[-1][WIDGET] = rng.choice([1, 2])
         nodes[-1]["storage"] = rng.choice(["1Ti", "1Ti", "10Gi"])
-    existing = []
+    existing: list[dict[str, Any]] = []
     for i in range(count):
         for _ in range(rng.choice([0, 0, 1, 1, 2])):
-            pod = {"node": i, "containers": [_requests(rng, EXISTING_CPU, EXISTING_MEMORY, [0, 0, 1, 2])]}
+            bound: dict[str, Any] = {"node": i, "containers": [_requests(rng, EXISTING_CPU, EXISTING_MEMORY,
+                                                                         [0, 0, 1, 2])]}
             if rng.random() < 0.1:
-                pod["containers"][0][WIDGET] = 1
+                bound["containers"][0][WIDGET] = 1
             if rng.random() < 0.15:
-                pod["initContainers"] = _init_containers(rng)
+                bound["initContainers"] = _init_containers(rng)
             if rng.random() < 0.3 and (ports := _host_ports(rng, 1)) and HOST_PORTS:
-                pod["hostPorts"] = ports
-                _ports_on(rng, pod)
-            existing.append(pod)
+                bound["hostPorts"] = ports
+                _ports_on(rng, bound)
+            existing.append(bound)
     pod: dict[str, Any] = {"containers": [_requests(rng, POD_CPU, POD_MEMORY, [0, 0, 0, 0, 1, 1, 2, 4])
                                           for _ in range(rng.choice([1, 1, 1, 1, 2]))]}
     if rng.random() < 0.12:
@@ -249,7 +521,9 @@ def generate(seed: int, number: int) -> dict[str, Any]:
             pod.setdefault("nodeAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = {
                 "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
                                                         "values": [f"{NODE_REF}0"]}]}]}
-    return {"seed": seed, "case": number, "tight": tight, "nodes": nodes, "existing": existing, "pod": pod}
+    case = {"seed": seed, "case": number, "tight": tight, "nodes": nodes, "existing": existing, "pod": pod}
+    _inter_pod(seed, number, case)
+    return case
 
 
 def _api(quantity: str) -> Fraction:
@@ -266,18 +540,21 @@ def _exact(pod: dict[str, Any]) -> dict[str, Fraction]:
         return {"cpu": _api(c.get("cpu", "0")), "memory": _api(c.get("memory", "0")),
                 "gpus": Fraction(c.get("gpus", 0))}
 
-    total = collections.Counter[str]()
+    def add(a: dict[str, Fraction], b: dict[str, Fraction]) -> dict[str, Fraction]:
+        return {k: a.get(k, Fraction(0)) + b.get(k, Fraction(0)) for k in set(a) | set(b)}
+
+    total: dict[str, Fraction] = {}
     for c in pod["containers"]:
-        total.update(of(c))
-    sidecars = collections.Counter[str]()
+        total = add(total, of(c))
+    sidecars: dict[str, Fraction] = {}
     peak: dict[str, Fraction] = {}
     for c in pod.get("initContainers", []):
         if c["sidecar"]:
-            total.update(of(c))
-            sidecars.update(of(c))
+            total = add(total, of(c))
+            sidecars = add(sidecars, of(c))
             need = dict(sidecars)
         else:
-            need = dict(collections.Counter(of(c)) + sidecars)
+            need = add(of(c), sidecars)
         peak = {k: max(peak.get(k, Fraction(0)), need.get(k, Fraction(0))) for k in set(peak) | set(need)}
     out = {k: max(total.get(k, Fraction(0)), peak.get(k, Fraction(0))) for k in ("cpu", "memory", "gpus")}
     for k, v in pod.get("podRequests", {}).items():
@@ -297,19 +574,51 @@ def _tighten(rng: random.Random, node: dict[str, Any], pod: dict[str, Any], exis
 
 
 # -- rendering: one copy of a case in one pool ------------------------------------------------------
-def _render(value: Any, names: list[str]) -> Any:
-    if isinstance(value, str) and value.startswith(NODE_REF):
-        return names[int(value[len(NODE_REF):])]
-    if isinstance(value, list):
-        return [_render(v, names) for v in value]
-    if isinstance(value, dict):
-        return {k: _render(v, names) for k, v in value.items()}
-    return value
+@dataclass(frozen=True)
+class Renderer:
+    """Turns a case's references into one copy's names (see the module docstring)."""
+
+    names: list[str]  # the pool's node names, by index
+    local: str  # the copy's token: "~x" -> "<local>-x"
+    side: str  # the scheduler's token in the run: "^x" -> "<side>-x"
+    namespaces: list[str]  # the scheduler's namespaces in the run, by index
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.startswith(NODE_REF):
+                return self.names[int(value[len(NODE_REF):])]
+            if value.startswith(NS_REF):
+                return self.namespaces[int(value[len(NS_REF):])]
+            if value.startswith(LOCAL):
+                return f"{self.local}-{value[len(LOCAL):]}"
+            if value.startswith(SIDE):
+                return f"{self.side}-{value[len(SIDE):]}"
+            return value
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, dict):
+            return {self(k): self(v) for k, v in value.items()}
+        return value
+
+
+def run_namespaces(run: str, scheduler: str) -> list[str]:
+    return [f"diff-{run}-{scheduler}-{i}" for i in range(len(NAMESPACE_LABELS))]
+
+
+def namespace_manifests(run: str) -> list[dict[str, Any]]:
+    """Each scheduler's namespaces of the run, labelled with values of its own."""
+    out = []
+    for scheduler in SCHEDULERS:
+        render = Renderer([], "", f"d{run}-{scheduler}", run_namespaces(run, scheduler))
+        for name, labels in zip(render.namespaces, NAMESPACE_LABELS, strict=True):
+            out.append({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": name, "labels": {**render(labels), "diff-run": run}}})
+    return out
 
 
 def _container(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    requests = {k: spec[k] for k in ("cpu", "memory") if k in spec}
-    limits = {}
+    requests: dict[str, Any] = {k: spec[k] for k in ("cpu", "memory") if k in spec}
+    limits: dict[str, str] = {}
     if spec.get("gpus"):
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec["gpus"])
     if spec.get(WIDGET):
@@ -347,51 +656,73 @@ class Copy:
     case: dict[str, Any]
     scheduler: str  # "kube" | "ms"
     pool: str
+    run: str
     nodes: list[NodeSpec] = field(default_factory=list)
 
     @property
     def names(self) -> list[str]:
-        return [n.name for n in self.nodes]
+        return [f"{self.pool}-{j}" for j in range(len(self.case["nodes"]))]
+
+    @property
+    def render(self) -> Renderer:
+        side = f"d{self.run}-{self.scheduler}"
+        return Renderer(self.names, self.pool, side, run_namespaces(self.run, self.scheduler))
 
     @property
     def pod_name(self) -> str:
         return f"c{self.case['case']:04d}-{self.scheduler}"
 
+    @property
+    def namespace(self) -> str:
+        """The namespace of the pod to place."""
+        return str(self.render(f"{NS_REF}{self.case['pod'].get('namespace', 0)}"))
+
+    def _meta(self, name: str, role: str, want: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "namespace": self.render(f"{NS_REF}{want.get('namespace', 0)}"),
+                "labels": {**self.render(want.get("labels", {})), "diff": role, "diff-run": self.run}}
+
+    def _affinity(self, want: dict[str, Any]) -> dict[str, Any]:
+        return {k: self.render(want[k]) for k in ("nodeAffinity", "podAffinity", "podAntiAffinity") if k in want}
+
     def existing_pods(self) -> list[dict[str, Any]]:
-        return [{"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": f"{self.pod_name}-e{j}", "labels": {"diff": "existing"}},
-                 "spec": {**_pod_spec(p), "nodeName": self.names[p["node"]], "schedulerName": "nobody",
-                          "tolerations": [{"operator": "Exists"}]}}
-                for j, p in enumerate(self.case["existing"])]
+        pods = []
+        for j, p in enumerate(self.case["existing"]):
+            spec = {**_pod_spec(p), "nodeName": self.names[p["node"]], "schedulerName": "nobody",
+                    "tolerations": [{"operator": "Exists"}]}
+            if affinity := self._affinity(p):
+                spec["affinity"] = affinity
+            pods.append({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": self._meta(f"{self.pod_name}-e{j}", "existing", p), "spec": spec})
+        return pods
 
     def pod(self, scheduler_name: str) -> dict[str, Any]:
         want = self.case["pod"]
         spec: dict[str, Any] = {
             **_pod_spec(want), "schedulerName": scheduler_name,
-            "nodeSelector": {**want.get("nodeSelector", {}), POOL_LABEL: self.pool},
+            "nodeSelector": {**self.render(want.get("nodeSelector", {})), POOL_LABEL: self.pool},
             "tolerations": [*want.get("tolerations", []),
                             {"key": POOL_LABEL, "operator": "Equal", "value": self.pool, "effect": "NoSchedule"}],
         }
-        if "nodeAffinity" in want:
-            spec["affinity"] = {"nodeAffinity": _render(want["nodeAffinity"], self.names)}
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": self.pod_name, "labels": {"diff": "probe"}}, "spec": spec}
+        if affinity := self._affinity(want):
+            spec["affinity"] = affinity
+        if "topologySpreadConstraints" in want:
+            spec["topologySpreadConstraints"] = self.render(want["topologySpreadConstraints"])
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": self._meta(self.pod_name, "probe", want), "spec": spec}
 
 
-def build_copies(cases: list[dict[str, Any]]) -> list[dict[str, Copy]]:
-    run = secrets.token_hex(2)
+def build_copies(cases: list[dict[str, Any]], run: str) -> list[dict[str, Copy]]:
     base = 200000 + secrets.randbelow(4000) * 256
     serial = 0
     copies: list[dict[str, Copy]] = []
     for case in cases:
         pair = {}
         for scheduler in SCHEDULERS:
-            copy = Copy(case, scheduler, f"d{run}-{case['case']:04d}-{scheduler}")
-            for j, n in enumerate(case["nodes"]):
+            copy = Copy(case, scheduler, f"d{run}-{case['case']:04d}-{scheduler}", run)
+            for name, n in zip(copy.names, case["nodes"], strict=True):
                 serial += 1
                 copy.nodes.append(NodeSpec(
-                    name=f"{copy.pool}-{j}", internal_ip=node_ip(base + serial), cpu=n["cpu"], memory=n["memory"],
-                    pods=n["pods"], gpus=n["gpus"], labels={**n["labels"], POOL_LABEL: copy.pool},
+                    name=name, internal_ip=node_ip(base + serial), cpu=n["cpu"], memory=n["memory"],
+                    pods=n["pods"], gpus=n["gpus"], labels={**copy.render(n["labels"]), POOL_LABEL: copy.pool},
                     ephemeral_storage=n["storage"], extended={WIDGET: str(n[WIDGET])} if WIDGET in n else {},
                     taints=(*n["taints"], {"key": POOL_LABEL, "value": copy.pool, "effect": "NoSchedule"}),
                     unschedulable=n["unschedulable"]))
@@ -437,13 +768,13 @@ class Decision:
     candidates: list[int]
 
 
-def ms_decisions(url: str, copies: dict[str, Copy], namespace: str) -> dict[str, Decision]:
+def ms_decisions(url: str, copies: dict[str, Copy]) -> dict[str, Decision]:
     body = httpx.get(f"{url}/decisions", params={"limit": "100000"}, timeout=30).json()
     out: dict[str, Decision] = {}
     for record in body["decisions"]:  # newest first: keep the newest scheduled record per pod
-        name = record["pod"].removeprefix(f"{namespace}/")
+        namespace, _, name = record["pod"].partition("/")
         copy = copies.get(name)
-        if copy is None or record["result"] != "scheduled" or name in out:
+        if copy is None or copy.namespace != namespace or record["result"] != "scheduled" or name in out:
             continue
         out[name] = Decision(record["feasible"], [copy.names.index(c["node"]) for c in record["candidates"]])
     return out
@@ -481,28 +812,39 @@ def _case_numbers() -> list[int]:
 
 @pytest.fixture
 def diff_nodes(cluster: DevCluster, api: KubeAPI) -> Iterator[list[dict[str, Copy]]]:
-    """Every case's two pools, created together and deleted at the end (KWOK nodes must not pile up)."""
+    """Every case's two pools and the run's namespaces, created together and deleted at the end (KWOK nodes
+    must not pile up; the namespaces' pods go with them)."""
     cases = [generate(SEED, n) for n in _case_numbers()]
-    copies = build_copies(cases)
+    run = secrets.token_hex(2)
+    copies = build_copies(cases, run)
     specs = [spec for pair in copies for copy in pair.values() for spec in copy.nodes]
+    namespaces = namespace_manifests(run)
     try:
+        for ns in namespaces:
+            api.post("/api/v1/namespaces", ns)
         create_nodes(api, specs, concurrency=32)
         yield copies
     finally:
         delete_nodes(api, [s.name for s in specs], concurrency=32)
+        for ns in namespaces:
+            kube.delete_namespace(api, ns["metadata"]["name"])
 
 
-def _post_all(api: KubeAPI, namespace: str, bodies: list[dict[str, Any]]) -> None:
+def _post_all(api: KubeAPI, bodies: list[dict[str, Any]]) -> None:
     with ThreadPoolExecutor(32) as pool:
-        list(pool.map(lambda body: api.post(f"/api/v1/namespaces/{namespace}/pods", body), bodies))
+        list(pool.map(lambda body: api.post(f"/api/v1/namespaces/{body['metadata']['namespace']}/pods", body),
+                      bodies))
 
 
-def test_kube_scheduler_and_metrics_sched_agree(cluster: DevCluster, api: KubeAPI, namespace: str,
+def test_kube_scheduler_and_metrics_sched_agree(cluster: DevCluster, api: KubeAPI,
                                                  diff_nodes: list[dict[str, Copy]]) -> None:
     started = time.monotonic()
-    print(f"\nDIFF_SEED={SEED} cases={len(diff_nodes)} hostPorts={'on' if HOST_PORTS else 'off (no NodePorts yet)'}")
+    print(f"\nDIFF_SEED={SEED} cases={len(diff_nodes)} hostPorts={'on' if HOST_PORTS else 'off (no NodePorts yet)'} "
+          f"podAffinity={'on' if POD_AFFINITY else 'off (no InterPodAffinity yet)'} "
+          f"topologySpread={'on' if TOPOLOGY_SPREAD else 'off (no PodTopologySpread yet)'}")
+    run = diff_nodes[0]["kube"].run if diff_nodes else ""
     # Pods already on the nodes exist before either scheduler starts: both see them in their first LIST.
-    _post_all(api, namespace, [p for pair in diff_nodes for copy in pair.values() for p in copy.existing_pods()])
+    _post_all(api, [p for pair in diff_nodes for copy in pair.values() for p in copy.existing_pods()])
     kube_name = f"kube-diff-{secrets.token_hex(3)}"
     ms_extra = {
         "profile": {"plugins": {"filter": {"disabled": [{"name": "GPUTemperature"}]},
@@ -515,12 +857,12 @@ def test_kube_scheduler_and_metrics_sched_agree(cluster: DevCluster, api: KubeAP
         setup = time.monotonic() - started
         names = {"kube": kube_name, "ms": ms_name}
         by_pod = {copy.pod_name: copy for pair in diff_nodes for copy in pair.values()}
-        _post_all(api, namespace, [copy.pod(names[copy.scheduler]) for copy in by_pod.values()])
+        _post_all(api, [copy.pod(names[copy.scheduler]) for copy in by_pod.values()])
 
         verdicts: dict[str, Verdict] = {}
 
         def all_decided() -> bool:
-            pods = api.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector="diff=probe")["items"]
+            pods = api.get("/api/v1/pods", labelSelector=f"diff=probe,diff-run={run}")["items"]
             for pod in pods:
                 name = pod["metadata"]["name"]
                 if name not in verdicts and (v := verdict_of(pod, by_pod[name])) is not None:
@@ -528,12 +870,12 @@ def test_kube_scheduler_and_metrics_sched_agree(cluster: DevCluster, api: KubeAP
             return len(verdicts) == len(by_pod)
 
         try:
-            kube.poll(all_decided, 90, "a verdict from each scheduler for every case", interval=0.25)
+            kube.poll(all_decided, 900, "a verdict from each scheduler for every case", interval=0.25)
         except AssertionError:
             missing = sorted(set(by_pod) - set(verdicts))
             raise AssertionError(f"DIFF_SEED={SEED}: no verdict for {len(missing)} pods: {missing[:20]}") from None
         decided = time.monotonic() - started
-        decisions = ms_decisions(ms_proc.url, by_pod, namespace)
+        decisions = ms_decisions(ms_proc.url, by_pod)
 
     failures = []
     stats: collections.Counter[str] = collections.Counter()
@@ -545,11 +887,21 @@ def test_kube_scheduler_and_metrics_sched_agree(cluster: DevCluster, api: KubeAP
         stats["feasible" if kube_v.feasible else "infeasible"] += 1
         if decision is not None and decision.feasible == 1:
             stats["exactly one feasible node"] += 1
-        for feature in ("nodeSelector", "nodeAffinity", "tolerations", "hostPorts", "initContainers", "podRequests"):
-            stats[f"pod uses {feature}"] += feature in case["pod"]
-        for resource in ("gpus", WIDGET, "storage"):
-            stats[f"pod requests {resource}"] += any(c.get(resource) for c in case["pod"]["containers"])
-        stats["node 0 sized to fit exactly, or be 1 unit short"] += case.get("tight", False)
+        uses = {f"pod uses {feature}": feature in case["pod"]
+                for feature in ("nodeSelector", "nodeAffinity", "tolerations", "hostPorts", "initContainers",
+                                "podRequests", "topologySpreadConstraints")}
+        for kind in ("podAffinity", "podAntiAffinity"):
+            for when in ("required", "preferred"):
+                uses[f"pod uses {when} {kind}"] = any(k.startswith(when) for k in case["pod"].get(kind, {}))
+        uses["pod is the first of its group"] = case["first_of_group"] and POD_AFFINITY
+        uses |= {f"pod requests {resource}": any(c.get(resource) for c in case["pod"]["containers"])
+                 for resource in ("gpus", WIDGET, "storage")}
+        uses["node 0 sized to fit exactly, or be 1 unit short"] = case.get("tight", False)
+        for what, used in uses.items():  # and how many of those kube-scheduler found feasible
+            stats[what] += used
+            stats[f"{what}, feasible"] += used and kube_v.feasible
+        stats["existing pods with required podAntiAffinity"] += sum(
+            "requiredDuringSchedulingIgnoredDuringExecution" in e.get("podAntiAffinity", {}) for e in case["existing"])
         stats["existing pods"] += len(case["existing"])
         problem = disagreement(kube_v, ms_v, decision)
         if ONLY is not None:
