@@ -15,13 +15,16 @@ POOL_LABEL = "metrics-sched.test/pool"
 
 @contextmanager
 def node_pool(cluster: DevCluster, count: int, *, cpu: str = "1", memory: str = "8Gi", gpus: int | list[int] = 0,
-              pods: int = 110) -> Iterator[tuple[str, list[NodeSpec]]]:
+              pods: int = 110, own_zones: int = 0) -> Iterator[tuple[str, list[NodeSpec]]]:
+    """`own_zones`: that many zones named after the pool (no other node shares their domains), node i in
+    zone i % own_zones; otherwise zone-0..2, shared with other pools."""
     pool = f"p{secrets.token_hex(3)}"
     base = 60000 + secrets.randbelow(5000) * 16
     gpu_list = gpus if isinstance(gpus, list) else [gpus] * count
     specs = [
         NodeSpec(name=f"{pool}-{i:02d}", internal_ip=node_ip(base + i), cpu=cpu, memory=memory, pods=pods,
-                 gpus=gpu_list[i], labels={POOL_LABEL: pool, "topology.kubernetes.io/zone": f"zone-{i % 3}"},
+                 gpus=gpu_list[i], labels={POOL_LABEL: pool, "topology.kubernetes.io/zone":
+                                                 f"{pool}-zone-{i % own_zones}" if own_zones else f"zone-{i % 3}"},
                  taints=({"key": POOL_LABEL, "value": pool, "effect": "NoSchedule"},))
         for i in range(count)
     ]

@@ -83,10 +83,11 @@ def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, 
 
 @contextmanager
 def schedulers(cluster: DevCluster, replicas: int = 1, extra: dict[str, Any] | None = None,
-               leader_elect: bool = True,
-               env: Mapping[str, str] | None = None) -> Iterator[tuple[str, list[SchedulerProcess]]]:
-    """`env` is added to the scheduler processes' environment (e.g. PYTHONPATH for third-party plugins)."""
-    scheduler_name = f"ms-{secrets.token_hex(3)}"
+               leader_elect: bool = True, env: Mapping[str, str] | None = None,
+               name: str | None = None) -> Iterator[tuple[str, list[SchedulerProcess]]]:
+    """`env` is added to the scheduler processes' environment (e.g. PYTHONPATH for third-party plugins);
+    `name` is the schedulerName (default: a fresh one), e.g. for pods created before the scheduler starts."""
+    scheduler_name = name or f"ms-{secrets.token_hex(3)}"
     config = write_config(cluster, scheduler_name, extra, leader_elect)
     procs = [start_scheduler(cluster, scheduler_name, config, i, env) for i in range(replicas)]
     try:

@@ -22,12 +22,11 @@ from typing import Any
 
 import httpx
 
-from devcluster import DevCluster, NodeSpec
+from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
-from devcluster.nodes import node_ip
 from tests.e2e import kube
-from tests.e2e.pools import POOL_LABEL, in_pool, node_pool
-from tests.e2e.scheduler_proc import SchedulerProcess, start_scheduler, write_config
+from tests.e2e.pools import in_pool, node_pool
+from tests.e2e.scheduler_proc import SchedulerProcess, schedulers
 
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
@@ -38,34 +37,18 @@ AFFINITY_REASON = "node(s) didn't match pod affinity rules"
 # -- nodes, scheduler, pods ---------------------------------------------------------------------------
 @contextmanager
 def zoned_pool(cluster: DevCluster, zones: int, per_zone: int) -> Iterator[tuple[str, list[str], dict[str, str]]]:
-    """Like pools.node_pool, with zone label values of this pool's own: no other node shares its domains.
-    Yields the pool, its zones and each node's zone."""
-    pool = f"p{secrets.token_hex(3)}"
-    zone_names = [f"{pool}-zone-{z}" for z in range(zones)]
-    base = 60000 + secrets.randbelow(5000) * 16
-    specs = [
-        NodeSpec(name=f"{pool}-{z}{i}", internal_ip=node_ip(base + z * per_zone + i), cpu="1", memory="8Gi",
-                 labels={POOL_LABEL: pool, ZONE: zone},
-                 taints=({"key": POOL_LABEL, "value": pool, "effect": "NoSchedule"},))
-        for z, zone in enumerate(zone_names) for i in range(per_zone)
-    ]
-    cluster.add_nodes(specs)
-    try:
-        yield pool, zone_names, {s.name: s.labels[ZONE] for s in specs}
-    finally:
-        cluster.remove_nodes([s.name for s in specs])
+    """A pool whose zones are its own (no other node shares their domains): the pool, its zones, each node's zone."""
+    with node_pool(cluster, zones * per_zone, own_zones=zones) as (pool, specs):
+        zone_of = {s.name: s.labels[ZONE] for s in specs}
+        yield pool, sorted(set(zone_of.values())), zone_of
 
 
 @contextmanager
 def metrics_sched(cluster: DevCluster, scheduler_name: str,
                   profile: dict[str, Any] | None = None) -> Iterator[SchedulerProcess]:
     """One replica under a name chosen by the test (its pods exist before it starts)."""
-    config = write_config(cluster, scheduler_name, {"profile": profile} if profile else None)
-    proc = start_scheduler(cluster, scheduler_name, config)
-    try:
+    with schedulers(cluster, extra={"profile": profile} if profile else None, name=scheduler_name) as (_, [proc]):
         yield proc
-    finally:
-        cluster.group.stop(proc.name)
 
 
 def prefer(label: str, value: str) -> dict[str, Any]:
