@@ -1,55 +1,201 @@
 """A small HTTP server for the scheduler's endpoints: /healthz, /readyz, /metrics, /decisions, /sources, /values.
 
-Handlers are registered by path; each returns (status, content type, body). Runs in daemon threads
-and never touches the scheduling hot path except through the thread-safe reads handlers make.
+Handlers are registered by path; each returns (status, content type, body), the body as bytes or as an
+iterator of chunks, streamed so a large answer is never held whole. Runs in daemon threads and never touches
+the scheduling hot path except through the thread-safe reads handlers make.
+
+Any pod can reach the port, so a client must not be able to exhaust the process: at most `max_threads`
+connections are served at once (one more is answered 503 at once, from the accepting thread); a request
+must arrive whole within `request_timeout` (a client sending half a request, or a byte a second, is cut off)
+and its answer be taken within `response_timeout`. A handler raises BadRequest for a bad parameter (400).
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import math
+import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 log = logging.getLogger(__name__)
 
-Response = tuple[int, str, bytes]
-Route = Callable[[dict[str, list[str]]], Response]
+Query = dict[str, list[str]]
+Body = bytes | Iterator[bytes]
+Response = tuple[int, str, Body]
+Route = Callable[[Query], Response]
+
+MAX_THREADS = 16
+REQUEST_TIMEOUT = 10.0  # seconds for the request line and headers, in total
+RESPONSE_TIMEOUT = 30.0  # seconds for the client to take the whole answer
+
+
+class BadRequest(ValueError):
+    """A bad query parameter: answered 400 with the message."""
 
 
 def text(status: int, body: str) -> Response:
     return status, "text/plain; charset=utf-8", body.encode()
 
 
+# -- query parameters ------------------------------------------------------------------------------
+def check_params(query: Query, known: Collection[str], *, repeatable: Collection[str] = ()) -> None:
+    """Refuses a parameter not in `known` (a typo must not silently widen the answer), or given twice unless
+    it is `repeatable`."""
+    for key, values in query.items():
+        if key not in known:
+            expected = f"expected one of: {', '.join(sorted(known))}" if known else "this path takes none"
+            raise BadRequest(f"unknown parameter {key!r} ({expected})")
+        if len(values) > 1 and key not in repeatable:
+            raise BadRequest(f"parameter {key!r} given more than once")
+
+
+def param(query: Query, key: str) -> str | None:
+    values = query.get(key)
+    return values[0] if values else None
+
+
+def int_param(query: Query, key: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    """An integer within [minimum, maximum], or None when absent."""
+    value = param(query, key)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadRequest(f"{key}: must be an integer, got {value!r}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bounds = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise BadRequest(f"{key}: must be {bounds}, got {number}")
+    return number
+
+
+def float_param(query: Query, key: str) -> float | None:
+    """A finite number, or None when absent."""
+    value = param(query, key)
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadRequest(f"{key}: must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise BadRequest(f"{key}: must be finite, got {value!r}")
+    return number
+
+
+# -- the server ------------------------------------------------------------------------------------
+class _DeadlineReader(io.RawIOBase):
+    """The socket's input with one deadline for the whole request: a socket timeout alone restarts with
+    every byte received, so a client sending a byte at a time would hold its thread forever."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request not received in time")
+        self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_threads: int) -> None:
+        self.max_threads = max_threads
+        self._slots = threading.BoundedSemaphore(max_threads)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: socket.socket) -> None:
+        # From the accepting thread, so never blocking: the answer fits the socket's send buffer or is lost.
+        log.warning("http: %d connections in progress, refusing one", self.max_threads)
+        try:
+            request.setblocking(False)
+            request.send(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
+                         b"Connection: close\r\nRetry-After: 1\r\n\r\nbusy\n")
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+
 class HTTPServer:
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, max_threads: int = MAX_THREADS,
+                 request_timeout: float = REQUEST_TIMEOUT, response_timeout: float = RESPONSE_TIMEOUT) -> None:
         self.routes: dict[str, Route] = {}
         routes = self.routes
 
         class Handler(BaseHTTPRequestHandler):
+            def setup(self) -> None:
+                super().setup()
+                self.rfile.close()  # the socket's own file: replaced by one with the request's deadline
+                self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + request_timeout))
+
             def do_GET(self) -> None:
+                deadline = time.monotonic() + response_timeout
                 parts = urlsplit(self.path)
                 route = routes.get(parts.path.rstrip("/") or "/")
                 if route is None:
                     status, content_type, body = text(404, f"no such path: {parts.path}\n")
                 else:
                     try:
-                        status, content_type, body = route(parse_qs(parts.query))
+                        status, content_type, body = route(parse_qs(parts.query, keep_blank_values=True))
+                    except BadRequest as exc:
+                        status, content_type, body = text(400, f"{exc}\n")
                     except Exception as exc:  # a failing handler answers 500, never crashes the server
                         log.exception("handler for %s failed", parts.path)
                         status, content_type, body = text(500, f"internal error: {type(exc).__name__}\n")
+                self.connection.settimeout(max(0.001, deadline - time.monotonic()))
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
+                if isinstance(body, bytes):
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                # Streamed: no length, the end of the connection ends the body (HTTP/1.0).
+                self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    for chunk in body:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            raise TimeoutError("response not taken in time")  # handle_one_request drops the client
+                        self.connection.settimeout(remaining)
+                        self.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    log.debug("http: client of %s went away", parts.path)
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - signature is fixed
                 log.debug("http: " + format, *args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler, max_threads)
         self._thread: threading.Thread | None = None
 
     @property
@@ -66,3 +212,7 @@ class HTTPServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+__all__ = ["BadRequest", "Body", "HTTPServer", "Query", "Response", "Route", "check_params",
+           "float_param", "int_param", "param", "text"]

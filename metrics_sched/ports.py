@@ -8,7 +8,7 @@ models: the hot path reads raw JSON.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -74,6 +74,15 @@ class ClusterSource(Protocol):
     def stop(self) -> None: ...
 
 
+class ClusterLister(Protocol):
+    """A fresh LIST of all nodes and pods, read from the API (not from the watches): what the cache comparer
+    checks the cluster state against. Items stream page by page; raises ApiError."""
+
+    def list_nodes(self) -> Iterator[KubeObject]: ...
+
+    def list_pods(self) -> Iterator[KubeObject]: ...
+
+
 @dataclass(frozen=True)
 class SchedulingEvent:
     """An events.k8s.io/v1 Event about a pod, e.g. Scheduled or FailedScheduling."""
@@ -89,6 +98,14 @@ class SchedulingEvent:
     reporting_instance: str
 
 
+@dataclass(frozen=True)
+class EventSeries:
+    """An Event seen again (events.k8s.io/v1 `series`): how often in all, and when last."""
+
+    count: int  # at least 2: the API refuses a series of one
+    last_observed: float  # unix seconds
+
+
 class PodWriter(Protocol):
     """The writes (and the one re-read) the bind loop makes."""
 
@@ -101,12 +118,23 @@ class PodWriter(Protocol):
         """The pod as the API has it now (None if gone). Raises ApiError."""
         ...
 
-    def record_event(self, event: SchedulingEvent) -> None: ...
+    def record_event(self, event: SchedulingEvent, series: EventSeries | None = None) -> str:
+        """Creates the Event (already a series when it recurred before it could be written) and returns its
+        name, which update_event_series patches later. Raises ApiError."""
+        ...
+
+    def update_event_series(self, event: SchedulingEvent, name: str, series: EventSeries) -> None:
+        """Patches the series of the Event `name` (the API keeps its other fields immutable); creates it again
+        under that name if it has expired meanwhile. Raises ApiError."""
+        ...
 
     def set_pod_scheduled_condition(
-        self, namespace: str, name: str, *, status: Literal["True", "False"], reason: str, message: str
+        self, namespace: str, name: str, *, status: Literal["True", "False"], reason: str, message: str,
+        resource_version: str | None = None,
     ) -> None:
-        """Patches pods/status so `kubectl describe pod` shows PodScheduled with reason and message."""
+        """Patches pods/status so `kubectl describe pod` shows PodScheduled with reason and message. With
+        resource_version, only that version of the pod is patched: the API answers 409 if the pod changed
+        since (bound, deleted and re-created...). Raises ApiError."""
         ...
 
 

@@ -2,11 +2,14 @@
 
 Typical wiring:
 
-    client = KubeClient(load(kubeconfig_path_or_None), max_connections=bind_concurrency, qps=..., burst=...)
-    source, writer, leases = KubeClusterSource(client), KubePodWriter(client), KubeLeaseStore(client)
+    kube = load(kubeconfig_path_or_None)
+    client = KubeClient(kube, max_connections=bind_concurrency, qps=..., burst=...,
+                        write_fence=WriteFence(elector.may_bind, bind_timeout))
+    source, writer = KubeClusterSource(client), KubePodWriter(client)
+    leases = KubeLeaseStore(lease_client(kube, request_timeout=...))  # a client and pool of its own
 """
 
-from adapters.kubernetes.client import KubeClient, WatchStream, WatchTimeout
+from adapters.kubernetes.client import Fenced, KubeClient, WatchStream, WatchTimeout, WriteFence, lease_client
 from adapters.kubernetes.config import (
     ClientCertificate,
     KubeConfig,
@@ -17,6 +20,7 @@ from adapters.kubernetes.config import (
     load_kubeconfig,
 )
 from adapters.kubernetes.lease_store import KubeLeaseStore
+from adapters.kubernetes.lister import KubeClusterLister
 from adapters.kubernetes.pod_writer import KubePodWriter
 from adapters.kubernetes.rate_limit import TokenBucket
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
@@ -28,8 +32,10 @@ __all__ = [
     "NODES",
     "PODS",
     "ClientCertificate",
+    "Fenced",
     "FileToken",
     "KubeClient",
+    "KubeClusterLister",
     "KubeClusterSource",
     "KubeConfig",
     "KubeConfigError",
@@ -46,6 +52,8 @@ __all__ = [
     "WatchStream",
     "WatchTimeout",
     "WatchedResource",
+    "WriteFence",
+    "lease_client",
     "load",
     "load_in_cluster",
     "load_kubeconfig",

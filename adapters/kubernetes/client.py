@@ -1,7 +1,12 @@
 """KubeClient: raw-JSON HTTP access to the API server, with errors as metrics_sched.ports.ApiError.
 
 Two connection pools: long-lived LIST/WATCH streams get their own, so a slow list or a dozen idle
-watches can never take a connection the bind loop is waiting for (and vice versa).
+watches can never take a connection the bind loop is waiting for (and vice versa). Leader election uses a
+client of its own (`lease_client`): a renewal must never wait behind binds and reports for a connection.
+
+A client built with a WriteFence sends a write (any method but GET) only while the fence is open: checked
+after the rate limiter's wait and again once a connection is in hand, just before the first byte goes
+out; once out, the write's whole exchange is bounded by the fence's timeout.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -31,6 +37,23 @@ class WatchTimeout(ApiError):
     """Nothing arrived on a watch within the client read timeout: the connection may be silently dead."""
 
 
+class Fenced(ApiError):
+    """A write refused before any byte of it was sent: the fence was closed (leadership about to go)."""
+
+
+@dataclass(frozen=True)
+class WriteFence:
+    """may_start: whether a write may start now. timeout: the longest a started write may take, sending and
+    waiting for the answer together (half each: the answer of a write is one small read)."""
+
+    may_start: Callable[[], bool]
+    timeout: float
+
+
+# httpcore's trace event just before a request's first byte is written (the connection is in hand).
+_SENDING = frozenset({"http11.send_request_headers.started", "http2.send_request_headers.started"})
+
+
 class KubeClient:
     def __init__(
         self,
@@ -45,13 +68,15 @@ class KubeClient:
         watch_read_timeout: float = 60.0,
         max_watch_connections: int = 8,
         user_agent: str = USER_AGENT,
+        write_fence: WriteFence | None = None,
         transport: httpx.BaseTransport | None = None,
         watch_transport: httpx.BaseTransport | None = None,
     ) -> None:
         """max_connections: the request pool (set it to the bind concurrency). qps/burst: client-side
-        limit on that pool, unlimited when qps is None (burst defaults to 2 x qps). transport (and optionally
-        a separate watch_transport) replaces the network, for tests."""
+        limit on that pool, unlimited when qps is None (burst defaults to 2 x qps). write_fence: see the
+        module. transport (and optionally a separate watch_transport) replaces the network, for tests."""
         self.config = config
+        self.write_fence = write_fence
         self.request_timeout = request_timeout
         self.list_timeout = list_timeout
         self.connect_timeout = connect_timeout
@@ -144,9 +169,19 @@ class KubeClient:
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
+        extensions: dict[str, Any] = {}
+        fence = self.write_fence if method != "GET" else None
+        if fence is not None:
+            # The token bucket may have slept: look again now, and once more when the bytes go out.
+            if not fence.may_start():
+                raise Fenced(None, f"{method} {path}: not sent (write fence closed)", reason="Fenced")
+            extensions["trace"] = _fence_trace(fence, method, path)
+            half = fence.timeout / 2
+            timeout = httpx.Timeout(half, connect=self.connect_timeout, pool=self.request_timeout)
         try:
             response = http.request(method, path, content=content, params=params, headers=headers,
-                                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
+                                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                                    extensions=extensions or None)
         except httpx.HTTPError as exc:
             raise self._transport_error(method, path, exc) from exc
         if response.status_code >= 400:
@@ -219,6 +254,24 @@ class WatchStream:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
         else:
             self._response.close()
+
+
+def lease_client(config: KubeConfig, *, request_timeout: float, transport: httpx.BaseTransport | None = None,
+                 ) -> KubeClient:
+    """The client for leader election alone: its own small pool, no rate limit, timeouts within the renew
+    deadline (kube-scheduler builds its leader-election client the same way)."""
+    return KubeClient(config, max_connections=2, max_watch_connections=1, request_timeout=request_timeout,
+                      connect_timeout=min(request_timeout, 5.0), user_agent=f"{USER_AGENT} leader-election",
+                      transport=transport)
+
+
+def _fence_trace(fence: WriteFence, method: str, path: str) -> Callable[[str, dict[str, Any]], None]:
+    def trace(event: str, _: dict[str, Any]) -> None:
+        # Waiting for a pooled connection and connecting can take seconds: the last look before sending.
+        if event in _SENDING and not fence.may_start():
+            raise Fenced(None, f"{method} {path}: not sent (write fence closed)", reason="Fenced")
+
+    return trace
 
 
 def _decode(method: str, path: str, response: httpx.Response) -> dict[str, Any]:

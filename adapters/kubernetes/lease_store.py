@@ -1,8 +1,9 @@
 """KubeLeaseStore: the LeaseStore port on coordination.k8s.io/v1 Leases.
 
 update() is a PUT carrying the resourceVersion it read, so two candidates racing for the lease
-cannot both win: the loser gets 409 and re-reads. Lease calls bypass the client's QPS limit: a renewal
-stuck behind a burst of binds would cost the leadership.
+cannot both win: the loser gets 409 and re-reads. Give it a client of its own (client.lease_client): a
+renewal stuck behind a burst of binds, for a token or a connection, would cost the leadership. Should it
+share one anyway, lease calls at least bypass the QPS limit.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from metrics_sched.audit.record import DecisionRecord, build_record
+from metrics_sched.audit.record import DecisionRecord, StoredDecision, build_record
 from metrics_sched.audit.ring import DecisionRing
 from metrics_sched.framework.cycle_state import StateKey, annotate_binding
 from metrics_sched.framework.runtime import CycleResult
@@ -18,6 +18,8 @@ log = logging.getLogger("metrics_sched.decisions")
 ANNOTATION = "metrics-sched.io/decision"
 # The record travels with the cycle to the bind, which fills in the bind's outcome.
 RECORD = StateKey[DecisionRecord]("audit/record")
+# The ring's compact copy, which gets the bind's outcome too.
+STORED = StateKey[StoredDecision]("audit/stored")
 
 
 class Auditor:
@@ -40,7 +42,7 @@ class Auditor:
         if self.annotate and record.node is not None:
             # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
             annotate_binding(result.cycle, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
-        self.ring.add(record)
+        result.cycle.write(STORED, self.ring.add(record))
         for observer in self.record_observers:
             observer(record, result)
         result.release_arrays()
@@ -58,5 +60,8 @@ class Auditor:
             return
         record.bind = outcome.result
         record.bind_ms = round(outcome.seconds * 1000, 3)
+        stored = result.cycle.get(STORED)
+        if stored is not None:
+            stored.bind, stored.bind_ms = record.bind, record.bind_ms
         for observer in self.bind_observers:
             observer(record, outcome)

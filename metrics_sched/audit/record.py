@@ -1,7 +1,10 @@
 """DecisionRecord: why a pod went where it went (or nowhere), built once from the cycle's own arrays.
 
 Sinks (log line, /decisions ring, pod annotation, Scheduled event, Prometheus metrics) only read
-the record; none of them recomputes a score.
+the record; none of them recomputes a score. The ring keeps each record as a StoredDecision: the same
+content in a few flat fields (one float array for every number of the candidates, the term layout
+shared between records), about a sixth of the objects' size, so 10,000 of them cost megabytes, not
+a hundred or more.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from array import array
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -141,3 +145,93 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
         candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
         nominated_node=result.nominated_node,
     )
+
+
+# One term of a record's candidates: plugin, weight and its metrics as (name, sources). Candidates of one
+# record share it, and records of one profile usually have the same layout, which the ring shares.
+TermLayout = tuple[str, int, tuple[tuple[str, tuple[str, ...]], ...]]
+Layout = tuple[TermLayout, ...]
+
+
+def layout_of(record: DecisionRecord) -> Layout:
+    if not record.candidates:
+        return ()
+    return tuple((t.plugin, t.weight, tuple((m.metric, tuple(m.sources)) for m in t.metrics))
+                 for t in record.candidates[0].terms)
+
+
+def _stored(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _shown(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+class StoredDecision:
+    """A DecisionRecord as the ring keeps it. `values` holds, per candidate in rank order, its total, then per
+    term its normalised and raw score, then per metric of the term its value, age and in-flight part (NaN
+    for None). `bind` and `bind_ms` are filled in when the bind ends."""
+
+    __slots__ = ("attempts", "bind", "bind_ms", "config_hash", "duration_ms", "feasible", "id", "layout",
+                 "margin", "message", "node", "nodes", "nodes_total", "nominated_node", "pod", "profile",
+                 "rejections", "result", "time", "uid", "values")
+
+    def __init__(self, record: DecisionRecord, layout: Layout) -> None:
+        self.id, self.time, self.pod, self.uid = record.id, record.time, record.pod, record.uid
+        self.profile, self.config_hash, self.result = record.profile, record.config_hash, record.result
+        self.node, self.message, self.nominated_node = record.node, record.message, record.nominated_node
+        self.nodes_total, self.feasible, self.attempts = record.nodes_total, record.feasible, record.attempts
+        self.rejections = tuple(record.rejections.items())
+        self.margin, self.duration_ms = record.margin, record.duration_ms
+        self.bind, self.bind_ms = record.bind, record.bind_ms
+        self.layout = layout
+        self.nodes = tuple(c.node for c in record.candidates)
+        values = array("d")
+        for candidate in record.candidates:
+            values.append(candidate.total)
+            for term in candidate.terms:
+                values.extend((_stored(term.normalized), _stored(term.raw)))
+                for m in term.metrics:
+                    values.extend((_stored(m.value), _stored(m.age_seconds), _stored(m.in_flight)))
+        self.values = values
+
+    def _candidate_dicts(self) -> list[dict[str, Any]]:
+        out = []
+        values = iter(self.values)
+        for rank, node in enumerate(self.nodes):
+            total = next(values)
+            terms = []
+            for plugin, weight, metrics in self.layout:
+                normalized, raw = _shown(next(values)), _shown(next(values))
+                raws = [{"metric": metric, "value": _shown(next(values)), "age_seconds": _shown(next(values)),
+                         "sources": list(sources), "in_flight": _shown(next(values))} for metric, sources in metrics]
+                terms.append({"plugin": plugin, "weight": weight, "normalized": normalized, "raw": raw,
+                              "metrics": raws})
+            out.append({"node": node, "total": total, "rank": rank, "terms": terms})
+        return out
+
+    def to_record(self) -> DecisionRecord:
+        return DecisionRecord(
+            id=self.id, time=self.time, pod=self.pod, uid=self.uid, profile=self.profile,
+            config_hash=self.config_hash, result=self.result, node=self.node, message=self.message,
+            nodes_total=self.nodes_total, feasible=self.feasible, rejections=dict(self.rejections),
+            candidates=[
+                Candidate(c["node"], c["total"], c["rank"], [
+                    TermDetail(t["plugin"], t["weight"], t["normalized"], t["raw"],
+                               [RawValue(**m) for m in t["metrics"]]) for t in c["terms"]])
+                for c in self._candidate_dicts()
+            ], margin=self.margin, duration_ms=self.duration_ms, attempts=self.attempts,
+            nominated_node=self.nominated_node, bind=self.bind, bind_ms=self.bind_ms,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """What /decisions serves: the same as DecisionRecord.as_dict(), built without the dataclasses."""
+        return {
+            "id": self.id, "time": self.time, "pod": self.pod, "uid": self.uid, "profile": self.profile,
+            "config_hash": self.config_hash, "result": self.result, "node": self.node, "message": self.message,
+            "nodes_total": self.nodes_total, "feasible": self.feasible, "rejections": dict(self.rejections),
+            "candidates": self._candidate_dicts(), "margin": self.margin, "duration_ms": self.duration_ms,
+            "attempts": self.attempts, "nominated_node": self.nominated_node, "bind": self.bind,
+            "bind_ms": self.bind_ms,
+        }

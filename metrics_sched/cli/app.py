@@ -23,18 +23,23 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
+from metrics_sched.audit.endpoint import decisions as decisions_endpoint
 from metrics_sched.cli.sources import build_sources
 from metrics_sched.config import SchedulerConfig
 from metrics_sched.framework.registry import Registry
-from metrics_sched.http_server import HTTPServer, Response, text
-from metrics_sched.leader import LeaderElector
+from metrics_sched.http_server import BadRequest, HTTPServer, Response, check_params, text
+from metrics_sched.leader import LeaderElector, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.ports import ClusterSource
 from metrics_sched.scheduler import Scheduler
+from metrics_sched.state.comparer import CacheComparer
+from metrics_sched.supervision import Worker
 
 log = logging.getLogger("metrics_sched.app")
 
 EXIT_LOST_LEADERSHIP = 1
+MAX_VALUES_NODES = 100  # /values?node=...: the answer stays small
+EXIT_UNHEALTHY = 1
 
 
 @dataclass
@@ -47,6 +52,7 @@ class App:
     ring: DecisionRing
     stop: threading.Event = field(default_factory=threading.Event)
     lost: threading.Event = field(default_factory=threading.Event)
+    comparer: CacheComparer | None = None  # the cache against a fresh LIST: periodic and on SIGUSR2
 
     def synced(self) -> bool:
         # Every watch, namespaces included: a namespaceSelector must not see an empty cluster.
@@ -55,6 +61,9 @@ class App:
     def healthz(self, _: dict[str, list[str]]) -> Response:
         if self.lost.is_set():
             return text(500, "leadership lost\n")
+        problems = self.scheduler.supervisor.problems()
+        if problems:  # a worker thread cannot continue: restart the process rather than hold the lease idle
+            return text(500, "".join(f"{problem}\n" for problem in problems))
         return text(200, "ok\n")
 
     def readyz(self, _: dict[str, list[str]]) -> Response:
@@ -77,23 +86,18 @@ class App:
         return 200, "application/json", json.dumps(body).encode()
 
     def decisions(self, query: dict[str, list[str]]) -> Response:
-        def one(key: str) -> str | None:
-            values = query.get(key)
-            return values[0] if values else None
-
-        since = one("since")
-        records = self.ring.query(pod=one("pod"), node=one("node"), since=float(since) if since else None,
-                                  limit=int(one("limit") or 100))
-        body = {"count": len(records), "ring_size": self.ring.size, "held": len(self.ring),
-                "decisions": [r.as_dict() for r in records]}
-        return 200, "application/json", json.dumps(body).encode()
+        return decisions_endpoint(self.ring, query)
 
     def values(self, query: dict[str, list[str]]) -> Response:
+        check_params(query, ("node",), repeatable=("node",))
         nodes = query.get("node") or []
+        if len(nodes) > MAX_VALUES_NODES:
+            raise BadRequest(f"node: at most {MAX_VALUES_NODES} nodes per request, got {len(nodes)}")
         body = {node: self.scheduler.metrics.node_values(node) for node in nodes}
         return 200, "application/json", json.dumps(body).encode()
 
-    def sources(self, _: dict[str, list[str]]) -> Response:
+    def sources(self, query: dict[str, list[str]]) -> Response:
+        check_params(query, ())
         # One health model for every source (breaker state included); the ages are computed now.
         now = time.time()
         body = {name: health.as_dict(now) for name, health in list(self.scheduler.metrics.health.items())}
@@ -104,23 +108,33 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
           identity: str | None = None, config_dir: Path | None = None) -> App:
     from adapters.kubernetes import (
         KubeClient,
+        KubeClusterLister,
         KubeClusterSource,
         KubeLeaseStore,
         KubePodWriter,
         ReflectorOptions,
+        WriteFence,
+        lease_client,
         load,
     )
 
     kube = load(kubeconfig)
-    client = KubeClient(kube, qps=config.client_connection.qps or None, burst=config.client_connection.burst or None,
-                        max_connections=config.bind_workers + 8)
-    writer = KubePodWriter(client)
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     elector = None
+    fence = None
     if config.leader_election.leader_elect:
-        elector = LeaderElector(KubeLeaseStore(client), config.leader_election, identity)
+        # Its own client: a renewal never waits behind binds and reports; GET and PUT fit in renewDeadline.
+        le = config.leader_election
+        margin = bind_timeout(le)
+        elector = LeaderElector(KubeLeaseStore(lease_client(kube, request_timeout=le.renew_deadline / 2)), le,
+                                identity, fence_margin=margin)
+        # Every write (binds first) starts only while the fence is open, and ends within its margin.
+        fence = WriteFence(elector.may_bind, margin)
+    client = KubeClient(kube, qps=config.client_connection.qps or None, burst=config.client_connection.burst or None,
+                        max_connections=config.bind_workers + 8, write_fence=fence)
+    writer = KubePodWriter(client)
     scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
-                          is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
+                          is_leader=elector.may_bind if elector else (lambda: True))
 
     def kube_http() -> httpx.Client:
         return httpx.Client(base_url=kube.server, verify=kube.ssl_context(), auth=kube.auth(), timeout=5.0,
@@ -140,7 +154,10 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
     source = KubeClusterSource(client, options=options)
     server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)
-    app = App(config=config, scheduler=scheduler, server=server, elector=elector, source=source, ring=ring)
+    comparer = CacheComparer(scheduler.state, KubeClusterLister(client))
+    comparer.observers.append(metrics.on_compare)
+    app = App(config=config, scheduler=scheduler, server=server, elector=elector, source=source, ring=ring,
+              comparer=comparer)
     server.route("/healthz", app.healthz)
     server.route("/livez", app.healthz)
     server.route("/readyz", app.readyz)
@@ -159,6 +176,13 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # A worker that cannot continue (/healthz fails too): shut down now, releasing the lease, and exit non-zero.
+    app.scheduler.supervisor.on_fatal(lambda _: app.stop.set())
+    comparer = app.comparer
+    if comparer is not None:
+        # Installed first: SIGUSR2's default action ends the process. A request before the caches are synced
+        # waits for them (the comparer thread starts after the sync).
+        signal.signal(signal.SIGUSR2, lambda _signum, _frame: comparer.request())
     app.server.start()
     log.info("serving /healthz, /readyz on port %d", app.server.port)
     app.source.start(app.scheduler.handlers)
@@ -166,6 +190,9 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
         app.stop.wait(0.05)
     # Telemetry refreshes in the background from now on; a slow or dead source never blocks a bind.
     app.scheduler.metrics.start(app.scheduler.node_directory)
+    if comparer is not None:
+        threading.Thread(target=comparer.serve, args=(app.config.cache_compare_interval,), name="cache-comparer",
+                         daemon=True).start()
     # Schedule only on a full picture: a pod scheduled before all bound pods are known could overcommit.
     if app.elector is not None:
         elector = app.elector
@@ -174,13 +201,17 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
             app.lost.set()
             app.stop.set()
 
-        threading.Thread(target=elector.run, name="leader-election", daemon=True,
-                         args=(app.stop, lambda: None, on_lost)).start()
+        app.scheduler.supervisor.spawn(Worker.LEADER_ELECTION, lambda: elector.run(app.stop, lambda: None, on_lost),
+                                       name="leader-election", stopping=app.stop.is_set)
     app.scheduler.start()
     app.stop.wait()
+    if comparer is not None:
+        comparer.close()
 
     if app.lost.is_set():
         log.error("leadership lost: stopped binding, exiting")
+        # Every write is fenced now: queued reports would only be retried until they give up. Drop them.
+        app.scheduler.reporter.shutdown(wait=False)
         app.scheduler.stop(drain_timeout=0)
         return EXIT_LOST_LEADERSHIP
     drained = app.scheduler.stop(drain_timeout=drain_timeout)
@@ -190,4 +221,7 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
     app.source.stop()
     app.server.stop()
     log.info("stopped (binds drained: %s)", drained)
+    if not app.scheduler.supervisor.healthy():
+        log.error("stopped because a worker could not continue: %s", "; ".join(app.scheduler.supervisor.problems()))
+        return EXIT_UNHEALTHY
     return 0

@@ -43,6 +43,20 @@ from metrics_sched.config.reader import (
 API_VERSIONS = ("metrics-sched.io/v1alpha1", "kubescheduler.config.k8s.io/v1")
 KINDS = ("MetricsSchedulerConfiguration", "KubeSchedulerConfiguration")
 MAX_WEIGHT = 1000
+# kube-scheduler's own profile name. Two schedulers serving it next to each other race for the same pods;
+# metrics-sched takes it only when told it replaces kube-scheduler (`replacesDefaultScheduler: true`).
+KUBE_DEFAULT_SCHEDULER = "default-scheduler"
+
+# Ranges that keep a running scheduler safe; values outside are refused (exit 2) rather than accepted
+# into a scheduler that spins on the API, watches nothing or never retries.
+MIN_RETRY_PERIOD = 0.5  # leader election: a renewal this often at most, not a busy loop on the API server
+MAX_LEASE_DURATION = 3600.0  # a dead leader's lease must not block scheduling for longer
+WATCH_READ_TIMEOUT = (1.0, 600.0)  # > 0: a dead watch connection is noticed (0 would never notice)
+MIN_POD_BACKOFF = 0.1  # a failing pod is not retried in a tight loop
+MIN_UNSCHEDULABLE_FLUSH = 1.0  # parked pods are not moved back on every pass
+MAX_BIND_WORKERS = 128  # threads and API connections
+MAX_RING_SIZE = 50_000  # decisions kept; ~1.5 KB each
+MAX_TOP_CANDIDATES = 20  # candidates per decision record; the record grows with them
 
 # The registry answers: which plugins exist, which points each implements, and checks their args.
 PluginCatalog = Mapping[str, "PluginSpec"]
@@ -168,9 +182,9 @@ def _leader_election(data: Any) -> LeaderElectionConfig:
     defaults = LeaderElectionConfig()
     leader_elect = read_bool(data, "leaderElect", where, defaults.leader_elect)
     read_choice(data, "resourceLock", where, ("leases",), "leases")
-    lease = read_duration(data, "leaseDuration", where, defaults.lease_duration)
+    lease = read_duration(data, "leaseDuration", where, defaults.lease_duration, maximum=MAX_LEASE_DURATION)
     renew = read_duration(data, "renewDeadline", where, defaults.renew_deadline)
-    retry = read_duration(data, "retryPeriod", where, defaults.retry_period)
+    retry = read_duration(data, "retryPeriod", where, defaults.retry_period, minimum=MIN_RETRY_PERIOD)
     if not lease > renew:
         raise ConfigError(f"{where}.renewDeadline", f"must be shorter than leaseDuration ({renew:g}s >= {lease:g}s)")
     if not renew > retry * 1.2:
@@ -186,7 +200,9 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     data = mapping(data, "", optional=True)
     check_keys(data, {"apiVersion", "kind", "profiles", "leaderElection", "clientConnection", "server",
                        "bindWorkers", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
-                       "podMaxInUnschedulablePodsDuration", "metrics", "sources", "audit"}, "")
+                       "podMaxInUnschedulablePodsDuration", "metrics", "sources", "audit", "replacesDefaultScheduler",
+                       "cacheCompareInterval"},
+               "")
     if data.get("apiVersion", API_VERSIONS[0]) not in API_VERSIONS:
         raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
     if data.get("kind", KINDS[0]) not in KINDS:
@@ -199,22 +215,28 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
             raise ConfigError(f"profiles[{i}].schedulerName", f"duplicate scheduler name {name!r}")
     if len({p.plugins["queueSort"] for p in profiles}) > 1:
         raise ConfigError("profiles", "all profiles must use the same queueSort plugin")
+    replaces_default = read_bool(data, "replacesDefaultScheduler", "", False)
+    if KUBE_DEFAULT_SCHEDULER in names and not replaces_default:
+        raise ConfigError(f"profiles[{names.index(KUBE_DEFAULT_SCHEDULER)}].schedulerName",
+                          f"{KUBE_DEFAULT_SCHEDULER!r} is kube-scheduler's: next to it, both would race for the same "
+                          "pods; set replacesDefaultScheduler: true only where metrics-sched replaces kube-scheduler")
 
     client = mapping(data.get("clientConnection"), "clientConnection", optional=True)
     check_keys(client, {"qps", "burst", "watchReadTimeout", "kubeconfig"}, "clientConnection")
     client_config = ClientConnectionConfig(
         qps=read_float(client, "qps", "clientConnection", 0, minimum=0),
         burst=read_int(client, "burst", "clientConnection", 0, minimum=0),
-        watch_read_timeout=read_duration(client, "watchReadTimeout", "clientConnection", 60, positive=False),
+        watch_read_timeout=read_duration(client, "watchReadTimeout", "clientConnection", 60,
+                                         minimum=WATCH_READ_TIMEOUT[0], maximum=WATCH_READ_TIMEOUT[1]),
     )
     server = mapping(data.get("server"), "server", optional=True)
     check_keys(server, {"bindAddress", "port"}, "server")
     server_config = ServerConfig(
         bind_address=read_str(server, "bindAddress", "server", ServerConfig.bind_address, non_empty=True),
-        port=read_int(server, "port", "server", ServerConfig.port, minimum=0),
+        port=read_int(server, "port", "server", ServerConfig.port, minimum=1, maximum=65535),
     )
-    initial = read_duration(data, "podInitialBackoffSeconds", "", 1, positive=False)
-    maximum = read_duration(data, "podMaxBackoffSeconds", "", 10, positive=False)
+    initial = read_duration(data, "podInitialBackoffSeconds", "", 1, minimum=MIN_POD_BACKOFF)
+    maximum = read_duration(data, "podMaxBackoffSeconds", "", 10, minimum=MIN_POD_BACKOFF)
     if maximum < initial:
         raise ConfigError("podMaxBackoffSeconds", "must be >= podInitialBackoffSeconds")
     contracts = {
@@ -234,8 +256,8 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     audit = mapping(data.get("audit"), "audit", optional=True)
     check_keys(audit, {"ringSize", "topCandidates", "annotatePods", "logDecisions"}, "audit")
     audit_config = AuditConfig(
-        ring_size=read_int(audit, "ringSize", "audit", 10_000, minimum=1),
-        top_candidates=read_int(audit, "topCandidates", "audit", 5, minimum=1),
+        ring_size=read_int(audit, "ringSize", "audit", 10_000, minimum=1, maximum=MAX_RING_SIZE),
+        top_candidates=read_int(audit, "topCandidates", "audit", 5, minimum=1, maximum=MAX_TOP_CANDIDATES),
         annotate_pods=read_bool(audit, "annotatePods", "audit", True),
         log_decisions=read_bool(audit, "logDecisions", "audit", True),
     )
@@ -245,13 +267,16 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         leader_election=_leader_election(data.get("leaderElection")),
         client_connection=client_config,
         server=server_config,
-        bind_workers=read_int(data, "bindWorkers", "", 16, minimum=1),
+        bind_workers=read_int(data, "bindWorkers", "", 16, minimum=1, maximum=MAX_BIND_WORKERS),
         pod_initial_backoff=initial,
         pod_max_backoff=maximum,
-        pod_max_in_unschedulable=read_duration(data, "podMaxInUnschedulablePodsDuration", "", 300, positive=False),
+        pod_max_in_unschedulable=read_duration(data, "podMaxInUnschedulablePodsDuration", "", 300,
+                                               minimum=MIN_UNSCHEDULABLE_FLUSH),
+        cache_compare_interval=read_duration(data, "cacheCompareInterval", "", 300, positive=False),
         audit=audit_config,
         metrics=contracts,
         sources=tuple(sources),
+        replaces_default_scheduler=replaces_default,
         config_hash=hashlib.sha256(canonical).hexdigest()[:12],
     )
 

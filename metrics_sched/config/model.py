@@ -71,9 +71,11 @@ class SchedulerConfig:
     pod_initial_backoff: float = 1.0
     pod_max_backoff: float = 10.0
     pod_max_in_unschedulable: float = 300.0
+    cache_compare_interval: float = 300.0  # the cache comparer's period (0: only on SIGUSR2)
     audit: AuditConfig = AuditConfig()
     metrics: dict[str, FreshnessContract] = field(default_factory=dict)
     sources: tuple[dict[str, Any], ...] = ()  # validated by the source adapters at wiring time
+    replaces_default_scheduler: bool = False  # a profile may be named default-scheduler (no kube-scheduler runs)
     config_hash: str = ""
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:

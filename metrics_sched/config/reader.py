@@ -134,13 +134,15 @@ def read_bool(spec: Mapping[str, Any], key: str, where: str, default: bool | Non
 
 
 def read_duration(spec: Mapping[str, Any], key: str, where: str, default: float | None = None, *,
-                  positive: bool = True, maximum: float | None = None) -> float:
+                  positive: bool = True, minimum: float | None = None, maximum: float | None = None) -> float:
     """Seconds, from a number or a Go-style duration ("15s", "1m30s", "500ms"); > 0 unless not `positive`
-    (then >= 0), and at most `maximum` seconds when given."""
+    (then >= 0), and within [minimum, maximum] seconds when given."""
     field = field_name(where, key)
     seconds = parse_duration(_value(spec, key, where, default), field)
     if positive and seconds <= 0:
         raise ConfigError(field, "must be > 0")
+    if minimum is not None and seconds < minimum:
+        raise ConfigError(field, f"must be at least {minimum:g}s, got {seconds:g}s")
     if maximum is not None and seconds > maximum:
         raise ConfigError(field, f"must be at most {maximum:g}s, got {seconds:g}s")
     return seconds

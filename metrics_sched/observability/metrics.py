@@ -22,6 +22,7 @@ from metrics_sched.framework.interfaces import BindOutcomeKind
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.scheduler.binding import BindOutcome
 from metrics_sched.scheduler.scheduler import Scheduler
+from metrics_sched.state.comparer import Comparison, MismatchKind
 
 ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))  # kube-scheduler: 1 ms doubling, 15 buckets
 PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
@@ -78,6 +79,16 @@ class SchedulerMetrics:
         self.fetch_duration = Histogram(
             "metrics_sched_source_fetch_duration_seconds", "Duration of one refresh of a telemetry source.",
             ["source"], buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
+        # The cache comparer (SIGUSR2 and periodic): every kind shown from the start, so 0 reads as "none found".
+        self.cache_mismatches = Counter("metrics_sched_cache_mismatch",
+                                        "Differences between the scheduler's cache and a fresh LIST, by kind.",
+                                        ["kind"], registry=r)
+        for kind in MismatchKind:
+            self.cache_mismatches.labels(kind.value)
+        self.cache_compares = Counter("metrics_sched_cache_compare_runs", "Cache comparer runs, by result.",
+                                      ["result"], registry=r)
+        for result in ("ok", "error"):
+            self.cache_compares.labels(result)
         r.register(_StateCollector(scheduler, is_leader))
         self._random = random.Random()
         self._decisions = 0
@@ -85,6 +96,12 @@ class SchedulerMetrics:
 
     def _refreshed(self, source: str, seconds: float, ok: bool) -> None:
         self.fetch_duration.labels(source).observe(seconds)
+
+    def on_compare(self, comparison: Comparison) -> None:
+        self.cache_compares.labels("error" if comparison.error else "ok").inc()
+        for kind in MismatchKind:
+            if count := comparison.count(kind):
+                self.cache_mismatches.labels(kind.value).inc(count)
 
     # -- observers -------------------------------------------------------------------------------
     def on_record(self, record: DecisionRecord, result: CycleResult) -> None:
@@ -155,6 +172,9 @@ class _StateCollector(Collector):
         dropped = CounterMetricFamily("metrics_sched_source_dropped_samples",
                                       "Samples refused (NaN, Inf, negative, sentinel, unknown node...), by reason.",
                                       labels=["source", "reason"])
+        clamped = CounterMetricFamily("metrics_sched_samples_clamped",
+                                      "Samples stamped later than they were fetched (the source's clock is ahead); "
+                                      "the cache used the fetch time.", labels=["source"])
         coverage = GaugeMetricFamily("metrics_sched_metric_coverage_ratio",
                                      "Share of nodes with a fresh value of the metric.", labels=["source", "metric"])
         for name, health in list(s.metrics.health.items()):
@@ -165,13 +185,14 @@ class _StateCollector(Collector):
                 errors.add_metric([name, reason], count)
             for reason, count in list(health.dropped.items()):
                 dropped.add_metric([name, reason], count)
+            clamped.add_metric([name], health.clamped)
             for metric, ratio in list(health.coverage.items()):
                 coverage.add_metric([name, metric], ratio)
             if not health.errors_by_reason:
                 errors.add_metric([name, "none"], 0)
             if not health.dropped:
                 dropped.add_metric([name, "none"], 0)
-        yield from (up, last, errors, dropped, coverage)
+        yield from (up, last, errors, dropped, clamped, coverage)
 
         age = GaugeMetricFamily("metrics_sched_metric_sample_age_seconds",
                                 "Median age of the fresh samples of a metric (from their own timestamps).",
@@ -202,3 +223,10 @@ class _StateCollector(Collector):
         in_flight = GaugeMetricFamily("metrics_sched_binds_in_flight", "Bind calls under way.")
         in_flight.add_metric([], s.binder.in_flight())
         yield in_flight
+        # Every worker from the start, so 0 reads as "none"; a fatal one also fails /healthz.
+        failures = CounterMetricFamily("metrics_sched_worker_failures",
+                                       "Unexpected exceptions a worker thread survived (its pod requeued), by worker.",
+                                       labels=["worker"])
+        for worker, count in s.supervisor.failure_counts().items():
+            failures.add_metric([worker.value], count)
+        yield failures

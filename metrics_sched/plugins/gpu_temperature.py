@@ -2,8 +2,10 @@
 
 The metric is the hottest GPU of each node (the source aggregates with max). Filter: a node above
 `threshold` takes no GPU pod; once hot it is re-admitted only below `threshold - hysteresis`, so a
-node hovering at the limit does not flap. Score: headroom below the threshold, normalised over
-[`coolest`, `threshold`] (or minmax over the candidates). Args (defaults):
+node hovering at the limit does not flap. A node without a fresh value is not hot: its hysteresis
+state expires with the value (maxAge, ttl), and the metric's `onMissing` alone decides what missing
+means (`deny` filters the node, `neutral` and `lowest` do not). Score: headroom below the threshold,
+normalised over [`coolest`, `threshold`] (or minmax over the candidates). Args (defaults):
 
     metric: gpu_temperature
     threshold: 85          # °C
@@ -26,6 +28,7 @@ from metrics_sched.framework import (
     BoolArray,
     CycleState,
     Filtered,
+    FloatArray,
     Handle,
     MetricScorePlugin,
     MetricTerm,
@@ -69,9 +72,11 @@ class GPUTemperature(MetricScorePlugin):
     def __init__(self, args: Args, handle: Handle) -> None:
         super().__init__(args, handle)
         self.threshold = self.args.threshold
-        self._hot_names: set[str] = set()
+        self._hot_names: dict[str, float] = {}  # hot node -> when the value that keeps it hot goes stale
         self._state_key: tuple[int, int, int] | None = None
         self._hot: BoolArray = np.zeros(0, dtype=bool)
+        self._hot_until: FloatArray = np.zeros(0)
+        self._fresh: BoolArray = np.zeros(0, dtype=bool)
 
     def make_terms(self) -> Sequence[MetricTerm]:
         return (MetricTerm(self.args.metric, "lower", self.args.scale()),)
@@ -82,26 +87,37 @@ class GPUTemperature(MetricScorePlugin):
     def update_hot(self, table: NodeTable) -> bool:
         """Applies the hysteresis to the latest values; True when some node was re-admitted."""
         key = (self.handle.metrics.generation, table.rows_generation, table.capacity)
-        if key == self._state_key:
-            return False
         read = read_metric(self.handle, self.args.metric, table, with_ledger=False)
-        was_hot = np.zeros(table.capacity, dtype=bool)
+        column = read.column
+        # Values age out with time alone, without a new generation: the freshness is part of the state.
+        if key == self._state_key and np.array_equal(column.fresh, self._fresh):
+            return False
+        hot_until = np.full(table.capacity, -np.inf)
         if self._state_key is not None and self._state_key[1:] == key[1:]:
-            was_hot[:] = self._hot
+            hot_until[:] = self._hot_until
         else:
             # Nodes came or went: carry the state over by name (a loop over the hot nodes only).
-            rows = [table.index[n] for n in self._hot_names if n in table.index]
-            was_hot[rows] = True
-        temps = read.values
-        known = ~np.isnan(temps)
+            for name, until in self._hot_names.items():
+                row = table.index.get(name)
+                if row is not None:
+                    hot_until[row] = until
+        carried = hot_until > -np.inf
+        # The verdict lives as long as the value that gave it: a value fetched after that one went stale
+        # starts afresh, so a node is not kept out by a reading older than its maxAge.
+        was_hot = carried & (column.fetched_at <= hot_until)
+        temps = read.values  # NaN where not fresh: a node without a fresh value is not hot
         with np.errstate(invalid="ignore"):
-            hot = np.where(known, (temps > self.threshold)
-                           | (was_hot & ~(temps < self.threshold - self.args.hysteresis)), was_hot)
+            hot = (temps > self.threshold) | (was_hot & (temps >= self.threshold - self.args.hysteresis))
         hot &= table.present[: table.capacity]
+        contract = column.contract
+        expires = np.minimum(column.observed_at + contract.max_age, column.fetched_at + contract.ttl)
         self._hot = hot
-        self._hot_names = set(table.names_of(np.flatnonzero(hot)))
+        self._hot_until = np.where(hot, expires, -np.inf)
+        self._fresh = column.fresh
+        rows = np.flatnonzero(hot)
+        self._hot_names = dict(zip(table.names_of(rows), self._hot_until[rows].tolist(), strict=True))
         self._state_key = key
-        return bool((was_hot & ~hot).any())
+        return bool((carried & ~hot).any())
 
     def metrics_changed(self, table: NodeTable) -> bool:
         re_admitted = self.update_hot(table)

@@ -6,6 +6,10 @@ after all, bound elsewhere, gone, rejected, or unknown. An unknown outcome keeps
 (never overcommit) and the same binding cycle runs again after a backoff. Whenever a pod is
 un-assumed, the pods parked for lack of room get another try (kube-scheduler moves them as if an
 assigned pod had been deleted).
+
+`is_leader` is the leader's bind fence (LeaderElector.may_bind): looked at before every binding cycle; a
+cycle that fails while it is closed is the replica's problem, not the pod's (requeued, not reported).
+The bind request itself is fenced again in the client, after its rate limiter and just before it is sent.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.scheduler.reporting import PodReporter
 from metrics_sched.state.cluster_state import ClusterState
+from metrics_sched.supervision import Supervisor, Worker
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,9 @@ class Binder:
         is_leader: Callable[[], bool],
         max_pending: int | None = None,
         on_outcome: Callable[[BindOutcome, CycleResult], None] | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.state = state
         self.queue = queue
         self.reporter = reporter
@@ -92,41 +99,58 @@ class Binder:
 
     def _run(self, framework: Framework, result: CycleResult) -> BindOutcome:
         started = time.perf_counter()
-        outcome = self._bind(framework, result)
+        try:
+            outcome = self._bind(framework, result)
+        except Exception as exc:  # noqa: BLE001 - a bug outside the cycle: counted, the pod un-assumed and retried
+            self.supervisor.failed(Worker.BINDER, exc, pod=result.pod.key)
+            self.supervisor.guard(Worker.BINDER, lambda: self._recover(framework, result), pod=result.pod.key)
+            outcome = BindOutcome(result.pod, result.node or "", BindOutcomeKind.ERROR, repr(exc))
+        finally:
+            # Always given back, or the scheduling loop would one day wait for room forever.
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
         outcome = BindOutcome(outcome.pod, outcome.node, outcome.result, outcome.detail,
                               time.perf_counter() - started)
         if self.on_outcome:
             try:
                 self.on_outcome(outcome, result)
-            except Exception:
-                log.exception("bind outcome observer failed")
-        with self._idle:
-            self._in_flight -= 1
-            self._idle.notify_all()
+            except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
+                self.supervisor.failed(Worker.BINDER, exc, pod=result.pod.key)
         return outcome
+
+    def _recover(self, framework: Framework, result: CycleResult) -> None:
+        framework.unwind(result)
+        self.queue.retry_later(result.pod.uid)
+        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=result.pod.uid)
 
     def _bind(self, framework: Framework, result: CycleResult) -> BindOutcome:
         pod, node = result.pod, result.node
         assert node is not None
         if not self.is_leader():
-            framework.unwind(result)
-            self.queue.retry_later(pod.uid)
+            self._not_leader(framework, result)
             return BindOutcome(pod, node, BindOutcomeKind.NOT_LEADER)
         if not self.state.has_node(node):
             framework.unwind(result)
             self.queue.requeue(pod)
+            self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
             return BindOutcome(pod, node, BindOutcomeKind.NODE_GONE)
         try:
             status = framework.run_binding_cycle(result)
-        except Exception as exc:  # the framework catches plugin errors; this is a bug in the cycle itself
-            log.exception("binding cycle of %s failed unexpectedly", pod.key)
+        except Exception as exc:  # noqa: BLE001 - the framework catches plugin errors: a bug in the cycle itself
+            self.supervisor.failed(Worker.BINDER, exc, pod=pod.key)
             framework.unwind(result)
             status = BindStatus(Code.ERROR, repr(exc), "framework", BindOutcomeKind.ERROR)
         kind = status.outcome or BindOutcomeKind.ERROR
+        if kind in (BindOutcomeKind.ERROR, BindOutcomeKind.REJECTED) and not self.is_leader():
+            # The fence closed during the cycle (the bind was refused unsent, or failed meanwhile): not the
+            # pod's fault, and a replica about to lose the lease reports nothing on it.
+            self._not_leader(framework, result)
+            return BindOutcome(pod, node, BindOutcomeKind.NOT_LEADER, status.reason)
         try:
             self._after(framework, result, status, kind)
-        except Exception:
-            log.exception("handling the bind outcome of %s failed", pod.key)
+        except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
+            self.supervisor.failed(Worker.BINDER, exc, pod=pod.key)
         return BindOutcome(pod, node, kind, status.reason)
 
     def _after(self, framework: Framework, result: CycleResult, status: BindStatus, kind: BindOutcomeKind) -> None:
@@ -151,13 +175,24 @@ class Binder:
             self.reporter.failed(pod, f"binding rejected: {where}{status.reason}", reason="SchedulerError")
         self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
 
+    def _not_leader(self, framework: Framework, result: CycleResult) -> None:
+        framework.unwind(result)
+        self.queue.retry_later(result.pod.uid)
+        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=result.pod.uid)
+
     def _retry_later(self, framework: Framework, result: CycleResult) -> None:
         """Runs the same binding cycle again after a backoff (growing with each unknown outcome, up to the
         queue's maximum); the pod stays assumed meanwhile."""
         with self._lock:
             self._in_flight += 1
         result.bind_retries += 1
-        timer = threading.Timer(self.queue.backoff_duration(result.pod.attempts + result.bind_retries),
-                                lambda: self.pool.submit(self._run, framework, result))
+        def again() -> None:
+            if not self.supervisor.guard(Worker.BINDER, lambda: self.pool.submit(self._run, framework, result),
+                                         pod=result.pod.key):
+                with self._idle:  # the pool is gone (shutting down): the retry will not run
+                    self._in_flight -= 1
+                    self._idle.notify_all()
+
+        timer = threading.Timer(self.queue.backoff_duration(result.pod.attempts + result.bind_retries), again)
         timer.daemon = True
         timer.start()

@@ -7,11 +7,14 @@ import logging
 from collections.abc import Callable
 from typing import get_args
 
+import numpy as np
+
 from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.model.podinfo import PodInfo, parse_pod
+from metrics_sched.model.resize import resource_fields
 from metrics_sched.ports import EventType, KubeObject, SyncedResource, WorkloadKind
 from metrics_sched.scheduler.queue import SchedulingQueue
-from metrics_sched.state.cluster_state import ClusterState
+from metrics_sched.state.cluster_state import ClusterState, PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +37,13 @@ class ClusterEventHandlers:
         scheduler_names: frozenset[str],
         *,
         on_pod_deleted: Callable[[str], None] = lambda uid: None,
+        on_pod_bound: Callable[[str], None] = lambda uid: None,
     ) -> None:
         self.state = state
         self.queue = queue
         self.scheduler_names = scheduler_names
         self.on_pod_deleted = on_pod_deleted  # e.g. reject the pod if it is held at Permit
+        self.on_pod_bound = on_pod_bound  # e.g. drop a verdict not yet reported: the pod is bound
         self.synced: set[str] = set()
 
     def responsible_for(self, pod: PodInfo) -> bool:
@@ -71,22 +76,34 @@ class ClusterEventHandlers:
             released = self.state.remove_pod(info.uid)
             self.queue.delete(info.uid)
             self.on_pod_deleted(info.uid)
-            if released is not None and not released.assumed:
+            if released is not None:
+                # Bound or only assumed by us (deleted while held at Permit or while its bind was in flight),
+                # the room it held is free now (kube-scheduler: AssignedPodDelete either way).
                 self.queue.move_all(ClusterEvent.POD_DELETED, released)
             return
         if info.node_name:
+            before = self.state.record(info.uid)
             outcome = self.state.observe_bound_pod(info)
             self.queue.delete(info.uid)
+            self.on_pod_bound(info.uid)
+            after = self.state.record(info.uid)
             event = _PLACEMENT_EVENTS.get(outcome)
             if event is not None:
                 # A pod now counts on its node: a pod parked for want of an affine pod may fit.
-                self.queue.move_all(event, self.state.record(info.uid))
+                self.queue.move_all(event, after)
+            if before is not None and after is not None and _shrank(before, after):
+                # An in-place resize gave room back on the same node: as if a pod had left it (kube-scheduler's
+                # UpdatePodScaleDown). No record as the event's object: the pod itself is still there.
+                self.queue.move_all(ClusterEvent.POD_DELETED, None)
             return
         if info.deleting or info.scheduler_name not in self.scheduler_names:
             self.queue.delete(info.uid)
             return
         if self.state.is_placed(info.uid):
-            return  # assumed by us, bind in flight; the watch has not caught up yet
+            # Assumed by us, bind in flight (the watch has not caught up yet): the attempt keeps the new pod,
+            # for a retry should the bind fail.
+            self.queue.update(info)
+            return
         self.queue.add(info)
 
     def _unchanged_placement(self, pod: KubeObject) -> bool:
@@ -95,7 +112,7 @@ class ClusterEventHandlers:
             return False
         metadata = pod.get("metadata") or {}
         return self.state.counted_on(metadata.get("uid", ""), node, metadata.get("labels") or {},
-                                     bool(metadata.get("deletionTimestamp")))
+                                     bool(metadata.get("deletionTimestamp")), resource_fields(pod))
 
     def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
         name = str((namespace.get("metadata") or {}).get("name", ""))
@@ -121,3 +138,15 @@ class ClusterEventHandlers:
     def caches_synced(self) -> bool:
         """True once every watched resource has delivered its initial list: the scheduler may start."""
         return self.synced >= ALL_CACHES
+
+
+def _shrank(before: PodRecord, after: PodRecord) -> bool:
+    """The pod holds less of something on the same node than before (an in-place resize down). `before` may
+    have been released since (its row is gone); its node, vector and nonzero are what it held."""
+    if before.node != after.node:
+        return False
+    if after.nonzero[0] < before.nonzero[0] or after.nonzero[1] < before.nonzero[1]:
+        return True
+    old, new = before.vector, after.vector  # the table may have gained resource columns in between
+    size = max(old.shape[0], new.shape[0])
+    return bool((np.pad(new, (0, size - new.shape[0])) < np.pad(old, (0, size - old.shape[0]))).any())

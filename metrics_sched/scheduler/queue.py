@@ -2,9 +2,9 @@
 
 As in kube-scheduler: a failed attempt backs off 1 s doubling to 10 s; a pod no node fits is parked
 until a cluster event that could help it (one its rejecting plugins listed) or until it has waited
-`max_unschedulable` (5 min); if such an event arrived while the pod was being scheduled, it goes
-to backoff instead of parking, so the event is not lost. Gated pods (schedulingGates, or a PreEnqueue
-plugin that says not yet) wait outside the queue until the pod changes.
+`max_unschedulable` (5 min); if such an event arrived (or the pod itself changed) while the pod was
+being scheduled, it goes to backoff instead of parking, so the event is not lost. Gated pods
+(schedulingGates, or a PreEnqueue plugin that says not yet) wait outside the queue until the pod changes.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class QueuedPod:
     rejected_by: set[str] = field(default_factory=set)
     popped_in_cycle: int = 0
     deleted: bool = False
+    # The pod changed (spec or labels) while it was being scheduled: its verdict may be stale.
+    updated_in_flight: bool = False
 
     @property
     def uid(self) -> str:
@@ -107,12 +109,15 @@ class SchedulingQueue:
             now = self._clock()
             existing = self._known(info.uid)
             if existing is not None and info.uid in self._in_flight:
-                existing.info = info  # picked up when the attempt ends
+                # Picked up when the attempt ends; a change that may help keeps the pod from parking on the
+                # verdict its attempt reached for the old pod.
+                existing.updated_in_flight = existing.updated_in_flight or _may_help(existing.info, info)
+                existing.info = info
                 return
             if existing is not None:
-                changed_spec = existing.info.raw.get("spec") != info.raw.get("spec")
+                changed = _may_help(existing.info, info)
                 existing.info = info
-                if info.uid in self._unschedulable and changed_spec:
+                if info.uid in self._unschedulable and changed:
                     # The user changed the pod: it may fit now.
                     del self._unschedulable[info.uid]
                     self._to_active_or_backoff(existing, now)
@@ -128,6 +133,14 @@ class SchedulingQueue:
                 self._gated[info.uid] = qp
             else:
                 self._push_active(qp)
+
+    def update(self, info: PodInfo) -> None:
+        """A newer version of a pod whose attempt is in flight (e.g. its bind): kept for a retry, never added."""
+        with self._cond:
+            qp = self._in_flight.get(info.uid)
+            if qp is not None and not qp.deleted:
+                qp.updated_in_flight = qp.updated_in_flight or _may_help(qp.info, info)
+                qp.info = info
 
     def _enqueueable(self, info: PodInfo) -> bool:
         return not info.scheduling_gates and self._pre_enqueue(info)
@@ -223,8 +236,10 @@ class SchedulingQueue:
             now = self._clock()
             qp.enqueued = now
             qp.rejected_by = set(rejected_by)
-            if self._move_request_cycle >= qp.popped_in_cycle:
-                # Something changed while we were deciding; do not park on a stale verdict.
+            if self._move_request_cycle >= qp.popped_in_cycle or qp.updated_in_flight:
+                # Something (the cluster, or the pod itself) changed while we were deciding; do not park on a
+                # stale verdict.
+                qp.updated_in_flight = False
                 self._to_active_or_backoff(qp, now)
             else:
                 self._unschedulable[uid] = qp
@@ -237,19 +252,21 @@ class SchedulingQueue:
                 return
             if info is not None:
                 qp.info = info
+            qp.updated_in_flight = False
             qp.enqueued = self._clock()
             qp.backoff_until = qp.enqueued + self.backoff_duration(qp.attempts)
             self._push_backoff(qp)
 
     def requeue(self, info: PodInfo) -> None:
-        """A pod we had placed but must schedule again (its node vanished before the bind)."""
+        """A pod we had placed but must schedule again (its node vanished before the bind): a fresh start,
+        with the pod as last seen. Only a pod whose attempt is in flight comes back: one deleted meanwhile
+        (marked while in flight, or already gone from the queue) is not scheduled again."""
         with self._cond:
-            previous = self._in_flight.pop(info.uid, None)
-            if previous is not None and previous.deleted:
-                return  # deleted while it was being bound: nothing to schedule
-            self._remove(info.uid)
+            previous = self._finish(info.uid)
+            if previous is None:
+                return
             now = self._clock()
-            qp = QueuedPod(info=info, first_enqueued=now, enqueued=now, attempts=1)
+            qp = QueuedPod(info=previous.info, first_enqueued=now, enqueued=now, attempts=1)
             self._to_active_or_backoff(qp, now)
 
     def move_all(self, event: ClusterEvent, detail: Any = None, *, besides: str | None = None) -> int:
@@ -281,3 +298,9 @@ class SchedulingQueue:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+def _may_help(old: PodInfo, new: PodInfo) -> bool:
+    """An update of a pending pod that may change its verdict: its spec (requests, affinity, tolerations...)
+    or its labels (its own affinity and spreading terms may select itself). Status and annotations cannot."""
+    return old.raw.get("spec") != new.raw.get("spec") or old.labels != new.labels

@@ -24,10 +24,16 @@ from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.scheduler.reporting import PodReporter
 from metrics_sched.state.cluster_state import ClusterState
+from metrics_sched.supervision import Supervisor, Worker
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 log = logging.getLogger(__name__)
+
+# A failure outside any pod's attempt (the queue, the leader check) is retried after 0.1, 0.2, 0.4, 0.8 s;
+# the fifth in a row means the loop cannot go on.
+LOOP_FAILURE_LIMIT = 5
+LOOP_RETRY_DELAY = 0.1
 
 CycleObserver = Callable[[CycleResult], None]
 BindObserver = Callable[[BindOutcome, CycleResult], None]
@@ -44,11 +50,16 @@ class Scheduler:
         metrics: MetricCache | None = None,
         ledger: InFlightLedgerStore | None = None,
         instance: str | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.config = config
+        # Every worker thread reports its unexpected failures here; /healthz and /metrics read it.
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.state = ClusterState()
         self.metrics = metrics if metrics is not None else MetricCache(config.metrics)
-        self.ledger = ledger if ledger is not None else InFlightLedgerStore()
+        self.metrics.supervisor = self.supervisor
+        # The ledger keys placements to the scheduler's clock, the one the cache judges freshness by.
+        self.ledger = ledger if ledger is not None else InFlightLedgerStore(clock=self.metrics.clock)
         self.ledger.bind_table(self.state.table)
         services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer)
         self.waiting_pods = services.waiting_pods
@@ -63,13 +74,13 @@ class Scheduler:
             max_unschedulable=config.pod_max_in_unschedulable,
         )
         self.is_leader = is_leader
-        self.reporter = PodReporter(writer, first.name, instance=instance)
+        self.reporter = PodReporter(writer, first.name, instance=instance, supervisor=self.supervisor)
         self.cycle_observers: list[CycleObserver] = []
         self.bind_observers: list[BindObserver] = []
         self.binder = Binder(self.state, self.queue, self.reporter, workers=config.bind_workers,
-                             is_leader=is_leader, on_outcome=self._bind_outcome)
+                             is_leader=is_leader, on_outcome=self._bind_outcome, supervisor=self.supervisor)
         self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
-                                             on_pod_deleted=self._reject_waiting)
+                                             on_pod_deleted=self._pod_deleted, on_pod_bound=self.reporter.bound)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.metrics.on_update(self.metrics_updated)
@@ -118,36 +129,67 @@ class Scheduler:
             return None
         pod = queued.info
         framework = self.frameworks.get(pod.scheduler_name)
-        if framework is None or not self.handlers.responsible_for(pod) or pod.scheduling_gates:
-            self.queue.done(pod.uid)
-            return None
-        if pod.parse_error:
-            result = CycleResult(pod=pod, profile=framework.name, status=Status.error(pod.parse_error, "PodInfo"))
-            # Retrying cannot fix the pod: park it until it is updated (or the periodic flush).
-            self.queue.unschedulable(pod.uid, {"PodInfo"})
-            self.reporter.failed(pod, pod.parse_error, reason="SchedulerError")
-            self._observe(result)
-            return result
+        cycle: CycleResult | None = None
         try:
+            if framework is None or not self.handlers.responsible_for(pod) or pod.scheduling_gates:
+                self.queue.done(pod.uid)
+                return None
+            if pod.parse_error:
+                result = CycleResult(pod=pod, profile=framework.name,
+                                     status=Status.error(pod.parse_error, "PodInfo"))
+                # Retrying cannot fix the pod: park it until it is updated (or the periodic flush).
+                self.queue.unschedulable(pod.uid, {"PodInfo"})
+                self.reporter.failed(pod, pod.parse_error, reason="SchedulerError")
+                self._observe(result)
+                return result
             cycle = framework.run_scheduling_cycle(pod, self._permit_resolved)
-        except Exception as exc:
-            log.exception("scheduling %s failed", pod.key)
-            result = CycleResult(pod=pod, profile=framework.name, status=Status.error(repr(exc), "framework"))
-            self.queue.retry_later(pod.uid)
-            self.reporter.failed(pod, f"scheduler error: {exc}", reason="SchedulerError")
-            self._observe(result)
+            if cycle is None:
+                self.queue.done(pod.uid)  # already assumed or bound; the watch was behind
+                return None
+            self._observe(cycle)
+            if cycle.waiting is not None:  # held at Permit: in flight until allowed, rejected or timed out
+                framework.hold(cycle)
+            elif cycle.status.code == Code.SUCCESS:
+                self.binder.submit(framework, cycle)
+            else:
+                self._failed(cycle)
+            return cycle
+        except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
+            return self._recover(pod, framework, cycle, exc)
+
+    def _recover(self, pod: PodInfo, framework: Framework | None, cycle: CycleResult | None,
+                 exc: Exception) -> CycleResult:
+        """An unexpected exception while handling `pod` (a bug, or a failure outside the plugins' own
+        guards): count it, undo the attempt (Unreserve, un-assume) and requeue the pod with backoff, so the
+        loop goes on with the next pod and this one is not lost nor left occupying its node."""
+        self.supervisor.failed(Worker.SCHEDULING_LOOP, exc, pod=pod.key)
+        profile = framework.name if framework is not None else pod.scheduler_name
+        result = cycle or CycleResult(pod=pod, profile=profile)
+        waiting = cycle.waiting if cycle is not None else None
+        if waiting is not None and self.waiting_pods.get(pod.uid) is waiting:
+            # Already held at Permit (another thread may be allowing it right now): rejecting it is the one
+            # race-free way out, and runs the usual path (unwind, requeue, wake parked pods).
+            self.supervisor.guard(Worker.SCHEDULING_LOOP, lambda: waiting.reject("", f"scheduler error: {exc!r}"),
+                                  pod=pod.key)
             return result
-        if cycle is None:
-            self.queue.done(pod.uid)  # already assumed or bound; the watch was behind
-            return None
-        self._observe(cycle)
-        if cycle.waiting is not None:  # held at Permit: in flight until allowed, rejected or timed out
-            framework.hold(cycle)
-        elif cycle.status.code == Code.SUCCESS:
-            self.binder.submit(framework, cycle)
-        else:
-            self._failed(cycle)
-        return cycle
+        record = self.state.record(pod.uid)
+        if cycle is None and record is not None and record.assumed:
+            # Assumed by this attempt, whose result was lost with the exception: unwind what we know of it.
+            result = CycleResult(pod=pod, profile=profile, node=record.node, assumed=True)
+        freed = result.assumed
+        if framework is not None:
+            self.supervisor.guard(Worker.SCHEDULING_LOOP, lambda: framework.unwind(result), pod=pod.key)
+        if result.assumed:  # no framework, or its unwind failed: the pod must not keep its room
+            self.state.forget(pod.uid)
+            result.assumed = False
+        result.status = Status.error(f"scheduler error: {exc!r}", "scheduler")
+        self.queue.retry_later(pod.uid)
+        if freed:
+            self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
+        self.supervisor.guard(Worker.SCHEDULING_LOOP, lambda: self.reporter.failed(
+            pod, result.message(), reason="SchedulerError"), pod=pod.key)
+        self._observe(result)
+        return result
 
     def _failed(self, result: CycleResult) -> None:
         pod, status = result.pod, result.status
@@ -163,7 +205,11 @@ class Scheduler:
         whichever thread resolved it, so it never waits for room in the binder."""
         if status.ok:
             if not self._stop.is_set():
-                self.binder.submit(self.frameworks[result.profile], result, wait=False)
+                framework = self.frameworks[result.profile]
+                try:
+                    self.binder.submit(framework, result, wait=False)
+                except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
+                    self._recover(result.pod, framework, result, exc)
             return
         if self._stop.is_set():
             return  # stopping: the pod stays pending for the next leader
@@ -177,8 +223,10 @@ class Scheduler:
         assert result.node is not None
         self._bind_outcome(BindOutcome(result.pod, result.node, BindOutcomeKind.REJECTED, status.reason), result)
 
-    def _reject_waiting(self, uid: str) -> None:
-        """A pod deleted while held at Permit is rejected at once (kube-scheduler's RejectWaitingPod)."""
+    def _pod_deleted(self, uid: str) -> None:
+        """A deleted pod: no verdict is reported on it any more, and if held at Permit it is rejected at once
+        (kube-scheduler's RejectWaitingPod)."""
+        self.reporter.forget(uid)
         waiting = self.waiting_pods.get(uid)
         if waiting is not None:
             waiting.reject("", "pod deleted")
@@ -191,16 +239,31 @@ class Scheduler:
                 log.exception("cycle observer failed")
 
     def run(self) -> None:
-        """Schedules until stop(); only while is_leader() (a standby keeps its caches warm)."""
+        """Schedules until stop(); only while is_leader() (a standby keeps its caches warm).
+
+        A pod's attempt recovers from its own failures (schedule_one); a failure outside any pod (the queue,
+        the leader check) is retried a few times, then the loop gives up and the supervisor fails /healthz:
+        a replica that cannot schedule must not keep the lease."""
+        failures = 0
         while not self._stop.is_set():
-            if not self.is_leader():
-                self._stop.wait(0.1)
-                continue
-            self.schedule_one()
+            try:
+                if not self.is_leader():
+                    self._stop.wait(0.1)
+                    continue
+                self.schedule_one()
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
+                failures += 1
+                self.supervisor.failed(Worker.SCHEDULING_LOOP, exc)
+                if failures >= LOOP_FAILURE_LIMIT:
+                    self.supervisor.fatal(Worker.SCHEDULING_LOOP,
+                                          f"{failures} failures in a row outside any pod, the last: {exc!r}")
+                    return
+                self._stop.wait(LOOP_RETRY_DELAY * 2 ** (failures - 1))
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="scheduling-loop", daemon=True)
-        self._thread.start()
+        self._thread = self.supervisor.spawn(Worker.SCHEDULING_LOOP, self.run, name="scheduling-loop",
+                                             stopping=self._stop.is_set)
 
     def stop(self, drain_timeout: float = 30.0) -> bool:
         """Stops taking pods, releases the pods held at Permit, waits for binds in flight; True if all finished."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from metrics_sched.model.affinity import NO_TERMS, AffinityTerm, PodAffinityTerms, TermKind, parse_affinity
 from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.model.resize import ResourceFields, occupied_requests, resource_fields
 from metrics_sched.model.resources import CPU, MEMORY
 from metrics_sched.model.selectors import SelectorError
 from metrics_sched.state.namespaces import NamespaceIndex
@@ -67,6 +68,7 @@ class PodRecord:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     terminating: bool = False  # being deleted: still occupies the node, but topology spreading skips it
     affinity: PodAffinityTerms = NO_TERMS
+    resources: ResourceFields = ()  # the fields `vector` was computed from: an update that keeps them keeps it
 
     @property
     def key(self) -> str:
@@ -92,7 +94,10 @@ class ClusterState:
         self.table = NodeTable()
         self.pods: dict[str, PodRecord] = {}
         self._waiting: dict[str, set[str]] = {}
+        # Owner (controller) -> per-row count of its placed pods, and its total: an owner whose last pod leaves
+        # is dropped, so finished Jobs do not pile up one array each.
         self._owner_counts: dict[str, IntArray] = {}
+        self._owner_totals: dict[str, int] = {}
         # (protocol, port) -> hostIP (or _ANY_IP) -> per-row count of placed pods holding it (NodePorts).
         self._port_counts: dict[tuple[str, int], dict[str, IntArray]] = {}
         # Pods matching the selectors being scheduled, and the affinity terms placed pods carry (inter-pod rules).
@@ -126,28 +131,26 @@ class ClusterState:
         return None if row is None else self.table.records[row]
 
     def remove_node(self, name: str) -> list[PodRecord]:
-        """Removes a node; returns the pods we had assumed there (their binds must not go ahead)."""
+        """Removes a node; returns the pods we had assumed there. Every pod of the node, assumed ones too, waits
+        uncounted for the node to come back: an assumed pod's bind may already be on its way, and if the node
+        returns before it lands, the room it takes must not look free (a bind that fails forgets the pod)."""
         with self.lock:
-            row = self.table.remove(name)
             orphans = []
             for pod in self.pods.values():
                 if pod.node == name:
+                    if pod.row is not None:
+                        # Uncounted pod by pod (not by zeroing the row), so an owner, a port or a selector's
+                        # count left with no placed pod is dropped as on any release.
+                        if pod.owner_key:
+                            self._count_owner(pod.owner_key, pod.row, -1)
+                        if pod.host_ports:
+                            self._count_ports(pod.host_ports, pod.row, -1)
+                        self.pod_index.account(pod, pod.row, -1)
                     pod.row = None
+                    self._waiting.setdefault(name, set()).add(pod.uid)
                     if pod.assumed:
                         orphans.append(pod)
-                    else:
-                        self._waiting.setdefault(name, set()).add(pod.uid)
-            for counts in self._owner_counts.values():
-                if row is not None and row < counts.shape[0]:
-                    counts[row] = 0
-            for by_ip in self._port_counts.values():
-                for counts in by_ip.values():
-                    if row is not None and row < counts.shape[0]:
-                        counts[row] = 0
-            if row is not None:
-                self.pod_index.clear_row(row)
-            for pod in orphans:
-                self.pods.pop(pod.uid, None)
+            self.table.remove(name)
             return orphans
 
     def has_node(self, name: str) -> bool:
@@ -159,16 +162,25 @@ class ClusterState:
         self.table.add_requests(row, pod.vector, pod.nonzero, sign)
         pod.row = row if sign > 0 else None
         if pod.owner_key:
-            counts = self._owner_counts.get(pod.owner_key)
-            if counts is None or counts.shape[0] < self.table.capacity:
-                grown = np.zeros(self.table.capacity, dtype=np.int64)
-                if counts is not None:
-                    grown[: counts.shape[0]] = counts
-                counts = self._owner_counts[pod.owner_key] = grown
-            counts[row] += sign
+            self._count_owner(pod.owner_key, row, sign)
         if pod.host_ports:
             self._count_ports(pod.host_ports, row, sign)
         self.pod_index.account(pod, row, sign)
+
+    def _count_owner(self, owner: str, row: int, sign: int) -> None:
+        total = self._owner_totals.get(owner, 0) + sign
+        if total <= 0:  # its last placed pod left: forget the owner (a later pod starts a new array)
+            self._owner_totals.pop(owner, None)
+            self._owner_counts.pop(owner, None)
+            return
+        self._owner_totals[owner] = total
+        counts = self._owner_counts.get(owner)
+        if counts is None or counts.shape[0] < self.table.capacity:
+            grown = np.zeros(self.table.capacity, dtype=np.int64)
+            if counts is not None:
+                grown[: counts.shape[0]] = counts
+            counts = self._owner_counts[owner] = grown
+        counts[row] += sign
 
     def _count_ports(self, ports: Iterable[HostPort], row: int, sign: int) -> None:
         for ip, protocol, port in ports:
@@ -181,14 +193,21 @@ class ClusterState:
                         grown[: counts.shape[0]] = counts
                     counts = by_ip[key] = grown
                 counts[row] += sign
+                if sign < 0 and not counts.any():  # no placed pod holds it any more: forget it
+                    del by_ip[key]
+            if not by_ip:
+                del self._port_counts[(protocol, port)]
 
     def _place(self, info: PodInfo, node: str, assumed: bool) -> PodRecord:
+        # What the pod holds on its node: its spec's requests, or more while an in-place resize is under way.
+        requests, non_zero = occupied_requests(info)
         record = PodRecord(
             uid=info.uid, namespace=info.namespace, name=info.name, node=node,
-            vector=self.table.vector(info.requests),
-            nonzero=(info.non_zero_requests.get(CPU, 0), info.non_zero_requests.get(MEMORY, 0)),
+            vector=self.table.vector(requests),
+            nonzero=(non_zero.get(CPU, 0), non_zero.get(MEMORY, 0)),
             owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
             labels=dict(info.labels), terminating=info.deleting, affinity=_affinity(info),
+            resources=resource_fields(info.raw),
         )
         self.pods[info.uid] = record
         row = self.table.index.get(node)
@@ -203,12 +222,15 @@ class ClusterState:
             self._account(record, record.row, sign=-1)
         else:
             waiting = self._waiting.get(record.node)
-            if waiting:
+            if waiting is not None:
                 waiting.discard(record.uid)
+                if not waiting:  # the node may never come (deleted before its pods): keep no empty set for it
+                    del self._waiting[record.node]
 
     def observe_bound_pod(self, info: PodInfo) -> str:
         """A pod the API shows on a node. Returns 'confirmed' (was assumed there), 'moved', 'added', 'relabelled'
-        (same node, its labels or deletion changed: counted again) or 'same'."""
+        (same node, its labels or deletion changed: counted again), 'resized' (same node, what it holds changed:
+        an in-place resize; counted again) or 'same'."""
         assert info.node_name
         with self.lock:
             existing = self.pods.get(info.uid)
@@ -221,6 +243,19 @@ class ClusterState:
                         del self.pods[info.uid]
                         self._place(info, info.node_name, assumed=False)
                         return "relabelled"
+                    fields = resource_fields(info.raw)
+                    if existing.resources != fields:
+                        requests, non_zero = occupied_requests(info)
+                        vector = self.table.vector(requests)  # as long as existing.vector, or longer
+                        grown = np.zeros_like(vector)
+                        grown[: existing.vector.shape[0]] = existing.vector
+                        if (not np.array_equal(vector, grown)
+                                or existing.nonzero != (non_zero.get(CPU, 0), non_zero.get(MEMORY, 0))):
+                            self._release(existing)
+                            del self.pods[info.uid]
+                            self._place(info, info.node_name, assumed=False)
+                            return "resized"
+                        existing.resources = fields  # e.g. the kubelet reported what it allocated: no change
                     return "confirmed" if was_assumed else "same"
                 self._release(existing)
                 del self.pods[info.uid]
@@ -250,13 +285,16 @@ class ClusterState:
                 self._release(record)
                 del self.pods[uid]
 
-    def counted_on(self, uid: str, node: str, labels: Mapping[str, str] | None = None, deleting: bool = False) -> bool:
-        """The pod is already counted, confirmed, on this node with these labels and deletion state: an update
-        that keeps all that changes nothing."""
+    def counted_on(self, uid: str, node: str, labels: Mapping[str, str] | None = None, deleting: bool = False,
+                   resources: ResourceFields | None = None) -> bool:
+        """The pod is already counted, confirmed, on this node with these labels, deletion state and resource
+        fields (`resource_fields` of the pod; None: not compared): an update that keeps all that changes
+        nothing."""
         with self.lock:
             record = self.pods.get(uid)
             return (record is not None and record.node == node and not record.assumed
-                    and record.labels == (labels or {}) and record.terminating == deleting)
+                    and record.labels == (labels or {}) and record.terminating == deleting
+                    and (resources is None or record.resources == resources))
 
     def record(self, uid: str) -> PodRecord | None:
         with self.lock:

@@ -153,9 +153,14 @@ class NodeTable:
         self.requested: IntArray = np.zeros((capacity, len(self.resources)), dtype=np.int64)
         # cpu and memory as kube-scheduler scores them (containers without requests count a default).
         self.nonzero_requested: IntArray = np.zeros((capacity, 2), dtype=np.int64)
+        # Each row's taint set as an id into `taint_sets`, so a taint filter checks each distinct set once.
+        # Sets are reference-counted by the rows holding them and their ids reused, then compacted: nodes
+        # whose taints carry timestamps (autoscalers) must not leave a set behind per taint ever seen.
         self.taint_set: npt.NDArray[np.int32] = np.zeros(capacity, dtype=np.int32)
         self.taint_sets: list[tuple[Taint, ...]] = [()]
         self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
+        self._taint_set_rows: list[int] = [0]  # rows holding each id (id 0, no taints, is never freed)
+        self._free_taint_ids: list[int] = []
         self._label_columns: dict[str, npt.NDArray[np.object_]] = {}
         self._topologies: dict[str, Topology] = {}
         self.generation = 0
@@ -233,12 +238,9 @@ class NodeTable:
             self.allocatable[row, col] = amount
         self.ready[row] = record.ready
         self.unschedulable[row] = record.unschedulable
-        taint_id = self._taint_set_ids.get(record.taints)
-        if taint_id is None:
-            taint_id = len(self.taint_sets)
-            self.taint_sets.append(record.taints)
-            self._taint_set_ids[record.taints] = taint_id
-        self.taint_set[row] = taint_id
+        if previous is None or previous.taints != record.taints:
+            self._release_taint_set(row)
+            self.taint_set[row] = self._hold_taint_set(record.taints)
         if added or previous is None or previous.labels != record.labels:
             self._set_labels(row, record.labels, previous.labels if previous else {})
         if previous is None or previous.images != record.images:
@@ -258,7 +260,7 @@ class NodeTable:
         self.allocatable[row] = 0
         self.requested[row] = 0
         self.nonzero_requested[row] = 0
-        self.taint_set[row] = 0
+        self._release_taint_set(row)
         if previous:
             self._set_labels(row, {}, previous.labels)
             self._set_images(row, (), previous.images)
@@ -273,6 +275,46 @@ class NodeTable:
         self.nonzero_requested[row, 0] += sign * nonzero[0]
         self.nonzero_requested[row, 1] += sign * nonzero[1]
         self.generation += 1
+
+    def _hold_taint_set(self, taints: tuple[Taint, ...]) -> int:
+        taint_id = self._taint_set_ids.get(taints)
+        if taint_id is None:
+            if self._free_taint_ids:
+                taint_id = self._free_taint_ids.pop()
+                self.taint_sets[taint_id] = taints
+            else:
+                taint_id = len(self.taint_sets)
+                self.taint_sets.append(taints)
+                self._taint_set_rows.append(0)
+            self._taint_set_ids[taints] = taint_id
+        self._taint_set_rows[taint_id] += 1
+        return taint_id
+
+    def _release_taint_set(self, row: int) -> None:
+        """The row no longer holds its taint set (it leaves, or its taints change); an unused set is freed."""
+        taint_id = int(self.taint_set[row])
+        self.taint_set[row] = 0
+        if taint_id == 0:
+            return
+        self._taint_set_rows[taint_id] -= 1
+        if self._taint_set_rows[taint_id] == 0:
+            del self._taint_set_ids[self.taint_sets[taint_id]]
+            self.taint_sets[taint_id] = ()  # a free id reads as "no taints" until reused
+            self._free_taint_ids.append(taint_id)
+            if len(self._free_taint_ids) > len(self._taint_set_ids):
+                self._compact_taint_sets()
+
+    def _compact_taint_sets(self) -> None:
+        """Renumbers the sets in use to 0..n-1 once more than half the ids are free, so `taint_sets` (which
+        the taint checks loop over) stays within twice the distinct sets the current nodes hold."""
+        in_use = [i for i, rows in enumerate(self._taint_set_rows) if rows > 0 or i == 0]
+        remap = np.zeros(len(self.taint_sets), dtype=np.int32)
+        remap[in_use] = np.arange(len(in_use), dtype=np.int32)
+        self.taint_set[: self.capacity] = remap[self.taint_set[: self.capacity]]
+        self.taint_sets = [self.taint_sets[i] for i in in_use]
+        self._taint_set_rows = [self._taint_set_rows[i] for i in in_use]
+        self._taint_set_ids = {taints: i for i, taints in enumerate(self.taint_sets)}
+        self._free_taint_ids = []
 
     def _set_labels(self, row: int, labels: Mapping[str, str], previous: Mapping[str, str]) -> None:
         for key in set(previous) | set(labels):

@@ -1,6 +1,13 @@
 """MetricCache: the latest value of every metric for every node, with when it was measured
 (observed_at), when we got it (fetched_at) and from which source.
 
+Every time here is on the scheduler's own clock: a sample's own stamp comes from another machine's
+clock, so it is clamped to the fetch time (a sample stamped in the future would otherwise stay fresh
+past maxAge and cover every in-flight placement). The same stamp fetched again is the same measurement:
+it keeps the clamped time of its first fetch, so a frozen exporter ahead of us still goes stale.
+Clamped samples are counted per source (SourceHealth.clamped). Values that age out are announced to
+the listeners on the source's next refresh, so a filter they held can let parked pods go.
+
 Each source refreshes on its own interval (longer after failures, see PolledSource) in its own
 thread; the scheduling path only reads numpy columns built from the store (rebuilt once per change,
 not per pod). A failed metric drops only itself; a failed source keeps its last values until their
@@ -10,6 +17,7 @@ coverage and the values it refused.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -23,6 +31,7 @@ import numpy as np
 from metrics_sched.config.contract import FreshnessContract
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.state.node_table import BoolArray, FloatArray, NodeTable
+from metrics_sched.supervision import Supervisor, Worker
 from metrics_sched.telemetry.health import SourceHealth
 from metrics_sched.telemetry.polled import PolledSource
 
@@ -47,9 +56,13 @@ class MetricColumn:
 @dataclass
 class _Entry:
     value: float
-    observed_at: float
+    observed_at: float  # the sample's stamp clamped to its first fetch (scheduler clock)
     fetched_at: float
     source: str
+    stamp: float  # the sample's own stamp, as the source gave it
+
+    def expires_at(self, contract: FreshnessContract) -> float:
+        return min(self.observed_at + contract.max_age, self.fetched_at + contract.ttl)
 
 
 class MetricCache:
@@ -67,8 +80,16 @@ class MetricCache:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._directory: Callable[[], NodeDirectory] | None = None
+        self._expiry_checked: dict[str, float] = {}  # source -> when its values' expiry was last looked at
         # (source, seconds, ok) after every refresh, for the fetch-duration histogram.
         self.refresh_observers: list[Callable[[str, float, bool], None]] = []
+        # Supervises the refresh threads (the scheduler hands over its own, which /healthz reads).
+        self.supervisor = Supervisor()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock freshness is judged by (and the in-flight ledger keys placements to)."""
+        return self._clock
 
     def contract(self, metric: str) -> FreshnessContract:
         return self.contracts.get(metric, FreshnessContract())
@@ -85,8 +106,8 @@ class MetricCache:
     def start(self, directory: Callable[[], NodeDirectory]) -> None:
         self._directory = directory
         for source in self._sources.values():
-            thread = threading.Thread(target=self._loop, args=(source,), name=f"source-{source.name}", daemon=True)
-            thread.start()
+            thread = self.supervisor.spawn(Worker.SOURCE, functools.partial(self._loop, source),
+                                           name=f"source-{source.name}", stopping=self._stop.is_set)
             self._threads.append(thread)
 
     def stop(self) -> None:
@@ -100,7 +121,8 @@ class MetricCache:
     def _loop(self, source: PolledSource) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.refresh(source.name)
+            # A refresh that raises (a bad directory, a listener) is counted; the source keeps refreshing.
+            self.supervisor.guard(Worker.SOURCE, lambda: self.refresh(source.name))
             self._stop.wait(max(0.0, source.next_delay() - (time.monotonic() - started)))
 
     def refresh(self, name: str) -> None:
@@ -114,6 +136,7 @@ class MetricCache:
             self._observe_refresh(name, source.health.last_duration, result is not None)
         if result is None:
             self.update_coverage(directory)
+            self._notify(self._expired(name))
             return
         self.ingest(name, result, fetched_at=self._clock(), directory=directory)
 
@@ -143,29 +166,55 @@ class MetricCache:
                directory: NodeDirectory | None = None) -> None:
         """Stores a refresh's samples (the source's health is already recorded by its poll)."""
         changed: set[str] = set()
-        bad = 0
+        bad = clamped = 0
         with self._lock:
             for sample in result.samples:
-                value = sample.value
-                if not math.isfinite(value) or abs(value) > SENTINEL_LIMIT or not math.isfinite(sample.observed_at):
+                value, stamp = sample.value, sample.observed_at
+                if not math.isfinite(value) or abs(value) > SENTINEL_LIMIT or not math.isfinite(stamp):
                     bad += 1  # the adapters drop these already; the cache never trusts them either
                     continue
                 per_node = self._store.setdefault(sample.metric, {})
-                per_node[sample.node] = _Entry(value, sample.observed_at, fetched_at, name)
+                previous = per_node.get(sample.node)
+                observed = min(stamp, fetched_at)
+                if stamp > fetched_at:
+                    clamped += 1
+                if previous is not None and previous.stamp == stamp and previous.source == name:
+                    observed = min(observed, previous.observed_at)  # the same measurement does not get younger
+                per_node[sample.node] = _Entry(value, observed, fetched_at, name, stamp)
                 changed.add(sample.metric)
             if changed:
                 self.generation += 1
         health = self.health.get(name)
-        if bad and health is not None:
-            health.dropped["invalid"] = health.dropped.get("invalid", 0) + bad
+        if health is not None:
+            if bad:
+                health.dropped["invalid"] = health.dropped.get("invalid", 0) + bad
+            health.clamped += clamped
         if directory is not None:
             self.update_coverage(directory)
-        if changed:
-            for listener in self._listeners:
-                try:
-                    listener(changed)
-                except Exception:
-                    log.exception("metric listener failed")
+        self._notify(changed | self._expired(name))
+
+    def _expired(self, name: str) -> set[str]:
+        """The metrics with a value from `name` that went stale since the last look (a loop in the source's
+        thread): nothing else announces a value ageing out, and a filter it held may admit a node now."""
+        now = self._clock()
+        since = self._expiry_checked.get(name, -math.inf)
+        self._expiry_checked[name] = now
+        expired = set()
+        with self._lock:
+            for metric, per_node in self._store.items():
+                contract = self.contract(metric)
+                if any(e.source == name and since < e.expires_at(contract) <= now for e in per_node.values()):
+                    expired.add(metric)
+        return expired
+
+    def _notify(self, metrics: set[str]) -> None:
+        if not metrics:
+            return
+        for listener in self._listeners:
+            try:
+                listener(metrics)
+            except Exception:
+                log.exception("metric listener failed")
 
     def update_coverage(self, directory: NodeDirectory) -> None:
         now = self._clock()
@@ -225,6 +274,7 @@ class MetricCache:
                 contract = self.contract(metric)
                 out[metric] = {
                     "value": entry.value, "source": entry.source, "observed_at": entry.observed_at,
+                    "stamp": entry.stamp,  # the source's own time; later than observed_at when its clock is ahead
                     "age": round(now - entry.observed_at, 3), "fetched_age": round(now - entry.fetched_at, 3),
                     "fresh": now - entry.observed_at <= contract.max_age and now - entry.fetched_at <= contract.ttl,
                 }

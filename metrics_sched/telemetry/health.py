@@ -44,6 +44,7 @@ class SourceHealth:
     dropped: dict[str, int] = field(default_factory=dict)
     errors_by_reason: dict[str, int] = field(default_factory=dict)
     unmatched_series: int = 0
+    clamped: int = 0  # samples stamped after they were fetched (clock skew): the cache used the fetch time
     coverage: dict[str, float] = field(default_factory=dict)  # metric -> share of nodes with a fresh value
     breaker: BreakerStatus | None = None  # set by a source with a circuit breaker
     extra: dict[str, Any] = field(default_factory=dict)  # source-specific facts (pages read, truncated, ...)

@@ -4,6 +4,12 @@ A pod bound to a node adds its estimated effect (from its requests) to that node
 sample measured after the bind covers it. Without this, a burst of pods all see the same "coldest,
 idlest" node from the last scrape and herd onto it.
 
+Both sides of "measured after the placement" are on the scheduler's own clock: a placement's time
+is this store's clock (the one the MetricCache fetches with), and a sample's measured time is the
+cache's, clamped to when it was fetched. A source whose clock runs ahead therefore cannot cover a
+placement with a sample fetched before it; one whose clock runs behind only keeps placements counted
+longer (until a later sample, its maxAge or the horizon), which errs towards spreading.
+
 Placements are kept per metric in append-only numpy arrays (row, time, delta, alive), so the
 adjustment for a decision is a few vector operations whatever the number of placements; removals
 only clear the alive flag, and pruning compacts the arrays now and then.

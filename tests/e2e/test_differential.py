@@ -810,9 +810,16 @@ class Decision:
 
 
 def ms_decisions(url: str, copies: dict[str, Copy]) -> dict[str, Decision]:
-    body = httpx.get(f"{url}/decisions", params={"limit": "100000"}, timeout=30).json()
+    records: list[dict[str, Any]] = []
+    params = {"limit": "1000"}
+    while True:  # every page, newest first
+        body = httpx.get(f"{url}/decisions", params=params, timeout=30).json()
+        records += body["decisions"]
+        if not body.get("next"):
+            break
+        params = {"limit": "1000", "before": str(body["next"])}
     out: dict[str, Decision] = {}
-    for record in body["decisions"]:  # newest first: keep the newest scheduled record per pod
+    for record in records:  # newest first: keep the newest scheduled record per pod
         namespace, _, name = record["pod"].partition("/")
         copy = copies.get(name)
         if copy is None or copy.namespace != namespace or record["result"] != "scheduled" or name in out:

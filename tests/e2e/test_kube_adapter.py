@@ -31,9 +31,11 @@ from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
+from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector
 from metrics_sched.ports import (
     ApiError,
+    EventSeries,
     EventType,
     KubeObject,
     LeaseRecord,
@@ -42,6 +44,7 @@ from metrics_sched.ports import (
     WorkloadKind,
 )
 from metrics_sched.scheduler import Scheduler
+from metrics_sched.scheduler.reporting import SERIES_FINISH, PodReporter
 from tests.e2e import kube
 
 SCHEDULER = "metrics-sched-e2e"
@@ -227,6 +230,82 @@ def test_event_and_condition_are_visible_on_the_pod(api: KubeAPI, namespace: str
     # What `kubectl describe pod` reads: the core/v1 view of the same event.
     core = api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
     assert [(e["involvedObject"]["name"], e["type"]) for e in core] == [("unschedulable", "Warning")]
+
+
+def pod_scheduled(writer: KubePodWriter, namespace: str, name: str) -> dict[str, Any]:
+    pod = writer.get_pod(namespace, name)
+    assert pod is not None
+    condition: dict[str, Any] = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    return condition
+
+
+def test_a_verdict_that_lands_after_the_bind_is_refused(
+    cluster: DevCluster, api: KubeAPI, namespace: str, client: KubeClient
+) -> None:
+    writer = KubePodWriter(client)
+    attempt = parse_pod(create_pod(api, namespace, "late"))  # the pod as a failed attempt saw it
+    with pytest.raises(ApiError) as info:  # the precondition itself: any change to the pod refuses the patch
+        writer.set_pod_scheduled_condition(namespace, "late", status="False", reason="Unschedulable", message="m",
+                                           resource_version="1")
+    assert info.value.conflict, info.value
+
+    writer.bind(namespace, "late", attempt.uid, cluster.nodes[0].name)
+    assert pod_scheduled(writer, namespace, "late")["status"] == "True"  # the binding sets it
+    reporter = PodReporter(writer, "metrics-sched", instance="metrics-sched-e2e-0", workers=1)
+    try:
+        reporter.failed(attempt, "0/50 nodes are available.", reason="Unschedulable")
+        assert reporter.wait_idle(10)
+        stats = reporter.stats()
+        assert (stats.conflicts, stats.stale_dropped, stats.conditions_written) == (1, 1, 0), stats
+        assert pod_scheduled(writer, namespace, "late")["status"] == "True"
+
+        # Still pending after a change: the verdict is written on the pod's new version.
+        pending = parse_pod(create_pod(api, namespace, "pending"))
+        api.merge_patch(f"/api/v1/namespaces/{namespace}/pods/pending", {"metadata": {"labels": {"x": "1"}}})
+        reporter.failed(pending, "0/50 nodes are available.", reason="Unschedulable")
+        assert reporter.wait_idle(10)
+        condition = pod_scheduled(writer, namespace, "pending")
+        assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+        assert reporter.stats().conflicts == 2
+    finally:
+        reporter.shutdown()
+
+
+def test_repeated_failures_are_one_event_with_a_series(api: KubeAPI, namespace: str, client: KubeClient) -> None:
+    writer = KubePodWriter(client)
+    attempt = parse_pod(create_pod(api, namespace, "stuck"))
+    now = [time.time()]
+    reporter = PodReporter(writer, "metrics-sched", instance="metrics-sched-e2e-0", workers=1, clock=lambda: now[0])
+    events_path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+    try:
+        for i in range(4):
+            reporter.failed(attempt, f"0/50 nodes are available (attempt {i}).", reason="Unschedulable")
+            assert reporter.wait_idle(10)
+            now[0] += 10
+        [event] = api.get(events_path)["items"]
+        assert event["series"]["count"] == 2
+        assert event["note"] == "0/50 nodes are available (attempt 0)."  # the API keeps the first note
+        # The series ends: its final count is written.
+        now[0] += SERIES_FINISH + 1
+        reporter.tick()
+        assert reporter.wait_idle(10)
+        [event] = api.get(events_path)["items"]
+        assert event["series"]["count"] == 4
+        # What `kubectl describe pod` reads ("x4 over 30s"): one core/v1 event with the series.
+        [core] = api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+        assert (core["involvedObject"]["name"], core["series"]["count"]) == ("stuck", 4)
+    finally:
+        reporter.shutdown()
+
+    # An Event that expired meanwhile is created again, under its name, with its series.
+    name = event["metadata"]["name"]
+    api.delete(f"{events_path}/{name}")
+    sent = SchedulingEvent(namespace=namespace, pod_name="stuck", pod_uid=attempt.uid, type="Warning",
+                           reason="FailedScheduling", action="Scheduling", note="again",
+                           reporting_controller="metrics-sched", reporting_instance="metrics-sched-e2e-0")
+    writer.update_event_series(sent, name, EventSeries(5, time.time()))
+    [event] = api.get(events_path)["items"]
+    assert (event["metadata"]["name"], event["series"]["count"], event["note"]) == (name, 5, "again")
 
 
 def test_lease_create_update_and_conflict(namespace: str, client: KubeClient) -> None:

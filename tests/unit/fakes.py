@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from metrics_sched.ports import ApiError, KubeObject, LeaseRecord, SchedulingEvent
+from metrics_sched.ports import ApiError, EventSeries, KubeObject, LeaseRecord, SchedulingEvent
 
 
 class FakeAPI:
@@ -18,7 +18,13 @@ class FakeAPI:
         self.lock = threading.Lock()
         self.pods: dict[str, dict[str, Any]] = {}
         self.events: list[SchedulingEvent] = []
+        self.event_names: list[str] = []  # of self.events, index for index
+        self.event_series: dict[str, EventSeries] = {}  # event name -> its series, as last written
         self.conditions: dict[str, dict[str, str]] = {}
+        self.condition_writes = 0
+        # Called (outside the lock) as a report write starts: "event", "series" or "condition". Lets a test hold
+        # a write in flight while the pod changes.
+        self.before_write: Callable[[str], None] | None = None
         self.annotations: dict[str, dict[str, str]] = {}
         self.binds: list[tuple[str, str]] = []
         self.fail_next_binds: list[ApiError] = []
@@ -41,6 +47,9 @@ class FakeAPI:
             if pod["spec"].get("nodeName"):
                 raise ApiError(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
             pod["spec"]["nodeName"] = node
+            # The API server's binding also sets PodScheduled=True (and a new resourceVersion).
+            _set_condition(pod, {"type": "PodScheduled", "status": "True"})
+            self._bump(pod)
             if annotations:
                 pod["metadata"].setdefault("annotations", {}).update(annotations)
                 self.annotations.setdefault(f"{namespace}/{name}", {}).update(annotations)
@@ -56,14 +65,44 @@ class FakeAPI:
             pod = self.pods.get(f"{namespace}/{name}")
             return copy.deepcopy(pod) if pod else None
 
-    def record_event(self, event: SchedulingEvent) -> None:
+    def record_event(self, event: SchedulingEvent, series: EventSeries | None = None) -> str:
+        if self.before_write:
+            self.before_write("event")
         with self.lock:
+            name = f"{event.pod_name}.{len(self.events)}"
             self.events.append(event)
+            self.event_names.append(name)
+            if series is not None:
+                self.event_series[name] = series
+            return name
+
+    def update_event_series(self, event: SchedulingEvent, name: str, series: EventSeries) -> None:
+        if self.before_write:
+            self.before_write("series")
+        with self.lock:
+            if name not in self.event_names:  # expired: created again under its name
+                self.events.append(event)
+                self.event_names.append(name)
+            self.event_series[name] = series
 
     def set_pod_scheduled_condition(self, namespace: str, name: str, *, status: Literal["True", "False"],
-                                    reason: str, message: str) -> None:
+                                    reason: str, message: str, resource_version: str | None = None) -> None:
+        if self.before_write:
+            self.before_write("condition")
+        key = f"{namespace}/{name}"
         with self.lock:
-            self.conditions[f"{namespace}/{name}"] = {"status": status, "reason": reason, "message": message}
+            pod = self.pods.get(key)
+            if resource_version is not None:
+                if pod is None:
+                    raise ApiError(404, f"pods {name!r} not found")
+                if pod["metadata"].get("resourceVersion") != resource_version:
+                    raise ApiError(409, "the object has been modified; please apply your changes to the latest "
+                                        "version and try again")
+            self.condition_writes += 1
+            self.conditions[key] = {"status": status, "reason": reason, "message": message}
+            if pod is not None:
+                _set_condition(pod, {"type": "PodScheduled", "status": status, "reason": reason, "message": message})
+                self._bump(pod)
 
     # test helpers
     def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +111,7 @@ class FakeAPI:
         pod["metadata"].setdefault("creationTimestamp", "2026-11-30T12:00:00Z")
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         with self.lock:
+            self._bump(pod)
             self.pods[key] = pod
         for watcher in self.watchers:
             watcher.on_pod_event("ADDED", copy.deepcopy(pod))
@@ -82,6 +122,22 @@ class FakeAPI:
             pod = self.pods.pop(key)
         for watcher in self.watchers:
             watcher.on_pod_event("DELETED", copy.deepcopy(pod))
+
+    def pod_scheduled(self, key: str) -> dict[str, str] | None:
+        """The PodScheduled condition the pod has now (whoever wrote it)."""
+        with self.lock:
+            conditions = self.pods[key].get("status", {}).get("conditions", [])
+            return next((dict(c) for c in conditions if c["type"] == "PodScheduled"), None)
+
+    def series_for(self, key: str, reason: str) -> list[EventSeries | None]:
+        """Per event about the pod with this reason, in order: its series (None while it is a single event)."""
+        with self.lock:
+            return [self.event_series.get(n) for e, n in zip(self.events, self.event_names, strict=True)
+                    if f"{e.namespace}/{e.pod_name}" == key and e.reason == reason]
+
+    def _bump(self, pod: dict[str, Any]) -> None:
+        self._rv += 1
+        pod["metadata"]["resourceVersion"] = str(self._rv)
 
     def events_for(self, key: str, reason: str | None = None) -> list[SchedulingEvent]:
         with self.lock:
@@ -114,6 +170,11 @@ class FakeAPI:
                              record.acquire_time, record.renew_time, record.lease_transitions, str(self._rv))
         self.leases[(record.namespace, record.name)] = stored
         return stored
+
+
+def _set_condition(pod: dict[str, Any], condition: dict[str, str]) -> None:
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    conditions[:] = [c for c in conditions if c["type"] != condition["type"]] + [condition]
 
 
 def node(name: str, *, cpu: str = "4", memory: str = "16Gi", pods: int = 110, gpus: int = 0,

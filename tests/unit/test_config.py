@@ -83,6 +83,25 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"audit": {"annotatePods": "yes"}}, "audit.annotatePods"),
     ({"server": {"port": 1.5}}, "server.port"),
     ({"clientConnection": {"qps": -1}}, "clientConnection.qps"),
+    # Dangerous values (issue 14, item 9): each would be accepted into a scheduler that misbehaves.
+    ({"clientConnection": {"watchReadTimeout": 0}}, "clientConnection.watchReadTimeout"),  # blind after the list
+    ({"clientConnection": {"watchReadTimeout": "2h"}}, "clientConnection.watchReadTimeout"),
+    ({"leaderElection": {"retryPeriod": "0s"}}, "leaderElection.retryPeriod"),
+    ({"leaderElection": {"retryPeriod": "1ms"}}, "leaderElection.retryPeriod"),  # spins on the API server
+    ({"leaderElection": {"leaseDuration": "100h", "renewDeadline": "99h"}}, "leaderElection.leaseDuration"),
+    ({"podInitialBackoffSeconds": 0}, "podInitialBackoffSeconds"),  # a failing pod retried in a tight loop
+    ({"podInitialBackoffSeconds": 0, "podMaxBackoffSeconds": 0}, "podInitialBackoffSeconds"),
+    ({"podMaxBackoffSeconds": 0}, "podMaxBackoffSeconds"),
+    ({"podMaxInUnschedulablePodsDuration": 0}, "podMaxInUnschedulablePodsDuration"),
+    ({"server": {"port": 99999}}, "server.port"),
+    ({"server": {"port": 0}}, "server.port"),
+    ({"bindWorkers": 100_000}, "bindWorkers"),
+    ({"audit": {"ringSize": 10**9}}, "audit.ringSize"),
+    ({"audit": {"topCandidates": 10**6}}, "audit.topCandidates"),
+    ({"profiles": [{"schedulerName": "default-scheduler"}]}, "profiles[0].schedulerName"),  # races kube-scheduler
+    ({"profiles": [{}, {"schedulerName": "default-scheduler"}], "replacesDefaultScheduler": False},
+     "profiles[1].schedulerName"),
+    ({"replacesDefaultScheduler": "yes"}, "replacesDefaultScheduler"),
 ]
 
 

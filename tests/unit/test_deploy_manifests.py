@@ -135,7 +135,8 @@ def test_the_kustomization_lists_every_manifest_and_only_existing_files() -> Non
 def test_namespaced_objects_live_in_the_metrics_sched_namespace() -> None:
     assert one("Namespace")["metadata"]["name"] == NAMESPACE
     for obj in base_objects():
-        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "FlowSchema",
+                               "PriorityLevelConfiguration"):
             assert obj["metadata"].get("namespace") == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']}"
 
 
@@ -266,6 +267,29 @@ def test_the_lease_role_is_limited_to_its_own_lease() -> None:
     election = scheduler_config()["leaderElection"]
     assert election["leaderElect"] is True
     assert (election["resourceNamespace"], election["resourceName"]) == (NAMESPACE, LEASE)
+
+
+def test_flow_schemas_keep_the_scheduler_out_of_workload_low() -> None:
+    """Lease calls on a priority level of their own (lending nothing), everything else on workload-high as
+    kube-scheduler's calls, both ahead of the `service-accounts` schema (9000) that would put them on
+    workload-low."""
+    account = {"kind": "ServiceAccount", "serviceAccount": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}}
+    schemas = {o["metadata"]["name"]: o for o in base_objects() if o["kind"] == "FlowSchema"}
+    assert set(schemas) == {"metrics-sched-leader-election", "metrics-sched"}
+    for schema in schemas.values():
+        assert schema["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+        assert schema["spec"]["matchingPrecedence"] < 9000
+        assert all(rule["subjects"] == [account] for rule in schema["spec"]["rules"])
+    election, everything = schemas["metrics-sched-leader-election"]["spec"], schemas["metrics-sched"]["spec"]
+    assert election["matchingPrecedence"] < everything["matchingPrecedence"]  # leases match the first
+    [rule] = election["rules"]
+    [leases] = rule["resourceRules"]
+    lease_namespace = scheduler_config()["leaderElection"]["resourceNamespace"]
+    assert leases["resources"] == ["leases"] and lease_namespace in leases["namespaces"]
+    assert {"get", "create", "update"} <= set(leases["verbs"])
+    level = one("PriorityLevelConfiguration", election["priorityLevelConfiguration"]["name"])
+    assert level["spec"]["type"] == "Limited" and level["spec"]["limited"]["lendablePercent"] == 0
+    assert everything["priorityLevelConfiguration"]["name"] == "workload-high"
 
 
 @pytest.mark.parametrize(("kind", "role_kind", "role_name"), [

@@ -16,7 +16,7 @@ from adapters.kubernetes.lease_store import KubeLeaseStore
 from adapters.kubernetes.pod_writer import KubePodWriter
 from adapters.kubernetes.rate_limit import TokenBucket
 from adapters.kubernetes.tokens import StaticToken
-from metrics_sched.ports import ApiError, LeaseRecord, LeaseStore, PodWriter, SchedulingEvent
+from metrics_sched.ports import ApiError, EventSeries, LeaseRecord, LeaseStore, PodWriter, SchedulingEvent
 
 pytestmark = pytest.mark.unit
 
@@ -139,6 +139,56 @@ def test_pod_scheduled_condition_is_a_strategic_merge_patch_of_status() -> None:
     assert recorder.body() == {"status": {"conditions": [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/50 nodes are available",
         "lastProbeTime": None, "lastTransitionTime": "2026-11-30T13:05:10Z"}]}}
+
+
+def test_pod_scheduled_condition_with_a_resource_version_is_a_precondition() -> None:
+    recorder = Recorder(lambda r: status(409, "Conflict", "the object has been modified"))
+    with pytest.raises(ApiError) as info:
+        writer_for(recorder).set_pod_scheduled_condition("ns", "p", status="False", reason="Unschedulable",
+                                                         message="m", resource_version="4711")
+    assert info.value.conflict
+    body = recorder.body()
+    assert body["metadata"] == {"resourceVersion": "4711"}
+    assert body["status"]["conditions"][0]["reason"] == "Unschedulable"
+
+
+SCHEDULED = SchedulingEvent(namespace="ns", pod_name="p", pod_uid="u", type="Warning", reason="FailedScheduling",
+                            action="Scheduling", note="n", reporting_controller="c", reporting_instance="i")
+SERIES = EventSeries(count=3, last_observed=NOW.timestamp() + 60)
+
+
+def test_record_event_returns_its_name_and_may_start_as_a_series() -> None:
+    recorder = Recorder()
+    writer = writer_for(recorder)
+    name = writer.record_event(SCHEDULED)
+    assert recorder.body(0)["metadata"]["name"] == name and "series" not in recorder.body(0)
+    writer.record_event(SCHEDULED, EventSeries(2, NOW.timestamp()))
+    assert recorder.body(1)["series"] == {"count": 2, "lastObservedTime": "2026-11-30T13:05:10.123456Z"}
+
+
+def test_update_event_series_patches_only_the_series() -> None:
+    recorder = Recorder(lambda r: httpx.Response(200, json={}))
+    writer_for(recorder).update_event_series(SCHEDULED, "p.18a2b", SERIES)
+    [request] = recorder.requests
+    assert (request.method, request.url.path) == ("PATCH", "/apis/events.k8s.io/v1/namespaces/ns/events/p.18a2b")
+    assert request.headers["Content-Type"] == "application/merge-patch+json"
+    assert recorder.body() == {"series": {"count": 3, "lastObservedTime": "2026-11-30T13:06:10.123456Z"}}
+
+
+def test_an_expired_series_event_is_created_again_under_its_name() -> None:
+    replies = iter([status(404, "NotFound", 'events.events.k8s.io "p.18a2b" not found'), httpx.Response(201, json={})])
+    recorder = Recorder(lambda r: next(replies))
+    writer_for(recorder).update_event_series(SCHEDULED, "p.18a2b", SERIES)
+    assert [r.method for r in recorder.requests] == ["PATCH", "POST"]
+    body = recorder.body()
+    assert body["metadata"]["name"] == "p.18a2b" and body["reason"] == "FailedScheduling"
+    assert body["series"] == {"count": 3, "lastObservedTime": "2026-11-30T13:06:10.123456Z"}
+
+
+def test_update_event_series_raises_other_errors() -> None:
+    with pytest.raises(ApiError) as info:
+        writer_for(Recorder(lambda r: status(500, "InternalError"))).update_event_series(SCHEDULED, "p.1", SERIES)
+    assert info.value.ambiguous
 
 
 # -- leases ----------------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""/decisions: the ring's records as JSON, newest first, filtered by pod, node and time, paged by id.
+
+`limit` is capped (MAX_LIMIT): an answer is at most a few megabytes, rendered and sent in chunks, never
+built whole; when more records match, `next` is the id to pass as `before` for the following page.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+
+from metrics_sched.audit.record import StoredDecision
+from metrics_sched.audit.ring import DecisionRing
+from metrics_sched.http_server import Query, Response, check_params, float_param, int_param, param
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+_CHUNK = 50  # records per write
+
+PARAMS = ("pod", "node", "since", "before", "limit")
+
+
+def decisions(ring: DecisionRing, query: Query) -> Response:
+    """The /decisions route; a bad parameter raises BadRequest (400)."""
+    check_params(query, PARAMS)
+    # Above the cap is not an error: like a Kubernetes LIST's limit, the answer says where to go on.
+    limit = min(int_param(query, "limit", minimum=1) or DEFAULT_LIMIT, MAX_LIMIT)
+    records = ring.select(pod=param(query, "pod"), node=param(query, "node"), since=float_param(query, "since"),
+                          before=int_param(query, "before", minimum=1), limit=limit + 1)
+    more = len(records) > limit
+    records = records[:limit]
+    head = {"count": len(records), "ring_size": ring.size, "held": len(ring), "limit": limit,
+            "next": records[-1].id if more else None}
+    return 200, "application/json", _render(head, records)
+
+
+def _render(head: Mapping[str, object], records: list[StoredDecision]) -> Iterator[bytes]:
+    yield json.dumps(head)[:-1].encode() + b', "decisions": ['
+    for start in range(0, len(records), _CHUNK):
+        batch = records[start:start + _CHUNK]
+        sep = b", " if start else b""
+        yield sep + b", ".join(json.dumps(r.as_dict()).encode() for r in batch)
+    yield b"]}"
