@@ -2,11 +2,16 @@
 
 `limit` is capped (MAX_LIMIT): an answer is at most a few megabytes, rendered and sent in chunks, never
 built whole; when more records match, `next` is the id to pass as `before` for the following page.
+
+One answer is rendered at a time: rendering holds the GIL, and the soak bench saw four clients polling
+`limit=1000` cut scheduling from ~350 to ~23 decisions/s. A request arriving while another renders gets
+503 at once (retry shortly), so the cost of the endpoint to scheduling is bounded whatever the clients do.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Mapping
 
 from metrics_sched.audit.record import StoredDecision
@@ -18,6 +23,9 @@ MAX_LIMIT = 1000
 _CHUNK = 50  # records per write
 
 PARAMS = ("pod", "node", "since", "before", "limit")
+BUSY = "another /decisions answer is being rendered; retry in a second\n"
+
+_rendering = threading.BoundedSemaphore(1)
 
 
 def decisions(ring: DecisionRing, query: Query) -> Response:
@@ -31,7 +39,37 @@ def decisions(ring: DecisionRing, query: Query) -> Response:
     records = records[:limit]
     head = {"count": len(records), "ring_size": ring.size, "held": len(ring), "limit": limit,
             "next": records[-1].id if more else None}
-    return 200, "application/json", _render(head, records)
+    if not _rendering.acquire(blocking=False):
+        return 503, "text/plain", BUSY.encode()
+    return 200, "application/json", _released(_render(head, records))
+
+
+class _released:  # noqa: N801 - used like a generator function
+    """The chunks, then the render slot given back once: at the end, on an error, or when the answer is
+    dropped unread (the client went away before the first chunk: a generator's `finally` would never run)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks: Iterator[bytes] | None = chunks
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._chunks is None:
+            raise StopIteration
+        try:
+            return next(self._chunks)
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._chunks is not None:
+            self._chunks = None
+            _rendering.release()
+
+    def __del__(self) -> None:
+        self._release()
 
 
 def _render(head: Mapping[str, object], records: list[StoredDecision]) -> Iterator[bytes]:

@@ -151,6 +151,7 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     metrics = SchedulerMetrics(scheduler, is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
     auditor.record_observers.append(metrics.on_record)
     auditor.bind_observers.append(metrics.on_bind)
+    scheduler.node_deleted_observers.append(metrics.forget_node)
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
     source = KubeClusterSource(client, options=options)
     server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)

@@ -27,7 +27,11 @@ def register(sub: Any) -> None:
 
 def _get(url: str, path: str, **params: str) -> Any:
     try:
-        resp = httpx.get(f"{url.rstrip('/')}{path}", params=params, timeout=5)
+        for attempt in range(5):
+            resp = httpx.get(f"{url.rstrip('/')}{path}", params=params, timeout=5)
+            if resp.status_code != 503 or attempt == 4:
+                break
+            time.sleep(0.2 * (attempt + 1))  # /decisions renders one answer at a time: another client's is under way
         resp.raise_for_status()
         return resp.json()
     except httpx.HTTPError as exc:

@@ -8,6 +8,7 @@ is computed at scrape time by a collector.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -126,6 +127,11 @@ class SchedulerMetrics:
                 for raw in term.metrics:
                     if raw.value is not None:
                         self.decision_value.labels(raw.metric).observe(raw.value)
+
+    def forget_node(self, name: str) -> None:
+        """A deleted node's per-node series go (autoscalers replace nodes all day: series would pile up)."""
+        with contextlib.suppress(KeyError):  # never bound to
+            self.bindings.remove(name)
 
     def on_bind(self, record: DecisionRecord, outcome: BindOutcome) -> None:
         self.bind_results.labels(outcome.result).inc()

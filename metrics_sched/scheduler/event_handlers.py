@@ -38,12 +38,14 @@ class ClusterEventHandlers:
         *,
         on_pod_deleted: Callable[[str], None] = lambda uid: None,
         on_pod_bound: Callable[[str], None] = lambda uid: None,
+        on_node_deleted: Callable[[str], None] = lambda name: None,
     ) -> None:
         self.state = state
         self.queue = queue
         self.scheduler_names = scheduler_names
         self.on_pod_deleted = on_pod_deleted  # e.g. reject the pod if it is held at Permit
         self.on_pod_bound = on_pod_bound  # e.g. drop a verdict not yet reported: the pod is bound
+        self.on_node_deleted = on_node_deleted  # e.g. drop the node's metric series
         self.synced: set[str] = set()
 
     def responsible_for(self, pod: PodInfo) -> bool:
@@ -54,8 +56,9 @@ class ClusterEventHandlers:
     def on_node_event(self, kind: EventType, node: KubeObject) -> None:
         name = (node.get("metadata") or {}).get("name", "")
         if kind == "DELETED":
-            # Pods assumed there are dropped; their binds see the node gone and requeue them.
+            # Its pods wait, uncounted, for it to come back; a bind not yet sent sees it gone and requeues.
             self.state.remove_node(name)
+            self.on_node_deleted(name)
             return
         change = self.state.upsert_node(node)
         if change.added:

@@ -7,6 +7,7 @@ extension-point logic of its own: it only turns the cycle's Status into a queue 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -77,10 +78,12 @@ class Scheduler:
         self.reporter = PodReporter(writer, first.name, instance=instance, supervisor=self.supervisor)
         self.cycle_observers: list[CycleObserver] = []
         self.bind_observers: list[BindObserver] = []
+        self.node_deleted_observers: list[Callable[[str], None]] = []  # e.g. drop the node's metric series
         self.binder = Binder(self.state, self.queue, self.reporter, workers=config.bind_workers,
                              is_leader=is_leader, on_outcome=self._bind_outcome, supervisor=self.supervisor)
         self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
-                                             on_pod_deleted=self._pod_deleted, on_pod_bound=self.reporter.bound)
+                                             on_pod_deleted=self._pod_deleted, on_pod_bound=self.reporter.bound,
+                                             on_node_deleted=self._node_deleted)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.metrics.on_update(self.metrics_updated)
@@ -222,6 +225,10 @@ class Scheduler:
         self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=result.pod.uid)
         assert result.node is not None
         self._bind_outcome(BindOutcome(result.pod, result.node, BindOutcomeKind.REJECTED, status.reason), result)
+
+    def _node_deleted(self, name: str) -> None:
+        for observer in self.node_deleted_observers:
+            self.supervisor.guard(Worker.SCHEDULING_LOOP, functools.partial(observer, name))
 
     def _pod_deleted(self, uid: str) -> None:
         """A deleted pod: no verdict is reported on it any more, and if held at Permit it is rejected at once

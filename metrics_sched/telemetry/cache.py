@@ -190,8 +190,20 @@ class MetricCache:
                 health.dropped["invalid"] = health.dropped.get("invalid", 0) + bad
             health.clamped += clamped
         if directory is not None:
+            self._forget_gone_nodes(directory)
             self.update_coverage(directory)
         self._notify(changed | self._expired(name))
+
+    def _forget_gone_nodes(self, directory: NodeDirectory) -> None:
+        """Values of nodes no longer in the cluster go: memory follows the current nodes (autoscaler churn
+        replaces nodes all day), and no later refresh would ever overwrite them."""
+        with self._lock:
+            for per_node in self._store.values():
+                gone = [node for node in per_node if node not in directory.names]
+                for node in gone:
+                    del per_node[node]
+                if gone:
+                    self.generation += 1
 
     def _expired(self, name: str) -> set[str]:
         """The metrics with a value from `name` that went stale since the last look (a loop in the source's

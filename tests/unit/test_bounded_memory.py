@@ -140,3 +140,34 @@ def test_select_pages_newest_first_by_id() -> None:
     assert [s.id for s in page] == ids[10:20]
     assert ring.select(limit=0) == []
     assert np.all(np.diff(ids) < 0)
+
+
+def test_telemetry_of_deleted_nodes_is_forgotten() -> None:
+    """Found by the soak bench: values of replaced nodes stayed in the cache forever (5 per node after a week
+    of autoscaler churn); a refresh drops the values of nodes no longer in the cluster."""
+    from metrics_sched.ports import FetchResult, NodeDirectory, Sample
+    from metrics_sched.telemetry.cache import MetricCache
+
+    cache = MetricCache()
+    samples = [Sample("gpu_temperature", f"n{i}", 50.0, 100.0) for i in range(3)]
+    every = NodeDirectory(frozenset({"n0", "n1", "n2"}), {}, {}, {})
+    cache.ingest("prom", FetchResult(samples, {}, {}), fetched_at=101.0, directory=every)
+    assert sorted(cache._store["gpu_temperature"]) == ["n0", "n1", "n2"]
+    one = NodeDirectory(frozenset({"n1"}), {}, {}, {})
+    cache.ingest("prom", FetchResult([], {}, {}), fetched_at=102.0, directory=one)
+    assert sorted(cache._store["gpu_temperature"]) == ["n1"]
+
+
+def test_a_deleted_nodes_bindings_series_goes() -> None:
+    from metrics_sched.observability import SchedulerMetrics
+
+    scheduler, _, _ = make()
+    metrics = SchedulerMetrics(scheduler)
+    scheduler.node_deleted_observers.append(metrics.forget_node)
+    metrics.bindings.labels("gone").inc()
+    metrics.bindings.labels("kept").inc()
+    scheduler.handlers.on_node_event("ADDED", node("gone"))
+    scheduler.handlers.on_node_event("DELETED", node("gone"))
+    names = {s.labels["node"] for m in metrics.registry.collect() if m.name == "metrics_sched_bindings"
+             for s in m.samples}
+    assert names == {"kept"}

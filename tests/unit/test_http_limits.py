@@ -169,3 +169,19 @@ def _answer(server: HTTPServer) -> bytes:
 def _status(server: HTTPServer) -> int:
     answer = _answer(server)
     return int(answer.split(b" ", 2)[1]) if answer else 0
+
+
+def test_one_decisions_answer_is_rendered_at_a_time(ring: DecisionRing) -> None:
+    """Rendering holds the GIL: a second request while one renders is refused at once (503), and the slot comes
+    back when the first answer ends, fails, or is dropped unread."""
+    status, _, first = decisions(ring, {"limit": ["5"]})
+    assert status == 200
+    assert decisions(ring, {})[0] == 503
+    chunks = iter(first)
+    next(chunks)
+    assert decisions(ring, {})[0] == 503
+    assert b"".join(chunks).endswith(b"]}")  # the first answer ends: the slot is free
+    status, _, unread = decisions(ring, {})
+    assert status == 200
+    del unread  # dropped before its first chunk (the client went away): freed too
+    assert decisions(ring, {})[0] == 200
