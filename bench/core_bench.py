@@ -1,14 +1,14 @@
 """The scheduling core alone, no API: decisions per second, per-decision latency, memory, profile.
 
-Every built-in plugin is on (the default set, with GPUTemperature, NodeLoad, Cost and the
-InFlightLedger, plus NodeLabelFilter, NodeLabelScore and CustomMetric configured), every node has
-telemetry in the MetricCache (gpu_temperature, node_cpu_utilisation, node_load_per_cpu,
-node_hourly_cost, gpu_utilisation), nodes are heterogeneous (zone / disk-type / role labels, some
-taints, a few cordoned, 8 GPUs each). Pods are scheduler_perf-shaped (100m CPU / 500Mi) with a
-1-GPU variant; half belong to one of 20 ReplicaSets (labelled as their selector selects; the
-ReplicaSets are known to the scheduler, so PodTopologySpread's system defaults spread them, as
-ZoneSpread did before it left the default profile), a few carry a toleration, a nodeSelector or a
-preferred node affinity.
+Every built-in plugin is on (the default set, with GPUTemperature, NodeLoad, Cost, the
+InFlightLedger, InterPodAffinity and PodTopologySpread, plus NodeLabelFilter, NodeLabelScore,
+CustomMetric and ZoneSpread configured), every node has telemetry in the MetricCache
+(gpu_temperature, node_cpu_utilisation, node_load_per_cpu, node_hourly_cost, gpu_utilisation), nodes
+are heterogeneous (zone / disk-type / role labels, some taints, a few cordoned, 8 GPUs each). Pods
+are scheduler_perf-shaped (100m CPU / 500Mi) with a 1-GPU variant; half belong to one of 20
+ReplicaSets (labelled as their selector selects; the ReplicaSets are known to the scheduler, so
+PodTopologySpread's system defaults spread them, as ZoneSpread did before it left the default
+profile), a few carry a toleration, a nodeSelector or a preferred node affinity.
 
 Two measurements per cluster size, each on a fresh scheduler:
 - cycle:    Framework.schedule + ClusterState.assume under the state lock (the pure decision);
@@ -26,11 +26,11 @@ frozen), so the state grows during a run: p50 of the first and last tenth are re
 Also: `ledger_scaling`, the cycle latency with the in-flight ledger already holding 10k-100k
 placements (what it holds at steady state: ~600 s of placements), which is what bounds the core.
 
-Also: `constraints` (bench/constraints_bench.py), the same decisions at 5,000 nodes (in 4 zones) with
-20,000 labelled pods already bound (some with required or preferred inter-pod (anti-)affinity) for
-a 1,000-replica Deployment with zone spreading (maxSkew 1, DoNotSchedule) and required hostname
-anti-affinity, in quick mode too; its outcome is checked, and its decisions/s reported next to the
-plain case's at 5,000 nodes. Skipped, with a message, while InterPodAffinity / PodTopologySpread
+Also: `constraints` (bench/constraints_bench.py), the same decisions at 5,000 nodes (profile_nodes;
+in 4 zones) with 20,000 labelled pods already bound (some with required or preferred inter-pod
+(anti-)affinity) for a 1,000-replica Deployment with zone spreading (maxSkew 1, DoNotSchedule)
+and required hostname anti-affinity, in quick mode too; its outcome is checked, and its decisions/s
+reported next to the plain case's at 5,000 nodes. Skipped, with a message, while InterPodAffinity / PodTopologySpread
 are not built in.
 
 Also: RSS of a fresh process holding 5,000 nodes, their telemetry and 50,000 bound pods, and a
@@ -72,12 +72,14 @@ ZONES = tuple(f"zone-{c}" for c in "abcdefgh")
 METRICS = ("gpu_temperature", "node_cpu_utilisation", "node_load_per_cpu", "node_hourly_cost", "gpu_utilisation")
 ROOT = Path(__file__).resolve().parent.parent
 
-# The default profile plus the optional plugins, configured.
+# The default profile plus the optional plugins, configured (ZoneSpread too: no longer a default, since
+# PodTopologySpread's system defaults spread replicas, but still built in).
 CORE_CONFIG: dict[str, Any] = {
     "profiles": [{
         "plugins": {
             "filter": {"enabled": [{"name": "NodeLabelFilter"}, {"name": "CustomMetric"}]},
-            "score": {"enabled": [{"name": "NodeLabelScore", "weight": 1}, {"name": "CustomMetric", "weight": 1}]},
+            "score": {"enabled": [{"name": "NodeLabelScore", "weight": 1}, {"name": "CustomMetric", "weight": 1},
+                                  {"name": "ZoneSpread", "weight": 1}]},
         },
         "pluginConfig": [
             {"name": "NodeLabelFilter", "args": {"absentLabels": ["maintenance"]}},
@@ -479,10 +481,10 @@ def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | Non
     }
     from bench import constraints_bench  # not at the top: it imports this module
 
-    # The constraints case (5,000 nodes, 20,000 bound pods, a 1,000-replica Deployment with zone spread and
-    # hostname anti-affinity), next to the plain case at the same size.
-    replicas = constraints_replicas or 1_000
-    constraints = constraints_bench.measure(5_000, 20_000, replicas, min(warmup, 50), seed)
+    # The constraints case at profile_nodes (5,000 nodes, 4 bound pods a node, a 1,000-replica Deployment with
+    # zone spread and hostname anti-affinity), next to the plain case at the same size.
+    replicas = constraints_replicas or min(1_000, profile_nodes // 5)
+    constraints = constraints_bench.measure(profile_nodes, 4 * profile_nodes, replicas, min(warmup, 50), seed)
     plain = next((row for row in result["sizes"] if row["nodes"] == constraints["nodes"]), None)
     if plain is not None and constraints.get("decisions_per_second"):
         constraints["plain_decisions_per_second"] = plain["decisions_per_second"]
@@ -495,7 +497,8 @@ def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | Non
     result["rss"] = measure_rss(rss_nodes, rss_pods)
     result["profile"] = profile(profile_nodes, profile_decisions or (300 if quick else 2_000), min(warmup, 100))
     if "skipped" not in constraints:
-        result["constraints_profile"] = constraints_bench.profile(5_000, 20_000, 300 if quick else replicas,
+        result["constraints_profile"] = constraints_bench.profile(profile_nodes, 4 * profile_nodes,
+                                                                  min(300, replicas) if quick else replicas,
                                                                   min(warmup, 50), seed=seed)
     result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["seconds"] = round(time.perf_counter() - started, 1)

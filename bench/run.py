@@ -37,6 +37,8 @@ def machine() -> dict[str, Any]:
 
 
 def markdown(report: dict[str, Any]) -> str:
+    from bench import soak_bench
+
     m = report["machine"]
     lines = [f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}; "
              f"kubernetes {report.get('versions', {}).get('kubernetes', '?')}. "
@@ -92,6 +94,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {q.get('mean_gpu_temp')} | {q.get('max_gpu_temp')} | {q.get('hourly_cost')} | "
                          f"{q.get('load_std')} | {q.get('max_burst_share')} | {q.get('objective_pct_of_optimum')} |")
         lines.append("")
+    if report.get("soak"):
+        lines += [soak_bench.markdown(report["soak"]), ""]
     return "\n".join(lines)
 
 
@@ -139,12 +143,12 @@ def update_readme(md: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality", "soak"])
     parser.add_argument("--no-readme", action="store_true", help="leave README.md's bench section as it is")
     parser.add_argument("--e2e-sizes", nargs="*", default=None, metavar="NODESxPODS",
                         help="e.g. 5000x10000; sizes already in latest.json and not listed are kept")
     args = parser.parse_args()
-    from bench import core_bench, e2e_bench, quality_bench
+    from bench import core_bench, e2e_bench, quality_bench, soak_bench
 
     report: dict[str, Any] = {"quick": args.quick, "machine": machine()}
     if "e2e" not in args.skip:
@@ -167,6 +171,9 @@ def main() -> None:
     if "quality" not in args.skip:
         say("placement quality benchmark")
         report["quality"] = quality_bench.run(args.quick)
+    if "soak" not in args.skip:
+        say("soak: a simulated week")
+        report["soak"] = soak_bench.run(args.quick)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     md = markdown(report)
@@ -178,6 +185,9 @@ def main() -> None:
     violations = (report.get("core") or {}).get("constraints", {}).get("violations")
     if violations:
         say("the constraints case's outcome is wrong: " + "; ".join(violations))
+        sys.exit(1)
+    if report.get("soak") and not report["soak"]["checks"]["ok"]:
+        say("the soak's checks failed")
         sys.exit(1)
 
 

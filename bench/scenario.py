@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
-from metrics_sched.ports import FetchResult, KubeObject, Sample, SchedulingEvent
+from metrics_sched.ports import EventSeries, FetchResult, KubeObject, Sample, SchedulingEvent
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.telemetry import MetricCache, SourceHealth
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
@@ -63,11 +63,14 @@ class NullWriter:
     def get_pod(self, namespace: str, name: str) -> KubeObject | None:
         return None
 
-    def record_event(self, event: SchedulingEvent) -> None:
+    def record_event(self, event: SchedulingEvent, series: EventSeries | None = None) -> str:
+        return f"{event.pod_name}.bench"
+
+    def update_event_series(self, event: SchedulingEvent, name: str, series: EventSeries) -> None:
         pass
 
     def set_pod_scheduled_condition(self, namespace: str, name: str, *, status: Literal["True", "False"],
-                                    reason: str, message: str) -> None:
+                                    reason: str, message: str, resource_version: str | None = None) -> None:
         pass
 
 

@@ -171,6 +171,8 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         return self.handle.cluster.pod_counts(PodQuery(tuple(QueryTerm.of(t) for t in terms)))
 
     def _matching_carried(self, kind: TermKind, pod: PodInfo) -> list[tuple[AffinityTerm, IntArray]]:
+        if not self.handle.cluster.pod_index.has_carried(kind):  # the common case: no placed pod has such terms
+            return []
         namespace_labels = self.handle.cluster.namespaces.labels(pod.namespace)
         return [(term, counts) for term, counts in self.handle.cluster.carried_terms(kind)
                 if term.matches(pod.namespace, pod.labels, namespace_labels)]

@@ -119,10 +119,13 @@ class PodIndex:
     def account(self, pod: CountedPod, row: int, sign: int) -> None:
         """A placed pod arrives on (sign 1) or leaves (sign -1) `row`."""
         self.resize(row + 1)
-        for query in self._candidates(pod.labels):
-            if query.matches(pod):
-                counts = self._queries[query] = _fit(self._queries[query], self.capacity)
-                counts[row] += sign
+        if self._queries:
+            for query in self._candidates(pod.labels):
+                if query.matches(pod):
+                    counts = self._queries[query] = _fit(self._queries[query], self.capacity)
+                    counts[row] += sign
+        if not pod.affinity:  # most pods carry no term: nothing more to count
+            return
         for kind, term, weight in pod.affinity.carried():
             by_term = self._carried[kind]
             entry = by_term.get(term)
@@ -196,7 +199,11 @@ class PodIndex:
 
     def carried(self, kind: TermKind) -> list[tuple[AffinityTerm, IntArray]]:
         """Each distinct term of this kind the placed pods carry, with its per-row count (or summed weight)."""
-        return [(term, _fit(entry.counts, self.capacity)) for term, entry in self._carried[kind].items()]
+        entries = self._carried[kind]
+        for entry in entries.values():
+            if entry.counts.shape[0] < self.capacity:  # grown once and kept, not copied on every read
+                entry.counts = _fit(entry.counts, self.capacity)
+        return [(term, entry.counts) for term, entry in entries.items()]
 
     def has_carried(self, kind: TermKind) -> bool:
         return bool(self._carried[kind])
