@@ -272,7 +272,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         pod_max_backoff=maximum,
         pod_max_in_unschedulable=read_duration(data, "podMaxInUnschedulablePodsDuration", "", 300,
                                                minimum=MIN_UNSCHEDULABLE_FLUSH),
-        cache_compare_interval=read_duration(data, "cacheCompareInterval", "", 300, positive=False),
+        cache_compare_interval=_compare_interval(data),
         audit=audit_config,
         metrics=contracts,
         sources=tuple(sources),
@@ -293,3 +293,14 @@ def load_config(path: Path, catalog: PluginCatalog) -> SchedulerConfig:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError("", f"{path} is not valid YAML{where}") from None
     return parse_config(data if data is not None else {}, catalog)
+
+
+MIN_COMPARE_INTERVAL = 5.0  # each comparison LISTs every node and pod: never in a loop
+
+
+def _compare_interval(data: Mapping[str, Any]) -> float:
+    """cacheCompareInterval: 0 (only on SIGUSR2) or at least MIN_COMPARE_INTERVAL seconds."""
+    seconds = read_duration(data, "cacheCompareInterval", "", 300, positive=False)
+    if 0 < seconds < MIN_COMPARE_INTERVAL:
+        raise ConfigError("cacheCompareInterval", f"must be 0 (only on SIGUSR2) or at least {MIN_COMPARE_INTERVAL:g}s")
+    return seconds

@@ -280,3 +280,5 @@ def test_the_period_is_configurable_and_zero_turns_it_off() -> None:
     assert parse_config({"cacheCompareInterval": 0}, catalog).cache_compare_interval == 0
     with pytest.raises(ConfigError, match="cacheCompareInterval"):
         parse_config({"cacheCompareInterval": "soon"}, catalog)
+    with pytest.raises(ConfigError, match="cacheCompareInterval: must be 0"):  # a LIST of everything in a loop
+        parse_config({"cacheCompareInterval": "1ms"}, catalog)
