@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from metrics_sched.audit import DecisionRing, build_record
+from metrics_sched.audit import DecisionRing, build_record, endpoint
 from metrics_sched.audit.endpoint import MAX_LIMIT, decisions
 from metrics_sched.cli.app import MAX_VALUES_NODES, App
 from metrics_sched.http_server import HTTPServer, text
@@ -171,12 +171,13 @@ def _status(server: HTTPServer) -> int:
     return int(answer.split(b" ", 2)[1]) if answer else 0
 
 
-def test_one_decisions_answer_is_rendered_at_a_time(ring: DecisionRing) -> None:
+def test_one_decisions_answer_is_rendered_at_a_time(ring: DecisionRing, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rendering holds the GIL: a second request while one renders is refused at once (503), and the slot comes
     back when the first answer ends, fails, or is dropped unread."""
+    monkeypatch.setattr(endpoint, "RENDER_WAIT", 0.01)
     status, _, first = decisions(ring, {"limit": ["5"]})
     assert status == 200
-    assert decisions(ring, {})[0] == 503
+    assert decisions(ring, {})[0] == 503  # waited its turn (briefly here), then refused
     chunks = iter(first)
     next(chunks)
     assert decisions(ring, {})[0] == 503
