@@ -109,10 +109,7 @@ def parse_constraints(raw: Sequence[Mapping[str, Any]], labels: Mapping[str, str
 
 @dataclass
 class _ScoreState:
-    constraints: list[Constraint]
-    ignored: BoolArray  # over the scored rows
-    counts: list[FloatArray]  # per constraint, the count each scored row is credited with
-    weights: list[float]
+    raw: FloatArray  # per table row: the node's raw score (upstream's Score), _IGNORED for ignored nodes
 
 
 _FILTER = StateKey[list[Constraint]]("PodTopologySpread/filter")
@@ -195,7 +192,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                   masks: dict[str, BoolArray]) -> BoolArray:
         """Rows counted for a constraint under its node inclusion policies (masks computed once per cycle)."""
         included = table.present[: table.capacity].copy()
-        if constraint.honor_node_affinity:
+        if constraint.honor_node_affinity and (pod.node_selector or pod.affinity.get("nodeAffinity")):
             if "affinity" not in masks:
                 masks["affinity"] = pod_required_affinity_mask(table, pod)
             included &= masks["affinity"]
@@ -270,42 +267,43 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         ignored = ~has_all[rows] if require_all else np.zeros(rows.shape[0], dtype=bool)
         scored = rows[~ignored]
         masks: dict[str, BoolArray] = {}
-        credit_rows: list[FloatArray] = []
-        weights: list[float] = []
+        per_selector: dict[LabelSelector, FloatArray] = {}  # the defaults share one selector
+        total = np.zeros(rows.shape[0], dtype=np.float64)
         for c in constraints:
             topology = table.topology(c.topology_key)
-            per_row = self._counts(pod, c.selector, size).astype(np.float64)
+            per_row = per_selector.get(c.selector)
+            if per_row is None:
+                per_row = per_selector[c.selector] = self._counts(pod, c.selector, size).astype(np.float64)
+            codes_all = topology.codes[:size]
             if c.topology_key == HOSTNAME:
-                credit_rows.append(per_row[rows])
-                weights.append(float(np.log(scored.shape[0] + 2)))
-                continue
-            # A node without the key stands in the "" domain here (upstream reads its value as ""), though it
-            # earns no credit for this constraint at Score.
-            missing = topology.size
-            codes = np.where(topology.codes[:size] >= 0, topology.codes[:size], missing)
-            domains = np.zeros(missing + 1, dtype=bool)
-            domains[codes[scored]] = True
-            counted = self._included(pod, table, c, masks) & domains[codes]
-            if require_all:
-                counted &= has_all
-            sums = np.bincount(codes[counted], weights=per_row[counted], minlength=missing + 1)
-            credit_rows.append(np.asarray(sums[codes[rows]], dtype=np.float64))
-            weights.append(float(np.log(int(domains.sum()) + 2)))
-        cycle.write(_SCORE, _ScoreState(constraints, ignored, credit_rows, weights))
+                credit = per_row[rows]
+                weight = float(np.log(scored.shape[0] + 2))
+            else:
+                # A node without the key stands in the "" domain here (upstream reads its value as ""),
+                # though it earns no credit for this constraint.
+                missing = topology.size
+                codes = np.where(codes_all >= 0, codes_all, missing)
+                domains = np.zeros(missing + 1, dtype=bool)
+                domains[codes[scored]] = True
+                counted = self._included(pod, table, c, masks) & domains[codes]
+                if require_all:
+                    counted &= has_all
+                sums = np.bincount(codes[counted], weights=per_row[counted], minlength=missing + 1)
+                credit = np.asarray(sums[codes[rows]], dtype=np.float64)
+                weight = float(np.log(int(domains.sum()) + 2))
+            total += np.where(codes_all[rows] >= 0, credit * weight + (c.max_skew - 1), 0.0)
+        # int64(math.Round(score)): halves away from zero (scores are never negative).
+        raw = np.zeros(size, dtype=np.float64)
+        raw[rows] = np.where(ignored, _IGNORED, np.floor(total + 0.5))
+        cycle.write(_SCORE, _ScoreState(raw))
         return SUCCESS
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         state = cycle.get(_SCORE)
         if state is None:
             return np.zeros(rows.shape[0], dtype=np.float64)
-        size = table.capacity
-        total = np.zeros(rows.shape[0], dtype=np.float64)
-        for c, credit, weight in zip(state.constraints, state.counts, state.weights, strict=True):
-            has_key = table.topology(c.topology_key).codes[:size][rows] >= 0
-            total += np.where(has_key, credit * weight + (c.max_skew - 1), 0.0)
-        # int64(math.Round(score)): halves away from zero (scores are never negative).
-        rounded: FloatArray = np.floor(total + 0.5)
-        return np.where(state.ignored, _IGNORED, rounded)
+        scores: FloatArray = state.raw[rows]
+        return scores
 
     def normalize(self, scores: FloatArray) -> FloatArray:
         """Upstream NormalizeScore: fewer matches is better, 100 * (max + min - s) / max in integers; ignored
