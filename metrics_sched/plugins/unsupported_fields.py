@@ -34,6 +34,8 @@ from metrics_sched.framework import (
 )
 
 RESOURCE_CLAIMS = "spec.resourceClaims"
+# A gang member (the 1.36 Workload API): placed alone it could bind with its gang incomplete.
+SCHEDULING_GROUP = "spec.schedulingGroup"
 # Volume sources kube-scheduler places by (volume binding and zones for claims; VolumeRestrictions for the
 # in-tree disks a node can attach only once; NodeVolumeLimits for inline CSI volumes).
 VOLUME_KINDS = ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi",
@@ -41,7 +43,7 @@ VOLUME_KINDS = ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsE
 PVC_VOLUME, EPHEMERAL_VOLUME, *_ = VOLUME_PATHS = tuple(f"spec.volumes[*].{kind}" for kind in VOLUME_KINDS)
 
 # Every field this plugin refuses (and so every path `ignore` accepts), in the order they are checked.
-FIELDS: tuple[str, ...] = (*VOLUME_PATHS, RESOURCE_CLAIMS)
+FIELDS: tuple[str, ...] = (*VOLUME_PATHS, RESOURCE_CLAIMS, SCHEDULING_GROUP)
 
 
 def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> list[str]:
@@ -56,6 +58,8 @@ def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozens
                       if isinstance(volume, Mapping) and volume.get(key) is not None]
     if RESOURCE_CLAIMS not in ignore and spec.get("resourceClaims"):
         found.append(RESOURCE_CLAIMS)
+    if SCHEDULING_GROUP not in ignore and spec.get("schedulingGroup"):
+        found.append(SCHEDULING_GROUP)
     return found
 
 

@@ -14,7 +14,7 @@ from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.resize import resource_fields
 from metrics_sched.ports import EventType, KubeObject, SyncedResource, WorkloadKind
 from metrics_sched.scheduler.queue import SchedulingQueue
-from metrics_sched.state.cluster_state import ClusterState, PodRecord
+from metrics_sched.state.cluster_state import ClusterState, Placement, PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,8 @@ ALL_CACHES: frozenset[str] = frozenset(get_args(SyncedResource))
 
 
 # What observing a bound pod means to parked pods (ClusterState.observe_bound_pod's answers).
-_PLACEMENT_EVENTS = {"added": ClusterEvent.POD_ADDED, "moved": ClusterEvent.POD_ADDED,
-                     "confirmed": ClusterEvent.POD_ADDED, "relabelled": ClusterEvent.POD_LABELS}
+_PLACEMENT_EVENTS = {Placement.ADDED: ClusterEvent.POD_ADDED, Placement.MOVED: ClusterEvent.POD_ADDED,
+                     Placement.CONFIRMED: ClusterEvent.POD_ADDED, Placement.RELABELLED: ClusterEvent.POD_LABELS}
 
 
 class ClusterEventHandlers:

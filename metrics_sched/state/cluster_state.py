@@ -9,6 +9,7 @@ not know yet are kept aside and counted when the node arrives.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,17 @@ def host_ports(pod: Mapping[str, Any]) -> tuple[HostPort, ...]:
             if number > 0:
                 found.append((port.get("hostIP") or WILDCARD_IP, port.get("protocol") or "TCP", number))
     return tuple(found)
+
+
+class Placement(enum.StrEnum):
+    """What observing a bound pod changed in the state (observe_bound_pod's answer)."""
+
+    ADDED = "added"
+    MOVED = "moved"
+    CONFIRMED = "confirmed"  # was assumed there: the bind landed
+    RELABELLED = "relabelled"  # same node, its labels or deletion changed: counted again
+    RESIZED = "resized"  # same node, an in-place resize changed what it holds: counted again
+    SAME = "same"
 
 
 @dataclass
@@ -227,7 +239,7 @@ class ClusterState:
                 if not waiting:  # the node may never come (deleted before its pods): keep no empty set for it
                     del self._waiting[record.node]
 
-    def observe_bound_pod(self, info: PodInfo) -> str:
+    def observe_bound_pod(self, info: PodInfo) -> Placement:
         """A pod the API shows on a node. Returns 'confirmed' (was assumed there), 'moved', 'added', 'relabelled'
         (same node, its labels or deletion changed: counted again), 'resized' (same node, what it holds changed:
         an in-place resize; counted again) or 'same'."""
@@ -242,7 +254,7 @@ class ClusterState:
                         self._release(existing)
                         del self.pods[info.uid]
                         self._place(info, info.node_name, assumed=False)
-                        return "relabelled"
+                        return Placement.RELABELLED
                     fields = resource_fields(info.raw)
                     if existing.resources != fields:
                         requests, non_zero = occupied_requests(info)
@@ -254,15 +266,15 @@ class ClusterState:
                             self._release(existing)
                             del self.pods[info.uid]
                             self._place(info, info.node_name, assumed=False)
-                            return "resized"
+                            return Placement.RESIZED
                         existing.resources = fields  # e.g. the kubelet reported what it allocated: no change
-                    return "confirmed" if was_assumed else "same"
+                    return Placement.CONFIRMED if was_assumed else Placement.SAME
                 self._release(existing)
                 del self.pods[info.uid]
                 self._place(info, info.node_name, assumed=False)
-                return "moved"
+                return Placement.MOVED
             self._place(info, info.node_name, assumed=False)
-            return "added"
+            return Placement.ADDED
 
     def remove_pod(self, uid: str) -> PodRecord | None:
         with self.lock:

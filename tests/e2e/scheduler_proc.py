@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -57,15 +58,17 @@ def write_config(cluster: DevCluster, scheduler_name: str, extra: dict[str, Any]
     return str(path)
 
 
-def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, replica: int = 0,
-                    env: Mapping[str, str] | None = None) -> SchedulerProcess:
+def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, replica: int | str = 0,
+                    env: Mapping[str, str] | None = None, *, kubeconfig: Path | None = None,
+                    log_format: str = "text") -> SchedulerProcess:
+    """`kubeconfig`: another way to the API server (e.g. through a proxy); default the cluster's."""
     port = free_port()
     identity = f"{scheduler_name}-{replica}"
     name = f"{scheduler_name}-{replica}"
     managed = cluster.group.start(name, [
         sys.executable, "-m", "metrics_sched.cli", "run", "--config", config_path,
-        "--kubeconfig", str(cluster.kubeconfig), "--port", str(port), "--identity", identity,
-        "--log-format", "text",
+        "--kubeconfig", str(kubeconfig or cluster.kubeconfig), "--port", str(port), "--identity", identity,
+        "--log-format", log_format,
     ], env=None if env is None else {**os.environ, **env})
     proc = SchedulerProcess(name=name, identity=identity, port=port, managed=managed)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,11 +29,10 @@ import yaml
 
 from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
-from devcluster.ports import free_port
 from tests.e2e import kube
 from tests.e2e.latency_proxy import LatencyProxy
 from tests.e2e.pools import in_pool, node_pool
-from tests.e2e.scheduler_proc import SchedulerProcess, leader_of, write_config
+from tests.e2e.scheduler_proc import SchedulerProcess, leader_of, start_scheduler, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -61,26 +59,6 @@ def proxied_kubeconfig(cluster: DevCluster, proxy: LatencyProxy, directory: Path
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path
-
-
-def start_replica(cluster: DevCluster, config_path: str, kubeconfig: Path, identity: str) -> SchedulerProcess:
-    port = free_port()
-    managed = cluster.group.start(identity, [
-        sys.executable, "-m", "metrics_sched.cli", "run", "--config", config_path, "--kubeconfig", str(kubeconfig),
-        "--port", str(port), "--identity", identity, "--log-format", "json",
-    ])
-    proc = SchedulerProcess(name=identity, identity=identity, port=port, managed=managed)
-
-    def ready() -> bool:
-        if not managed.alive():
-            raise AssertionError(managed.describe_exit())
-        try:
-            return httpx.get(f"{proc.url}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    kube.poll(ready, 30, f"{identity} ready")
-    return proc
 
 
 def decisions(proc: SchedulerProcess) -> set[tuple[str, int]]:
@@ -169,10 +147,11 @@ def test_no_bind_of_the_old_leader_lands_after_the_new_leaders_first(
             LatencyProxy(server.hostname, server.port) as proxy:
         config = write_config(cluster, name, {"leaderElection": {
             **ELECTION, "leaderElect": True, "resourceName": name, "resourceNamespace": "default"}})
-        old = start_replica(cluster, config, proxied_kubeconfig(cluster, proxy, tmp_path), f"{name}-old")
+        old = start_scheduler(cluster, name, config, "old", kubeconfig=proxied_kubeconfig(cluster, proxy, tmp_path),
+                              log_format="json")
         try:
             kube.poll(lambda: leader_of(cluster, name) == old.identity, 20, "the proxied replica leading")
-            new = start_replica(cluster, config, cluster.kubeconfig, f"{name}-new")
+            new = start_scheduler(cluster, name, config, "new", log_format="json")
             try:
                 watch = BindWatch(api, namespace)
                 create(api, namespace, [f"w{i:03d}" for i in range(WARM_UP)], name, roomy)

@@ -45,6 +45,7 @@ def verdict(p: UnsupportedFields, **spec: Any) -> tuple[Code, str]:
     ({"volumes": [EMPTY_DIR, PVC]}, "spec.volumes[1].persistentVolumeClaim"),
     ({"volumes": [EPHEMERAL]}, "spec.volumes[0].ephemeral"),
     ({"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]}, "spec.resourceClaims"),
+    ({"schedulingGroup": {"podGroupName": "train"}}, "spec.schedulingGroup"),  # a gang member (issue 13)
     # Several: the first in FIELDS order is named (inter-pod affinity and spreading are supported now).
     ({"affinity": {"podAntiAffinity": REQUIRED}, "volumes": [PVC], "topologySpreadConstraints": SPREAD,
       "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]},
