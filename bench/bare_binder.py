@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.kubernetes import KubeClient, KubeClusterSource, KubePodWriter, load
-from metrics_sched.ports import ApiError, EventType, KubeObject, SyncedResource, WorkloadKind
+from metrics_sched.ports import ApiError, EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
 
 
 class _Sink:
@@ -57,6 +57,9 @@ class _Sink:
         pass  # binds to precomputed nodes: no constraint to honour
 
     def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        pass
+
+    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
         pass
 
     def on_synced(self, resource: SyncedResource) -> None:

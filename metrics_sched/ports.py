@@ -17,9 +17,13 @@ KubeObject = Mapping[str, Any]
 # The workload objects whose selectors kube-scheduler's DefaultSelector reads (PodTopologySpread's system
 # default constraints), named as their resources.
 WorkloadKind = Literal["services", "replicationcontrollers", "replicasets", "statefulsets"]
+# The storage objects the volume plugins read (volume binding, zones, restrictions, CSI limits).
+StorageKind = Literal["persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
+                      "csistoragecapacities", "volumeattachments"]
 # Every resource a ClusterSource lists and watches, as on_synced names it.
 SyncedResource = Literal["nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
-                         "statefulsets"]
+                         "statefulsets", "persistentvolumes", "persistentvolumeclaims", "storageclasses",
+                         "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"]
 
 
 class ApiError(Exception):
@@ -60,14 +64,18 @@ class ClusterEventSink(Protocol):
         """A Service, ReplicationController, ReplicaSet or StatefulSet (its selector, for default spreading)."""
         ...
 
+    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
+        """A PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, CSIDriver or CSIStorageCapacity."""
+        ...
+
     def on_synced(self, resource: SyncedResource) -> None:
         """The initial list of `resource` has been delivered (and again after each relist)."""
         ...
 
 
 class ClusterSource(Protocol):
-    """LIST+WATCH of nodes, namespaces, and of all pods and workloads (Services, ReplicationControllers,
-    ReplicaSets, StatefulSets), delivering to a sink from background threads."""
+    """LIST+WATCH of nodes, namespaces, and of all pods, workloads (Services, ReplicationControllers,
+    ReplicaSets, StatefulSets) and storage objects, delivering to a sink from background threads."""
 
     def start(self, sink: ClusterEventSink) -> None: ...
 
@@ -135,6 +143,21 @@ class PodWriter(Protocol):
         """Patches pods/status so `kubectl describe pod` shows PodScheduled with reason and message. With
         resource_version, only that version of the pod is patched: the API answers 409 if the pod changed
         since (bound, deleted and re-created...). Raises ApiError."""
+        ...
+
+
+class VolumeWriter(Protocol):
+    """The writes VolumeBinding's PreBind makes (kube-scheduler's BindPodVolumes). Each is conditional on the
+    resourceVersion the scheduler decided on: the API answers 409 if the object changed since. Raise ApiError."""
+
+    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str) -> str:
+        """Pre-binds the PersistentVolume to the claim (spec.claimRef, and the bound-by-controller annotation);
+        the PV controller completes the binding on the claim. Returns the PV's new resourceVersion."""
+        ...
+
+    def select_node(self, namespace: str, claim: str, resource_version: str, node: str) -> str:
+        """Annotates the claim with volume.kubernetes.io/selected-node: its provisioner creates a volume there.
+        Returns the claim's new resourceVersion."""
         ...
 
 

@@ -16,6 +16,12 @@ CLUSTER_RULES: frozenset[Rule] = frozenset({
     *(("", resource, verb, None) for resource in ("namespaces", "services", "replicationcontrollers")
       for verb in ("list", "watch")),
     *(("apps", resource, verb, None) for resource in ("replicasets", "statefulsets") for verb in ("list", "watch")),
+    # Volume binding: the storage objects the volume plugins read; PreBind patches PVs and claims.
+    *(("", resource, verb, None) for resource in ("persistentvolumes", "persistentvolumeclaims")
+      for verb in ("list", "watch", "patch")),
+    *(("storage.k8s.io", resource, verb, None)
+      for resource in ("storageclasses", "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments")
+      for verb in ("list", "watch")),
     ("", "pods/binding", "create", None),
     ("", "pods/status", "patch", None),
     ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),

@@ -26,6 +26,7 @@ from adapters.kubernetes.rate_limit import TokenBucket
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
 from adapters.kubernetes.source import DEFAULT_RESOURCES, NODES, PODS, KubeClusterSource, WatchedResource
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenError, TokenSource
+from adapters.kubernetes.volume_writer import KubeVolumeWriter
 
 __all__ = [
     "DEFAULT_RESOURCES",
@@ -41,6 +42,7 @@ __all__ = [
     "KubeConfigError",
     "KubeLeaseStore",
     "KubePodWriter",
+    "KubeVolumeWriter",
     "PemSource",
     "Reflector",
     "ReflectorOptions",

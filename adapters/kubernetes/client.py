@@ -66,7 +66,9 @@ class KubeClient:
         list_timeout: float = 120.0,
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 60.0,
-        max_watch_connections: int = 8,
+        # Each watched resource holds one connection for its watch (14 with the storage objects), and a relist
+        # needs one more while the old watch closes: too few, and a watch waits for a connection forever.
+        max_watch_connections: int = 24,
         user_agent: str = USER_AGENT,
         write_fence: WriteFence | None = None,
         transport: httpx.BaseTransport | None = None,
@@ -82,6 +84,7 @@ class KubeClient:
         self.connect_timeout = connect_timeout
         self.watch_read_timeout = watch_read_timeout
         self.limiter = TokenBucket(qps, burst or max(1, int(2 * qps))) if qps else None
+        self.max_watch_connections = max_watch_connections
         # Only built for real connections: a test transport needs no CA on disk.
         tls = config.ssl_context() if transport is None else None
         headers = {"Accept": JSON, "User-Agent": user_agent}

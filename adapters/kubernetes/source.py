@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
-from metrics_sched.ports import ClusterEventSink, EventType, KubeObject, WorkloadKind
+from metrics_sched.ports import ClusterEventSink, EventType, KubeObject, StorageKind, WorkloadKind
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,27 @@ REPLICATION_CONTROLLERS = _workload("replicationcontrollers", "/api/v1/replicati
 REPLICA_SETS = _workload("replicasets", "/apis/apps/v1/replicasets")
 STATEFUL_SETS = _workload("statefulsets", "/apis/apps/v1/statefulsets")
 WORKLOADS: tuple[WatchedResource, ...] = (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
-DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS, NAMESPACES, *WORKLOADS)
+
+
+def _storage(kind: StorageKind, path: str) -> WatchedResource:
+    """A storage object the volume plugins read (PVs, claims, classes, CSI nodes, drivers and capacities)."""
+    return WatchedResource(
+        kind, path,
+        deliver=lambda sink, event, obj: sink.on_storage_event(kind, event, obj),
+        synced=lambda sink: sink.on_synced(kind),
+    )
+
+
+STORAGE: tuple[WatchedResource, ...] = (
+    _storage("persistentvolumes", "/api/v1/persistentvolumes"),
+    _storage("persistentvolumeclaims", "/api/v1/persistentvolumeclaims"),
+    _storage("storageclasses", "/apis/storage.k8s.io/v1/storageclasses"),
+    _storage("csinodes", "/apis/storage.k8s.io/v1/csinodes"),
+    _storage("csidrivers", "/apis/storage.k8s.io/v1/csidrivers"),
+    _storage("csistoragecapacities", "/apis/storage.k8s.io/v1/csistoragecapacities"),
+    _storage("volumeattachments", "/apis/storage.k8s.io/v1/volumeattachments"),
+)
+DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS, NAMESPACES, *WORKLOADS, *STORAGE)
 
 
 class KubeClusterSource:
@@ -74,6 +94,10 @@ class KubeClusterSource:
     def start(self, sink: ClusterEventSink) -> None:
         if self._reflectors:
             raise RuntimeError("KubeClusterSource already started")
+        if len(self._resources) > self._client.max_watch_connections:
+            # A watch beyond the pool would wait for a connection forever, its resource never synced.
+            raise ValueError(f"{len(self._resources)} watched resources need at least as many watch connections; "
+                             f"the client has {self._client.max_watch_connections}")
         for resource in self._resources:
             self._reflectors[resource.name] = Reflector(
                 self._client, resource.name, resource.path,

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from metrics_sched.framework.cycle_state import EXPLANATIONS
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.status import Code
 from metrics_sched.state.node_table import NodeTable
@@ -76,6 +77,8 @@ class DecisionRecord:
     nominated_node: str | None = None  # PostFilter's pick when nothing fit (e.g. where preemption would make room)
     bind: str | None = None  # outcome of the bind, filled in later
     bind_ms: float | None = None
+    # What plugins said in their own words (e.g. "pvc data-0: PV pv-7 is in zone-b"), from the cycle's EXPLANATIONS.
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,8 +146,13 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
                  else f"bound to {result.node}" if placed else result.message()),
         nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
         candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
-        nominated_node=result.nominated_node,
+        nominated_node=result.nominated_node, notes=_notes(result),
     )
+
+
+def _notes(result: CycleResult) -> list[str]:
+    notes: tuple[str, ...] = result.cycle.get(EXPLANATIONS, ())
+    return list(notes)
 
 
 # One term of a record's candidates: plugin, weight and its metrics as (name, sources). Candidates of one
@@ -174,7 +182,7 @@ class StoredDecision:
     for None). `bind` and `bind_ms` are filled in when the bind ends."""
 
     __slots__ = ("attempts", "bind", "bind_ms", "config_hash", "duration_ms", "feasible", "id", "layout",
-                 "margin", "message", "node", "nodes", "nodes_total", "nominated_node", "pod", "profile",
+                 "margin", "message", "node", "nodes", "nodes_total", "nominated_node", "notes", "pod", "profile",
                  "rejections", "result", "time", "uid", "values")
 
     def __init__(self, record: DecisionRecord, layout: Layout) -> None:
@@ -185,6 +193,7 @@ class StoredDecision:
         self.rejections = tuple(record.rejections.items())
         self.margin, self.duration_ms = record.margin, record.duration_ms
         self.bind, self.bind_ms = record.bind, record.bind_ms
+        self.notes = tuple(record.notes)
         self.layout = layout
         self.nodes = tuple(c.node for c in record.candidates)
         values = array("d")
@@ -222,7 +231,7 @@ class StoredDecision:
                                [RawValue(**m) for m in t["metrics"]]) for t in c["terms"]])
                 for c in self._candidate_dicts()
             ], margin=self.margin, duration_ms=self.duration_ms, attempts=self.attempts,
-            nominated_node=self.nominated_node, bind=self.bind, bind_ms=self.bind_ms,
+            nominated_node=self.nominated_node, bind=self.bind, bind_ms=self.bind_ms, notes=list(self.notes),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -233,5 +242,5 @@ class StoredDecision:
             "nodes_total": self.nodes_total, "feasible": self.feasible, "rejections": dict(self.rejections),
             "candidates": self._candidate_dicts(), "margin": self.margin, "duration_ms": self.duration_ms,
             "attempts": self.attempts, "nominated_node": self.nominated_node, "bind": self.bind,
-            "bind_ms": self.bind_ms,
+            "bind_ms": self.bind_ms, "notes": list(self.notes),
         }

@@ -112,6 +112,7 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
         KubeClusterSource,
         KubeLeaseStore,
         KubePodWriter,
+        KubeVolumeWriter,
         ReflectorOptions,
         WriteFence,
         lease_client,
@@ -134,7 +135,8 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
                         max_connections=config.bind_workers + 8, write_fence=fence)
     writer = KubePodWriter(client)
     scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
-                          is_leader=elector.may_bind if elector else (lambda: True))
+                          is_leader=elector.may_bind if elector else (lambda: True),
+                          volume_writer=KubeVolumeWriter(client))
 
     def kube_http() -> httpx.Client:
         return httpx.Client(base_url=kube.server, verify=kube.ssl_context(), auth=kube.auth(), timeout=5.0,

@@ -65,6 +65,7 @@ def render_decision(d: dict[str, Any]) -> str:
         lines.append(f"why: {d['message']}")
     if d.get("nominated_node"):
         lines.append(f"nominated by PostFilter: {d['nominated_node']}")
+    lines += [f"  - {note}" for note in d.get("notes") or ()]
     candidates = d["candidates"]
     if candidates:
         plugins = [t["plugin"] for t in candidates[0]["terms"]]

@@ -70,15 +70,19 @@ class PluginSpec:
         self.parse_args = parse_args  # the plugin's typed Args from the YAML mapping; raises ArgsError
 
 
+VOLUME_PLUGINS = (PluginRef("VolumeRestrictions"), PluginRef("NodeVolumeLimits"), PluginRef("VolumeBinding"),
+                  PluginRef("VolumeZone"))
 DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
     "preEnqueue": (),
     "queueSort": (PluginRef("PrioritySort"),),
+    # The volume plugins in kube-scheduler's order (VolumeRestrictions, NodeVolumeLimits, VolumeBinding,
+    # VolumeZone): a node's FailedScheduling reason is the first plugin's that rejects it.
     "preFilter": (PluginRef("UnsupportedFields"), PluginRef("NodePorts"), PluginRef("NodeResourcesFit"),
-                  PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity")),
+                  *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity")),
     "filter": (
         PluginRef("NodeUnschedulable"), PluginRef("NodeReady"), PluginRef("NodeName"), PluginRef("NodePorts"),
         PluginRef("TaintToleration"), PluginRef("NodeAffinity"), PluginRef("NodeResourcesFit"),
-        PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"), PluginRef("GPUTemperature"),
+        *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"), PluginRef("GPUTemperature"),
     ),
     "postFilter": (),
     "preScore": (PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"),
@@ -89,9 +93,9 @@ DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
         PluginRef("PodTopologySpread", 2), PluginRef("InterPodAffinity", 2),
         PluginRef("GPUTemperature", 3), PluginRef("NodeLoad", 2), PluginRef("Cost", 2),
     ),
-    "reserve": (PluginRef("InFlightLedger"),),
+    "reserve": (PluginRef("VolumeBinding"), PluginRef("InFlightLedger")),
     "permit": (),
-    "preBind": (),
+    "preBind": (PluginRef("VolumeBinding"),),
     "bind": (PluginRef("DefaultBinder"),),
     "postBind": (),
 }

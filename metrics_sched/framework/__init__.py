@@ -12,10 +12,12 @@ from metrics_sched.config.errors import ArgsError
 from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.cycle_state import (
     BINDING_ANNOTATIONS,
+    EXPLANATIONS,
     CycleState,
     StateData,
     StateKey,
     annotate_binding,
+    explain,
 )
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, HintFn, QueueingHint
 from metrics_sched.framework.handle import Handle, MetricReader, Services
@@ -60,13 +62,14 @@ from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, Node
 from metrics_sched.telemetry.cache import MetricColumn
 
 __all__ = [
-    "ALL_EVENTS", "BINDING_ANNOTATIONS", "EXTENSION_POINTS", "MAX_PERMIT_TIMEOUT", "SUCCESS", "ArgsError",
+    "ALL_EVENTS", "BINDING_ANNOTATIONS", "EXPLANATIONS", "EXTENSION_POINTS", "MAX_PERMIT_TIMEOUT", "SUCCESS",
+    "ArgsError",
     "BindOutcomeKind", "BindPlugin", "BindStatus", "BoolArray", "ClusterEvent", "Code", "CycleState", "Direction",
     "EventHint", "FilterPlugin", "Filtered", "FloatArray", "FreshnessContract", "Handle", "HintFn", "IntArray",
     "MetricAwarePlugin", "MetricColumn", "MetricEvidence", "MetricRead", "MetricReader", "MetricScorePlugin",
     "MetricTerm", "NoArgs", "NodeTable", "Normalization", "OnMissing", "PermitPlugin", "Plugin", "PodInfo",
     "PostBindPlugin", "PostFilterPlugin", "PostFilterResult", "PreBindPlugin", "PreEnqueuePlugin", "PreFilterPlugin",
     "PreScorePlugin", "QueueSortPlugin", "QueueingHint", "ReservePlugin", "Scale", "ScoreDetail", "ScorePlugin",
-    "Services", "StateData", "StateKey", "Status", "WaitingPod", "WaitingPods", "annotate_binding", "max_normalize",
-    "parse_args", "read_metric",
+    "Services", "StateData", "StateKey", "Status", "WaitingPod", "WaitingPods", "annotate_binding", "explain",
+    "max_normalize", "parse_args", "read_metric",
 ]

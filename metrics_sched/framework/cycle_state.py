@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
-__all__ = ["BINDING_ANNOTATIONS", "CycleState", "StateData", "StateKey", "annotate_binding"]
+__all__ = ["BINDING_ANNOTATIONS", "EXPLANATIONS", "CycleState", "StateData", "StateKey", "annotate_binding", "explain"]
 
 T = TypeVar("T")
 
@@ -82,3 +82,14 @@ def annotate_binding(cycle: CycleState, annotations: Mapping[str, str]) -> None:
     the cycle state are shared with PostFilter's clones)."""
     current: Mapping[str, str] = cycle.get(BINDING_ANNOTATIONS) or {}
     cycle.write(BINDING_ANNOTATIONS, {**current, **annotations})
+
+
+# Lines a plugin adds to the decision record for `explain`, in its own words (e.g. "pvc data-0: PV pv-7 is in
+# zone-b"): the FailedScheduling message keeps kube-scheduler's wording, the record says which object decided.
+EXPLANATIONS = StateKey[tuple[str, ...]]("explain/notes")
+
+
+def explain(cycle: CycleState, *notes: str) -> None:
+    """Adds notes to the decision record (once each, in order)."""
+    current = cycle.get(EXPLANATIONS) or ()
+    cycle.write(EXPLANATIONS, current + tuple(n for n in notes if n not in current))

@@ -27,6 +27,13 @@ class ClusterEvent(enum.StrEnum):
     POD_LABELS = "AssignedPodUpdateLabel"  # a placed pod's labels changed (or it started terminating)
     POD_DELETED = "AssignedPodDelete"
     NAMESPACE_LABELS = "NamespaceLabelChange"  # a namespace appeared or its labels changed
+    PVC_CHANGED = "PersistentVolumeClaimChange"  # added or updated
+    PV_CHANGED = "PersistentVolumeChange"  # added or updated
+    STORAGE_CLASS_CHANGED = "StorageClassChange"  # added or updated
+    CSI_NODE_CHANGED = "CSINodeChange"  # added or updated
+    CSI_DRIVER_CHANGED = "CSIDriverChange"  # added or updated
+    CSI_CAPACITY_CHANGED = "CSIStorageCapacityChange"  # added or updated
+    VOLUME_DETACHED = "VolumeAttachmentDelete"
     METRIC_CHANGED = "MetricChange"
 
 
@@ -39,8 +46,9 @@ class QueueingHint(enum.Enum):
 
 
 # (parked pod, the event's object) -> hint. The object is the NodeRecord for node events, the PodRecord
-# placed, relabelled or released for AssignedPod*, the namespace name for NamespaceLabelChange, the set of
-# refreshed metric names for MetricChange.
+# placed, relabelled or released for AssignedPod*, the namespace name for NamespaceLabelChange, the parsed
+# storage object (metrics_sched.model.volumes) for the storage events, the set of refreshed metric names for
+# MetricChange.
 HintFn = Callable[[PodInfo, Any], QueueingHint]
 
 

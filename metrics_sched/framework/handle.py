@@ -4,6 +4,7 @@
     metrics       the telemetry cache: fresh values per metric and node, freshness contracts
     ledger        the in-flight ledger: estimated load of pods placed since their node's last sample
     pod_writer    the API writes (binding, events, status)
+    volume_writer the writes of volume binding (a PV's claimRef, a claim's selected node); None: not wired
     waiting_pods  pods held at Permit, to allow or reject them from another plugin or thread
     run_filters   the profile's filters, for PostFilter's what-if runs on a cloned CycleState
 """
@@ -18,7 +19,7 @@ from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.interfaces import Filtered
 from metrics_sched.framework.waiting import WaitingPods
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import PodWriter
+from metrics_sched.ports import PodWriter, VolumeWriter
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
@@ -52,6 +53,7 @@ class Services:
     ledger: InFlightLedgerStore
     pod_writer: PodWriter
     waiting_pods: WaitingPods = field(default_factory=WaitingPods)
+    volume_writer: VolumeWriter | None = None
 
 
 @dataclass
@@ -60,7 +62,8 @@ class Handle(Services):
 
     @classmethod
     def of(cls, services: Services) -> Handle:
-        return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods)
+        return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods,
+                   services.volume_writer)
 
     @property
     def table(self) -> NodeTable:

@@ -229,6 +229,21 @@ class _StateCollector(Collector):
         in_flight = GaugeMetricFamily("metrics_sched_binds_in_flight", "Bind calls under way.")
         in_flight.add_metric([], s.binder.in_flight())
         yield in_flight
+        assumed = GaugeMetricFamily("metrics_sched_assumed_pods",
+                                    "Pods placed by this scheduler whose binding the watch has not shown yet.")
+        assumed.add_metric([], s.state.assumed_count())
+        yield assumed
+        storage = s.state.volumes.counts()
+        assumed_volumes = GaugeMetricFamily(
+            "metrics_sched_assumed_volume_bindings",
+            "PV-to-claim bindings and selected nodes assumed by VolumeBinding's Reserve and not yet seen written.")
+        assumed_volumes.add_metric([], storage.pop("assumed"))
+        yield assumed_volumes
+        objects = GaugeMetricFamily("metrics_sched_storage_objects", "Storage objects in the cache, by resource.",
+                                    labels=["resource"])
+        for resource, count in storage.items():
+            objects.add_metric([resource], count)
+        yield objects
         # Every worker from the start, so 0 reads as "none"; a fatal one also fails /healthz.
         failures = CounterMetricFamily("metrics_sched_worker_failures",
                                        "Unexpected exceptions a worker thread survived (its pod requeued), by worker.",

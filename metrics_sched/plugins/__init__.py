@@ -20,10 +20,14 @@ from metrics_sched.plugins.node_ready import NodeReady
 from metrics_sched.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
 from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
 from metrics_sched.plugins.node_unschedulable import NodeUnschedulable
+from metrics_sched.plugins.node_volume_limits import NodeVolumeLimits
 from metrics_sched.plugins.pod_topology_spread import PodTopologySpread
 from metrics_sched.plugins.priority_sort import PrioritySort
 from metrics_sched.plugins.taint_toleration import TaintToleration
 from metrics_sched.plugins.unsupported_fields import UnsupportedFields
+from metrics_sched.plugins.volume_binding import VolumeBinding
+from metrics_sched.plugins.volume_restrictions import VolumeRestrictions
+from metrics_sched.plugins.volume_zone import VolumeZone
 from metrics_sched.plugins.zone_spread import ZoneSpread
 
 BUILTIN: dict[str, type[Plugin]] = {
@@ -32,7 +36,7 @@ BUILTIN: dict[str, type[Plugin]] = {
         PrioritySort, NodeResourcesFit, NodeUnschedulable, NodeReady, NodeName, TaintToleration, NodeAffinity,
         NodeLabelFilter, NodeLabelScore, ZoneSpread, DefaultBinder, GPUTemperature, NodeLoad, Cost, CustomMetric,
         InFlightLedger, UnsupportedFields, NodePorts, NodeResourcesBalancedAllocation, ImageLocality,
-        InterPodAffinity, PodTopologySpread,
+        InterPodAffinity, PodTopologySpread, VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone,
     )
 }
 

@@ -1,10 +1,10 @@
 """UnsupportedFields: refuse, never ignore, a pod that uses a field metrics-sched does not honour yet.
 
-Placing such a pod as if the field were absent would silently break the pod's own constraints (a
-PVC-backed pod on a node its volume cannot reach). Instead the pod gets `UnschedulableAndUnresolvable`
-naming the first offending field, e.g.
+Placing such a pod as if the field were absent would silently break the pod's own constraints (a pod with a
+device claim on a node without the device; a gang member bound alone). Instead the pod gets
+`UnschedulableAndUnresolvable` naming the first offending field, e.g.
 
-    pod uses spec.volumes[0].persistentVolumeClaim, which metrics-sched does not support yet
+    pod uses spec.resourceClaims, which metrics-sched does not support yet
 
 so the framework reports `FailedScheduling` with that text and `PodScheduled=False` (`Unschedulable`),
 and parks the pod. No cluster event can help (the plugin registers none): only an update of the pod
@@ -12,13 +12,14 @@ moves it, or the periodic flush of parked pods, which finds the same field again
 
 `ignore` lists field paths (as in FIELDS below, `[*]` for any index) an operator accepts to be ignored.
 That is a risk the operator takes on: such pods are placed as if the field did not exist, so their
-volume topology or device claims are NOT honoured; keep those pods on the default
-scheduler unless that is really acceptable.
+device claims or gangs are NOT honoured; keep those pods on the default scheduler unless that is really
+acceptable. Volumes are honoured (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits); the volume
+paths this plugin once refused are still accepted in `ignore`, as no-ops, so older configs keep loading.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,26 +37,19 @@ from metrics_sched.framework import (
 RESOURCE_CLAIMS = "spec.resourceClaims"
 # A gang member (the 1.36 Workload API): placed alone it could bind with its gang incomplete.
 SCHEDULING_GROUP = "spec.schedulingGroup"
-# Volume sources kube-scheduler places by (volume binding and zones for claims; VolumeRestrictions for the
-# in-tree disks a node can attach only once; NodeVolumeLimits for inline CSI volumes).
-VOLUME_KINDS = ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi",
-                "csi")
-PVC_VOLUME, EPHEMERAL_VOLUME, *_ = VOLUME_PATHS = tuple(f"spec.volumes[*].{kind}" for kind in VOLUME_KINDS)
+# Volume paths refused before the volume plugins existed: still accepted in `ignore`, where they do nothing.
+SUPPORTED_NOW: tuple[str, ...] = tuple(
+    f"spec.volumes[*].{kind}"
+    for kind in ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi",
+                 "csi"))
 
-# Every field this plugin refuses (and so every path `ignore` accepts), in the order they are checked.
-FIELDS: tuple[str, ...] = (*VOLUME_PATHS, RESOURCE_CLAIMS, SCHEDULING_GROUP)
+# Every field this plugin refuses, in the order they are checked.
+FIELDS: tuple[str, ...] = (RESOURCE_CLAIMS, SCHEDULING_GROUP)
 
 
 def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> list[str]:
     """The unsupported fields the pod spec uses, each named with its index where it has one, in FIELDS order."""
     found: list[str] = []
-    volumes = spec.get("volumes") or []
-    if isinstance(volumes, Sequence):
-        for path, key in zip(VOLUME_PATHS, VOLUME_KINDS, strict=True):
-            if path in ignore:
-                continue
-            found += [f"spec.volumes[{i}].{key}" for i, volume in enumerate(volumes)
-                      if isinstance(volume, Mapping) and volume.get(key) is not None]
     if RESOURCE_CLAIMS not in ignore and spec.get("resourceClaims"):
         found.append(RESOURCE_CLAIMS)
     if SCHEDULING_GROUP not in ignore and spec.get("schedulingGroup"):
@@ -69,12 +63,13 @@ class UnsupportedFields(PreFilterPlugin):
 
     @dataclass(frozen=True)
     class Args:
-        # Field paths (from FIELDS) whose pods are placed as if the field were absent: the field is NOT honoured.
+        # Field paths (from FIELDS) whose pods are placed as if the field were absent: the field is NOT honoured
+        # (SUPPORTED_NOW paths are accepted and do nothing).
         ignore: tuple[str, ...] = ()
 
         def validate(self) -> None:
             for i, path in enumerate(self.ignore):
-                if path not in FIELDS:
+                if path not in FIELDS and path not in SUPPORTED_NOW:
                     raise ArgsError(f"ignore[{i}]", f"unknown field {path!r} (known: {', '.join(FIELDS)})")
 
     args: Args

@@ -12,9 +12,11 @@ import numpy as np
 from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.resize import resource_fields
-from metrics_sched.ports import EventType, KubeObject, SyncedResource, WorkloadKind
+from metrics_sched.model.volumes import claim_key
+from metrics_sched.ports import EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.state.cluster_state import ClusterState, Placement, PodRecord
+from metrics_sched.state.volumes import VolumeStore
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +136,24 @@ class ClusterEventHandlers:
         else:
             self.state.workloads.upsert(kind, obj)
 
+    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
+        volumes = self.state.volumes
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if kind == "volumeattachments":
+            # Only a detach can help (NodeVolumeLimits counts attachments): kube-scheduler's VolumeAttachment Delete.
+            if event == "DELETED":
+                self.queue.move_all(ClusterEvent.VOLUME_DETACHED, volumes.remove_attachment(name))
+            else:
+                volumes.upsert_attachment(obj)
+            return
+        if event == "DELETED":
+            # Deleting storage helps no parked pod (kube-scheduler registers adds and updates only).
+            _REMOVE[kind](volumes, claim_key(str(meta.get("namespace", "")), name) if kind in _NAMESPACED else name)
+            return
+        parsed, cluster_event = _UPSERT[kind](volumes, obj)
+        self.queue.move_all(cluster_event, parsed)
+
     def on_synced(self, resource: SyncedResource) -> None:
         self.synced.add(resource)
         log.info("%s synced", resource)
@@ -141,6 +161,25 @@ class ClusterEventHandlers:
     def caches_synced(self) -> bool:
         """True once every watched resource has delivered its initial list: the scheduler may start."""
         return self.synced >= ALL_CACHES
+
+
+_NAMESPACED = frozenset({"persistentvolumeclaims", "csistoragecapacities"})
+_UPSERT: dict[str, Callable[[VolumeStore, KubeObject], tuple[object, ClusterEvent]]] = {
+    "persistentvolumes": lambda v, o: (v.upsert_volume(o), ClusterEvent.PV_CHANGED),
+    "persistentvolumeclaims": lambda v, o: (v.upsert_claim(o), ClusterEvent.PVC_CHANGED),
+    "storageclasses": lambda v, o: (v.upsert_class(o), ClusterEvent.STORAGE_CLASS_CHANGED),
+    "csinodes": lambda v, o: (v.upsert_csi_node(o), ClusterEvent.CSI_NODE_CHANGED),
+    "csidrivers": lambda v, o: (v.upsert_csi_driver(o), ClusterEvent.CSI_DRIVER_CHANGED),
+    "csistoragecapacities": lambda v, o: (v.upsert_capacity(o), ClusterEvent.CSI_CAPACITY_CHANGED),
+}
+_REMOVE: dict[str, Callable[[VolumeStore, str], None]] = {
+    "persistentvolumes": VolumeStore.remove_volume,
+    "persistentvolumeclaims": VolumeStore.remove_claim,
+    "storageclasses": VolumeStore.remove_class,
+    "csinodes": VolumeStore.remove_csi_node,
+    "csidrivers": VolumeStore.remove_csi_driver,
+    "csistoragecapacities": VolumeStore.remove_capacity,
+}
 
 
 def _shrank(before: PodRecord, after: PodRecord) -> bool:

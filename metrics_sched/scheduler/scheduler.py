@@ -19,7 +19,7 @@ from metrics_sched.framework.interfaces import BindOutcomeKind, Plugin
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import NodeDirectory, PodWriter
+from metrics_sched.ports import NodeDirectory, PodWriter, VolumeWriter
 from metrics_sched.scheduler.binding import Binder, BindOutcome
 from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
 from metrics_sched.scheduler.queue import SchedulingQueue
@@ -52,6 +52,7 @@ class Scheduler:
         ledger: InFlightLedgerStore | None = None,
         instance: str | None = None,
         supervisor: Supervisor | None = None,
+        volume_writer: VolumeWriter | None = None,
     ) -> None:
         self.config = config
         # Every worker thread reports its unexpected failures here; /healthz and /metrics read it.
@@ -62,7 +63,8 @@ class Scheduler:
         # The ledger keys placements to the scheduler's clock, the one the cache judges freshness by.
         self.ledger = ledger if ledger is not None else InFlightLedgerStore(clock=self.metrics.clock)
         self.ledger.bind_table(self.state.table)
-        services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer)
+        services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer,
+                            volume_writer=volume_writer)
         self.waiting_pods = services.waiting_pods
         self.frameworks = {p.scheduler_name: Framework(p, plugins, services) for p in config.profiles}
         first = next(iter(self.frameworks.values()))

@@ -22,9 +22,12 @@ from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resize import ResourceFields, occupied_requests, resource_fields
 from metrics_sched.model.resources import CPU, MEMORY
 from metrics_sched.model.selectors import SelectorError
+from metrics_sched.model.volumes import NO_VOLUMES, PodVolumes, parse_pod_volumes
 from metrics_sched.state.namespaces import NamespaceIndex
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, NodeTable, parse_node
 from metrics_sched.state.pod_index import PodIndex, PodQuery
+from metrics_sched.state.volume_usage import VolumeUsage
+from metrics_sched.state.volumes import VolumeStore
 from metrics_sched.state.workloads import WorkloadSelectors
 
 # A host port as kube-scheduler keys it (HostPortInfo): (hostIP, protocol, hostPort), with an empty hostIP
@@ -81,6 +84,7 @@ class PodRecord:
     terminating: bool = False  # being deleted: still occupies the node, but topology spreading skips it
     affinity: PodAffinityTerms = NO_TERMS
     resources: ResourceFields = ()  # the fields `vector` was computed from: an update that keeps them keeps it
+    volumes: PodVolumes = NO_VOLUMES  # claims and in-line disks it mounts (volume restrictions and limits)
 
     @property
     def key(self) -> str:
@@ -117,6 +121,9 @@ class ClusterState:
         # Namespace labels (affinity namespaceSelector) and workload selectors (default topology spreading).
         self.namespaces = NamespaceIndex()
         self.workloads = WorkloadSelectors()
+        # Storage objects (PVs, claims, classes, CSI nodes...) with assumed bindings, and the volumes placed pods use.
+        self.volumes = VolumeStore()
+        self.volume_usage = VolumeUsage()
 
     # -- nodes -----------------------------------------------------------------------------------
     def upsert_node(self, node: Mapping[str, Any]) -> NodeChange:
@@ -158,6 +165,7 @@ class ClusterState:
                         if pod.host_ports:
                             self._count_ports(pod.host_ports, pod.row, -1)
                         self.pod_index.account(pod, pod.row, -1)
+                        self.volume_usage.account(pod.uid, pod.namespace, pod.volumes, pod.row, -1)
                     pod.row = None
                     self._waiting.setdefault(name, set()).add(pod.uid)
                     if pod.assumed:
@@ -178,6 +186,7 @@ class ClusterState:
         if pod.host_ports:
             self._count_ports(pod.host_ports, row, sign)
         self.pod_index.account(pod, row, sign)
+        self.volume_usage.account(pod.uid, pod.namespace, pod.volumes, row, sign)
 
     def _count_owner(self, owner: str, row: int, sign: int) -> None:
         total = self._owner_totals.get(owner, 0) + sign
@@ -219,7 +228,7 @@ class ClusterState:
             nonzero=(non_zero.get(CPU, 0), non_zero.get(MEMORY, 0)),
             owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
             labels=dict(info.labels), terminating=info.deleting, affinity=_affinity(info),
-            resources=resource_fields(info.raw),
+            resources=resource_fields(info.raw), volumes=parse_pod_volumes(info.raw),
         )
         self.pods[info.uid] = record
         row = self.table.index.get(node)

@@ -40,6 +40,7 @@ from metrics_sched.ports import (
     KubeObject,
     LeaseRecord,
     SchedulingEvent,
+    StorageKind,
     SyncedResource,
     WorkloadKind,
 )
@@ -87,6 +88,9 @@ class StateSink:
         self._apply("namespaces", kind, namespace)
 
     def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        self._apply(kind, event, obj)
+
+    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
         self._apply(kind, event, obj)
 
     def on_synced(self, resource: SyncedResource) -> None:

@@ -10,19 +10,16 @@ from tests.e2e import kube
 from tests.e2e.pools import in_pool, node_pool
 from tests.e2e.scheduler_proc import schedulers
 
-FIELD_MESSAGE = "pod uses spec.volumes[0].persistentVolumeClaim, which metrics-sched does not support yet"
+FIELD_MESSAGE = "pod uses spec.resourceClaims, which metrics-sched does not support yet"
 
 
-def test_a_pod_with_a_persistent_volume_claim_is_reported_and_not_bound(cluster: DevCluster, api: KubeAPI,
-                                                                        namespace: str) -> None:
+def test_a_pod_with_a_device_claim_is_reported_and_not_bound(cluster: DevCluster, api: KubeAPI,
+                                                             namespace: str) -> None:
     with node_pool(cluster, 2) as (pool, _), schedulers(cluster) as (name, _):
-        api.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
-        volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
         spec = in_pool(pool)
-        api.post(f"/api/v1/namespaces/{namespace}/pods",
-                 kube.pod_manifest("claim", scheduler=name, volumes=volumes, **spec))
+        manifest = kube.pod_manifest("claim", scheduler=name, **spec)
+        manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
+        api.post(f"/api/v1/namespaces/{namespace}/pods", manifest)
 
         def refused() -> tuple[dict[str, Any], dict[str, Any]] | None:
             pod = api.get(f"/api/v1/namespaces/{namespace}/pods/claim")

@@ -21,7 +21,8 @@ def test_defaults() -> None:
     assert profile.scheduler_name == "metrics-sched"
     assert [r.name for r in profile.enabled("filter")] == [
         "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity",
-        "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "GPUTemperature"]
+        "NodeResourcesFit", "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
+        "PodTopologySpread", "InterPodAffinity", "GPUTemperature"]
     # kube-scheduler's default weights for the constraint plugins
     weights = {r.name: r.weight for r in profile.enabled("score")}
     assert weights["InterPodAffinity"] == 2 and weights["PodTopologySpread"] == 2

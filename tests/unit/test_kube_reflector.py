@@ -23,7 +23,7 @@ from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, backoff_delay
 from adapters.kubernetes.source import DEFAULT_RESOURCES, KubeClusterSource
 from adapters.kubernetes.tokens import StaticToken
-from metrics_sched.ports import ClusterSource, EventType, KubeObject, SyncedResource, WorkloadKind
+from metrics_sched.ports import ClusterSource, EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
 
 pytestmark = pytest.mark.unit
 
@@ -175,6 +175,9 @@ class RecordingSink:
         self._record("namespaces", kind, namespace)
 
     def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+        self._record(kind, event, obj)
+
+    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
         self._record(kind, event, obj)
 
     def on_synced(self, resource: SyncedResource) -> None:
@@ -449,3 +452,12 @@ def test_source_feeds_nodes_and_pods_to_the_sink(server: FakeApiServer, client: 
         assert set(source.stats()) == {r.name for r in DEFAULT_RESOURCES}
     finally:
         port.stop()
+
+
+def test_every_watched_resource_gets_a_watch_connection(server: FakeApiServer, client: KubeClient) -> None:
+    """A watch beyond the watch pool's size would wait for a connection forever (its resource never synced)."""
+    assert client.max_watch_connections >= len(DEFAULT_RESOURCES)
+    config = KubeConfig(server="https://kube.test", token=StaticToken("t"))
+    with (KubeClient(config, transport=httpx.MockTransport(server.handle), max_watch_connections=3) as small,
+          pytest.raises(ValueError, match=r"14 watched resources need at least as many watch connections")):
+        KubeClusterSource(small).start(RecordingSink())

@@ -186,12 +186,14 @@ def test_a_new_or_relabelled_namespace_moves_parked_pods() -> None:
 
 def test_scheduling_waits_for_every_cache_namespaces_included() -> None:
     handlers = make().handlers
+    storage = ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
+               "csistoragecapacities", "volumeattachments")
     assert {"nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
-            "statefulsets"} == ALL_CACHES
+            "statefulsets", *storage} == ALL_CACHES
     handlers.on_synced("nodes")
     handlers.on_synced("pods")
     assert not handlers.caches_synced()  # a namespaceSelector would see no namespace yet
-    for resource in ("namespaces", "services", "replicationcontrollers", "replicasets"):
+    for resource in ("namespaces", "services", "replicationcontrollers", "replicasets", *storage):
         handlers.on_synced(resource)  # type: ignore[arg-type]
     assert not handlers.caches_synced()
     handlers.on_synced("statefulsets")

@@ -42,15 +42,13 @@ def verdict(p: UnsupportedFields, **spec: Any) -> tuple[Code, str]:
 
 
 @pytest.mark.parametrize(("spec", "field"), [
-    ({"volumes": [EMPTY_DIR, PVC]}, "spec.volumes[1].persistentVolumeClaim"),
-    ({"volumes": [EPHEMERAL]}, "spec.volumes[0].ephemeral"),
     ({"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]}, "spec.resourceClaims"),
     ({"schedulingGroup": {"podGroupName": "train"}}, "spec.schedulingGroup"),  # a gang member (issue 13)
-    # Several: the first in FIELDS order is named (inter-pod affinity and spreading are supported now).
+    # Several: the first in FIELDS order is named (inter-pod affinity, spreading and volumes are supported now).
     ({"affinity": {"podAntiAffinity": REQUIRED}, "volumes": [PVC], "topologySpreadConstraints": SPREAD,
+      "schedulingGroup": {"podGroupName": "train"},
       "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]},
-     "spec.volumes[0].persistentVolumeClaim"),
-    ({"volumes": [EMPTY_DIR, EPHEMERAL, PVC]}, "spec.volumes[2].persistentVolumeClaim"),
+     "spec.resourceClaims"),
 ])
 def test_a_pod_using_an_unsupported_field_is_refused_naming_it(spec: dict[str, Any], field: str) -> None:
     expected = f"pod uses {field}, which metrics-sched does not support yet"
@@ -68,6 +66,8 @@ def test_a_pod_using_an_unsupported_field_is_refused_naming_it(spec: dict[str, A
     {"topologySpreadConstraints": SPREAD},
     {"volumes": [EMPTY_DIR, {"name": "cfg", "configMap": {"name": "cfg"}}]},
     {"resourceClaims": []},
+    # honoured by the volume plugins
+    {"volumes": [EMPTY_DIR, PVC, EPHEMERAL, {"name": "d", "csi": {"driver": "d.example.com"}}]},
     {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},  # NodePorts' business
 ])
 def test_a_pod_using_only_supported_fields_passes(spec: dict[str, Any]) -> None:
@@ -75,11 +75,12 @@ def test_a_pod_using_only_supported_fields_passes(spec: dict[str, Any]) -> None:
 
 
 def test_ignored_fields_are_not_refused_and_the_next_one_is_named() -> None:
+    # A volume path refused before the volume plugins is still accepted, and does nothing.
     p = plugin(ignore=["spec.resourceClaims", "spec.volumes[*].persistentVolumeClaim"])
     claims = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
     assert verdict(p, resourceClaims=claims, volumes=[PVC])[0] == Code.SUCCESS
-    code, reason = verdict(p, resourceClaims=claims, volumes=[PVC, EPHEMERAL])
-    assert code == Code.UNRESOLVABLE and reason.startswith("pod uses spec.volumes[1].ephemeral,")
+    code, reason = verdict(p, resourceClaims=claims, schedulingGroup={"podGroupName": "train"})
+    assert code == Code.UNRESOLVABLE and reason.startswith("pod uses spec.schedulingGroup,")
 
 
 def test_ignore_accepts_only_known_fields() -> None:
@@ -101,13 +102,13 @@ def test_it_is_built_in_and_first_in_the_default_pre_filters() -> None:
 def test_the_scheduler_reports_parks_and_never_binds_an_unsupported_pod() -> None:
     scheduler, api = make()
     scheduler.handlers.on_node_event("ADDED", node("a"))
-    api.add_pod(pod("claim", volumes=[PVC]))
+    api.add_pod(pod("claim", resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu-claim"}]))
     drain(scheduler, api)
     assert api.binds == []
     assert api.conditions["default/claim"]["status"] == "False"
     assert api.conditions["default/claim"]["reason"] == "Unschedulable"
     [event] = api.events_for("default/claim", "FailedScheduling")
-    assert "pod uses spec.volumes[0].persistentVolumeClaim, which metrics-sched does not support yet" in event.note
+    assert "pod uses spec.resourceClaims, which metrics-sched does not support yet" in event.note
     assert scheduler.queue.lengths()["unschedulable"] == 1
     # No cluster event moves it: a new node cannot make the field supported.
     scheduler.handlers.on_node_event("ADDED", node("b"))
@@ -116,7 +117,9 @@ def test_the_scheduler_reports_parks_and_never_binds_an_unsupported_pod() -> Non
     assert api.binds == []
 
 
-@pytest.mark.parametrize("kind", ["gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi", "csi"])
-def test_volumes_kube_scheduler_places_by_are_refused_too(kind: str) -> None:
+@pytest.mark.parametrize("kind", ["persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore",
+                                  "rbd", "iscsi", "csi"])
+def test_volumes_are_no_longer_refused(kind: str) -> None:
+    """The volume plugins place them now (tests/unit/test_volume_*.py)."""
     spec = {"volumes": [{"name": "cfg", "configMap": {"name": "x"}}, {"name": "data", kind: {}}]}
-    assert unsupported_fields(spec) == [f"spec.volumes[1].{kind}"]
+    assert unsupported_fields(spec) == []

@@ -11,7 +11,7 @@ from adapters.kubernetes.source import DEFAULT_RESOURCES
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector, Requirement
-from metrics_sched.ports import EventType, KubeObject, SyncedResource, WorkloadKind
+from metrics_sched.ports import EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.workloads import WorkloadSelectors, parse_group_version
 from tests.unit.fakes import FakeAPI
@@ -235,6 +235,9 @@ class Recorder:
     def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
         self.calls.append(("workload", kind, event))
 
+    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
+        self.calls.append(("storage", kind, event))
+
     def on_synced(self, resource: SyncedResource) -> None:
         self.calls.append(("synced", resource))
 
@@ -244,7 +247,13 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
     assert {name: r.path for name, r in by_name.items()} == {
         "nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces",
         "services": "/api/v1/services", "replicationcontrollers": "/api/v1/replicationcontrollers",
-        "replicasets": "/apis/apps/v1/replicasets", "statefulsets": "/apis/apps/v1/statefulsets"}
+        "replicasets": "/apis/apps/v1/replicasets", "statefulsets": "/apis/apps/v1/statefulsets",
+        "persistentvolumes": "/api/v1/persistentvolumes",
+        "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
+        "storageclasses": "/apis/storage.k8s.io/v1/storageclasses", "csinodes": "/apis/storage.k8s.io/v1/csinodes",
+        "csidrivers": "/apis/storage.k8s.io/v1/csidrivers",
+        "csistoragecapacities": "/apis/storage.k8s.io/v1/csistoragecapacities",
+        "volumeattachments": "/apis/storage.k8s.io/v1/volumeattachments"}
     sink = Recorder()
     for resource in DEFAULT_RESOURCES:
         resource.deliver(sink, "MODIFIED", {})
@@ -256,6 +265,9 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
         ("workload", "replicationcontrollers", "MODIFIED"), ("synced", "replicationcontrollers"),
         ("workload", "replicasets", "MODIFIED"), ("synced", "replicasets"),
         ("workload", "statefulsets", "MODIFIED"), ("synced", "statefulsets"),
+        *[c for kind in ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
+                         "csistoragecapacities", "volumeattachments")
+          for c in (("storage", kind, "MODIFIED"), ("synced", kind))],
     ]
 
 
