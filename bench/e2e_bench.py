@@ -265,7 +265,10 @@ def sources_cost(cluster: DevCluster) -> dict[str, Any]:
 def run_size(nodes: int, pods: int, *, timeout: float = 600.0,
              contenders: tuple[Contender, ...] = CONTENDERS) -> dict[str, Any]:
     say(f"dev cluster with {nodes} nodes")
-    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0) as cluster:
+    # No controller manager: its node lifecycle and the KWOK node Leases would load the API server the contenders
+    # share, and nothing here needs volumes or controllers (every run measured before had none).
+    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0,
+                    with_controller_manager=False) as cluster:
         results = [run_contender(cluster, c, pods, timeout) for c in contenders]
         versions = dict(cluster.endpoints.versions) if cluster.endpoints else {}
         sources = sources_cost(cluster)

@@ -1,7 +1,8 @@
 """The local development cluster: dev tooling shared by `metrics-sched demo`, the e2e tests and the benchmarks.
 
-It builds (from Go modules) and starts etcd, kube-apiserver, KWOK, optionally kube-scheduler, Debian's
-Prometheus and the project's telemetry/CMDB emulator, all on free loopback ports.
+It builds (from Go modules) and starts etcd, kube-apiserver, kube-controller-manager, KWOK, optionally
+kube-scheduler, Debian's Prometheus, the project's telemetry/CMDB emulator and a test volume provisioner,
+all on free loopback ports.
 
 Not part of the product: it is not in the wheel or the image, only importable from a checkout (the editable
 install of the `dev` extra). Its CLI verbs (`demo`, `devcluster`) register through the entry-point group

@@ -1,11 +1,13 @@
-"""Builds the local control plane (etcd, kube-apiserver, kube-scheduler, KWOK) from Go modules.
+"""Builds the local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK).
 
 Each component gets a small generated wrapper module in the build cache whose go.mod requires the
 upstream module at the version from deploy/local/versions.toml and lists the binaries as `tool`s.
 kubernetes needs more: its go.mod points every staging module at ./staging, so the wrapper replaces
 each of them with the published v0.<minor>.<patch> tag (the list is read from that go.mod).
 Binaries land in <cache>/bin/<name>-v<version>/; a finished build leaves a stamp, so a second call
-with everything present only checks files.
+with everything present only checks files. kube-controller-manager is built in the kubernetes wrapper
+module (one module graph, one `go mod tidy`) but lands in a bin dir of its own, so a cache that already
+holds kube-apiserver and kube-scheduler only has to compile it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class Component:
     tools: tuple[tuple[str, str], ...]  # (package path, binary name)
     ldflags: tuple[str, ...] = ()
     replaces: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    # The wrapper module it is built in (default: its own) and every tool that module lists; components
+    # sharing a module must agree on both, or each build would re-tidy the other's go.mod.
+    module: str = ""
+    module_tools: tuple[str, ...] = ()
 
     @property
     def bin_dir(self) -> Path:
@@ -53,7 +59,7 @@ class Component:
 
     @property
     def build_dir(self) -> Path:
-        return cache_dir() / "build" / f"{self.name}-v{self.version}"
+        return cache_dir() / "build" / f"{self.module or self.name}-v{self.version}"
 
     def binary(self, name: str) -> Path:
         return self.bin_dir / name
@@ -64,14 +70,14 @@ class Component:
         )
 
     def go_mod(self) -> str:
-        lines = [f"module metrics-sched.local/{self.name}", "", "go 1.26.0", ""]
+        lines = [f"module metrics-sched.local/{self.module or self.name}", "", "go 1.26.0", ""]
         lines += [f"require {self.upstream} v{self.version}", ""]
         if self.replaces:
             lines.append("replace (")
             lines += [f"\t{old} => {new}" for old, new in self.replaces]
             lines += [")", ""]
         lines.append("tool (")
-        lines += [f"\t{package}" for package, _ in self.tools]
+        lines += [f"\t{package}" for package in self.module_tools or [package for package, _ in self.tools]]
         lines += [")", ""]
         return "\n".join(lines)
 
@@ -81,6 +87,7 @@ class ControlPlaneBinaries:
     etcd: Path
     kube_apiserver: Path
     kube_scheduler: Path
+    kube_controller_manager: Path
     kwok: Path
     kwok_stages: Path
     versions: Versions
@@ -134,6 +141,13 @@ def components(versions: Versions, *, with_staging: bool = True) -> list[Compone
         f"-X {version_pkg}.gitTreeState=clean",
     )
     staging = staging_modules(versions) if with_staging else []
+    k8s_replaces = tuple((m, f"{m} v{versions.staging}") for m in staging)
+    k8s_servers = (
+        ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+        ("k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
+    )
+    k8s_controllers = (("k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),)
+    k8s_tools = tuple(package for package, _ in k8s_servers + k8s_controllers)
     return [
         Component(
             name="etcd",
@@ -145,12 +159,21 @@ def components(versions: Versions, *, with_staging: bool = True) -> list[Compone
             name="k8s",
             version=k8s_version,
             upstream="k8s.io/kubernetes",
-            tools=(
-                ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
-                ("k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
-            ),
+            tools=k8s_servers,
             ldflags=k8s_ldflags,
-            replaces=tuple((m, f"{m} v{versions.staging}") for m in staging),
+            replaces=k8s_replaces,
+            module="k8s",
+            module_tools=k8s_tools,
+        ),
+        Component(
+            name="kube-controller-manager",
+            version=k8s_version,
+            upstream="k8s.io/kubernetes",
+            tools=k8s_controllers,
+            ldflags=k8s_ldflags,
+            replaces=k8s_replaces,
+            module="k8s",
+            module_tools=k8s_tools,
         ),
         Component(
             name="kwok",
@@ -230,6 +253,7 @@ def binaries(versions: Versions | None = None) -> ControlPlaneBinaries:
         etcd=by_name["etcd"].binary("etcd"),
         kube_apiserver=by_name["k8s"].binary("kube-apiserver"),
         kube_scheduler=by_name["k8s"].binary("kube-scheduler"),
+        kube_controller_manager=by_name["kube-controller-manager"].binary("kube-controller-manager"),
         kwok=by_name["kwok"].binary("kwok"),
         kwok_stages=by_name["kwok"].bin_dir / "stages.yaml",
         versions=versions,
@@ -247,7 +271,8 @@ def ensure_built(*, quiet: bool = False, force: bool = False) -> ControlPlaneBin
         return binaries(versions)
     _go()
     needed = {c.name for c in missing}
-    for component in components(versions, with_staging="k8s" in needed):
+    with_staging = any(c.upstream == "k8s.io/kubernetes" for c in missing)
+    for component in components(versions, with_staging=with_staging):
         if component.name in needed:
             _build_component(component, versions, progress)
             progress(f"{component.name} v{component.version}: ready in {component.bin_dir}")

@@ -18,7 +18,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("devcluster", help="build, start or stop the local dev cluster")
     dsub = parser.add_subparsers(dest="devcluster_command", required=True, metavar="ACTION")
 
-    build = dsub.add_parser("build", help="build etcd, kube-apiserver, kube-scheduler and kwok if missing")
+    build = dsub.add_parser(
+        "build", help="build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok if missing")
     build.add_argument("--force", action="store_true", help="rebuild even when the binaries are present")
     build.set_defaults(handler=_build)
 
@@ -30,6 +31,8 @@ def register(sub: Any) -> None:
     up.add_argument("--scrape-interval", type=float, default=2.0, help="Prometheus scrape interval, s")
     up.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
     up.add_argument("--kube-scheduler", action="store_true", help="also run the real kube-scheduler")
+    up.add_argument("--no-controller-manager", action="store_true",
+                    help="without kube-controller-manager, node Leases and the test volume provisioner")
     up.set_defaults(handler=_up)
 
     down = dsub.add_parser("down", help="stop every process of a cluster started with `up`")
@@ -60,7 +63,8 @@ def _up(args: argparse.Namespace) -> int:
     cluster = DevCluster(
         run_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node, seed=args.seed,
         scrape_interval=args.scrape_interval, with_prometheus=not args.no_prometheus,
-        with_kube_scheduler=args.kube_scheduler, detach=True,
+        with_kube_scheduler=args.kube_scheduler, with_controller_manager=not args.no_controller_manager,
+        detach=True,
     )
     try:
         endpoints = cluster.start()

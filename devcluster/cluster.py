@@ -1,4 +1,5 @@
-"""DevCluster: etcd + kube-apiserver + KWOK (+ kube-scheduler) + Prometheus + the telemetry emulator.
+"""DevCluster: etcd + kube-apiserver + kube-controller-manager + KWOK (+ kube-scheduler) + Prometheus + the
+telemetry emulator + a test volume provisioner.
 
 Everything listens on free loopback ports; logs go to <run dir>/logs; `endpoints.json` and
 `kubeconfig` in the run dir tell clients where things are. Used as a context manager (tests, demo,
@@ -35,6 +36,29 @@ from devcluster.progress import Progress
 ENDPOINTS_FILE = "endpoints.json"
 KUBECONFIG_FILE = "kubeconfig"
 
+# The controllers the tests need, no more (each one costs start-up time, watches and writes). Not among them:
+# taint-eviction-controller (node lifecycle taints a NotReady node NoExecute; nothing evicts its pods, so a
+# test may take a node down and find its pods where they were), pod-garbage-collector-controller (it would
+# delete the pods of a node a test removed), serviceaccount controllers (the ServiceAccount admission is off).
+CONTROLLERS = (
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",  # StorageObjectInUseProtection admission puts finalizers on PVs
+    "persistentvolumeclaim-protection-controller",  # ... and on PVCs: only these controllers remove them
+    "ephemeral-volume-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "job-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "node-lifecycle-controller",
+)
+# KWOK renews a Lease per node it manages (every quarter of this), which is what node lifecycle reads as the
+# node's heartbeat.
+NODE_LEASE_SECONDS = 40
+# Nodes nobody renews a Lease for (some tests create nodes KWOK does not manage) turn Unknown and tainted
+# unreachable after the grace period; 10 minutes outlasts any test, where upstream's 50 s would not.
+NODE_MONITOR_GRACE = "10m"
+
 
 class DevClusterError(RuntimeError):
     pass
@@ -54,6 +78,7 @@ class Endpoints:
     cmdb: str | None = None
     cmdb_token_file: str | None = None
     kube_scheduler: str | None = None
+    controller_manager: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
     def write(self, run_dir: Path) -> Path:
@@ -91,6 +116,7 @@ class DevCluster:
         with_prometheus: bool = True,
         with_emulator: bool = True,
         with_kube_scheduler: bool = False,
+        with_controller_manager: bool = True,
         scrape_interval: float = 2.0,
         metrics_api_interval: float = 5.0,
         detach: bool = False,
@@ -105,6 +131,8 @@ class DevCluster:
         self.with_prometheus = with_prometheus
         self.with_emulator = with_emulator
         self.with_kube_scheduler = with_kube_scheduler
+        # kube-controller-manager, KWOK's node Leases and the test provisioner come and go together.
+        self.with_controller_manager = with_controller_manager
         self.scrape_interval = scrape_interval
         self.metrics_api_interval = metrics_api_interval
         self.progress = Progress("devcluster", quiet=quiet)
@@ -153,7 +181,7 @@ class DevCluster:
         tokens_csv.write_text(f'{admin_token},admin,admin-uid,"system:masters"\n')
         tokens_csv.chmod(0o600)
 
-        etcd_client, etcd_peer, apiserver_port, kwok_port = free_ports(4)
+        etcd_client, etcd_peer, apiserver_port, kwok_port, kcm_port = free_ports(5)
         self._start_etcd(etcd_client, etcd_peer)
         apiserver = f"https://127.0.0.1:{apiserver_port}"
         self._start_apiserver(apiserver_port, f"http://127.0.0.1:{etcd_client}", pki, tokens_csv)
@@ -169,6 +197,9 @@ class DevCluster:
             versions={"kubernetes": self._bins.versions.kubernetes, "etcd": self._bins.versions.etcd,
                       "kwok": self._bins.versions.kwok},
         )
+        if self.with_controller_manager:
+            self._start_controller_manager(kubeconfig, kcm_port)
+            self._start_provisioner(kubeconfig)
         if self.with_emulator:
             self._start_emulator(kubeconfig)
         if self.with_prometheus:
@@ -230,8 +261,9 @@ class DevCluster:
             f"--service-account-key-file={pki.sa_public_key}",
             f"--service-account-signing-key-file={pki.sa_private_key}",
             "--service-cluster-ip-range=10.96.0.0/16",
-            # No controller-manager here: nothing would create default ServiceAccounts, and nothing would
-            # lift the not-ready taint TaintNodesByCondition puts on every new node.
+            # No ServiceAccount admission: no controller creates default ServiceAccounts (not needed here). No
+            # TaintNodesByCondition: a node is created Ready, and without the not-ready taint that admission
+            # adds (node lifecycle would lift it a moment later) it is schedulable the moment add_nodes returns.
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
@@ -286,7 +318,9 @@ class DevCluster:
                 "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
                 "cidr": "10.0.0.0/8",
                 "nodeIP": "10.239.255.254",
-                "nodeLeaseDurationSeconds": 0,
+                # Leases only when node lifecycle reads them: thousands of renewals cost the benchmarks.
+                "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS if self.with_controller_manager else 0,
+                "nodeLeaseParallelism": 16,  # a config file gets no defaults: 0 here is refused
                 "podPlayStageParallelism": 16,
                 "nodePlayStageParallelism": 16,
                 "enableCRDs": [],
@@ -300,6 +334,40 @@ class DevCluster:
         self.group.start("kwok", argv)
         wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
               30, "kwok /healthz", self._alive("kwok"))
+
+    def _start_controller_manager(self, kubeconfig: Path, port: int) -> None:
+        assert self.endpoints is not None and self._bins is not None and self._pki is not None
+        argv = [
+            str(self._bins.kube_controller_manager), f"--kubeconfig={kubeconfig}",
+            f"--controllers={','.join(CONTROLLERS)}",
+            # The admin token for every controller: no per-controller ServiceAccounts (nothing makes them).
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--tls-cert-file={self._pki.serving_cert}", f"--tls-private-key-file={self._pki.serving_key}",
+            # The claim/volume resync: an unbound Immediate claim only looks for a new PV on it (upstream 15 s).
+            "--pvclaimbinder-sync-period=1s",
+            f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+            # Upstream's 20 QPS would make every namespace deletion (a LIST and a DELETE per resource type)
+            # take seconds; this is a single-tenant loopback cluster.
+            "--kube-api-qps=500", "--kube-api-burst=1000",
+            "--profiling=false",
+        ]
+        self.progress("starting kube-controller-manager")
+        self.group.start("kube-controller-manager", argv)
+        url = f"https://127.0.0.1:{port}"
+        verify = tls_context(self._pki.ca_cert)
+        wait_until(lambda: httpx.get(f"{url}/healthz", verify=verify, timeout=1).status_code == 200, 60,
+                   "kube-controller-manager", self._alive("kube-controller-manager"))
+        self.endpoints.controller_manager = url
+
+    def _start_provisioner(self, kubeconfig: Path) -> None:
+        """The test provisioner of devcluster.provisioner (it needs the PV binder: it acts on the claims the PV
+        controller hands to it)."""
+        self.progress("starting the test volume provisioner")
+        self.group.start("provisioner", [sys.executable, "-m", "devcluster.provisioner",
+                                         "--kubeconfig", str(kubeconfig)])
+        self.group.check("provisioner")
 
     def _start_emulator(self, kubeconfig: Path) -> None:
         assert self.endpoints is not None

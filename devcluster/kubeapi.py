@@ -6,8 +6,10 @@ whatever state the scheduler's adapter is in.
 
 from __future__ import annotations
 
+import json
 import ssl
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,21 @@ class KubeAPI:
         if resp.status_code >= 400:
             raise KubeAPIError(resp.status_code, f"apply {path}: {resp.text[:500]}")
         return resp.json()
+
+    def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 30) -> Iterator[dict[str, Any]]:
+        """The events of one watch request from resource_version (ADDED/MODIFIED/DELETED/BOOKMARK/ERROR), until
+        the server ends it after timeout_seconds. The read timeout outlasts that, so a dead connection raises."""
+        params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(timeout_seconds)}
+        timeout = httpx.Timeout(10.0, read=timeout_seconds + 15.0)
+        with self.client.stream("GET", path, params=params, timeout=timeout) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise KubeAPIError(resp.status_code, f"watch {path}: {resp.text[:300]}")
+            for line in resp.iter_lines():
+                if line:
+                    event: dict[str, Any] = json.loads(line)
+                    yield event
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout

@@ -40,8 +40,9 @@ class NodeSpec:
         return res
 
     def manifest(self) -> dict[str, Any]:
-        labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": "amd64", "type": "kwok", **self.labels}
+        # The beta os/arch labels as a kubelet sets them: node lifecycle would otherwise patch every new node.
+        labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", "type": "kwok", **self.labels}
         resources = self.resources()
         return {
             "apiVersion": "v1",

@@ -161,6 +161,15 @@ class VolumeWriter(Protocol):
         ...
 
 
+class Evictor(Protocol):
+    """The Eviction API (policy/v1 pods/eviction): the API server honours PodDisruptionBudgets."""
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Evicts the pod (preconditioned on its uid). Raises ApiError: 429 when a PodDisruptionBudget forbids it
+        now, 404 when the pod is gone, 409 when the uid no longer matches."""
+        ...
+
+
 @dataclass(frozen=True)
 class LeaseRecord:
     """A coordination.k8s.io/v1 Lease as leader election sees it."""

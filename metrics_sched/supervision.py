@@ -1,5 +1,5 @@
 """Supervision of the worker threads: the scheduling loop, the binder and reporter pools, the telemetry
-source refreshers and the leader elector.
+source refreshers, the leader elector and the rebalancer.
 
 In kube-scheduler an unexpected panic takes the whole process down, so the kubelet restarts it and the
 lease is released. Here an exception only ends the thread that raised it, and the replica would go on
@@ -35,6 +35,7 @@ class Worker(enum.StrEnum):
     REPORTER = "reporter"
     SOURCE = "source"
     LEADER_ELECTION = "leader_election"
+    REBALANCER = "rebalancer"
 
 
 class Supervisor:

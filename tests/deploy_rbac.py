@@ -33,3 +33,6 @@ LEASE_RULES: frozenset[Rule] = frozenset({
     ("coordination.k8s.io", "leases", "create", None),
     *(("coordination.k8s.io", "leases", verb, LEASE) for verb in ("get", "update", "patch")),
 })
+# ... and, only with the rebalancer (ClusterRole metrics-sched-rebalance, the optional rbac-rebalance.yaml): evictions
+# through the Eviction API (PodDisruptionBudgets respected), never a delete.
+REBALANCE_RULES: frozenset[Rule] = frozenset({("", "pods/eviction", "create", None)})

@@ -1,4 +1,5 @@
-"""The Kubernetes API adapter: the core's ports (ClusterSource, PodWriter, LeaseStore) over raw JSON on httpx.
+"""The Kubernetes API adapter: the core's ports (ClusterSource, PodWriter, LeaseStore, Evictor) over raw JSON on
+httpx.
 
 Typical wiring:
 
@@ -19,6 +20,7 @@ from adapters.kubernetes.config import (
     load_in_cluster,
     load_kubeconfig,
 )
+from adapters.kubernetes.evictor import KubeEvictor
 from adapters.kubernetes.lease_store import KubeLeaseStore
 from adapters.kubernetes.lister import KubeClusterLister
 from adapters.kubernetes.pod_writer import KubePodWriter
@@ -40,6 +42,7 @@ __all__ = [
     "KubeClusterSource",
     "KubeConfig",
     "KubeConfigError",
+    "KubeEvictor",
     "KubeLeaseStore",
     "KubePodWriter",
     "KubeVolumeWriter",

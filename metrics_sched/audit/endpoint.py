@@ -1,4 +1,5 @@
-"""/decisions: the ring's records as JSON, newest first, filtered by pod, node and time, paged by id.
+"""/decisions: the ring's records as JSON, newest first, filtered by kind (placement | eviction; both when not
+given), pod, node, owner and time, paged by id. Each record says its `kind`.
 
 `limit` is capped (MAX_LIMIT): an answer is at most a few megabytes, rendered and sent in chunks, never
 built whole; when more records match, `next` is the id to pass as `before` for the following page.
@@ -16,15 +17,15 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 
-from metrics_sched.audit.record import StoredDecision
+from metrics_sched.audit.record import KINDS, EvictionRecord, Kind, StoredDecision
 from metrics_sched.audit.ring import DecisionRing
-from metrics_sched.http_server import Query, Response, check_params, float_param, int_param, param
+from metrics_sched.http_server import BadRequest, Query, Response, check_params, float_param, int_param, param
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 _CHUNK = 50  # records per write
 
-PARAMS = ("pod", "node", "since", "before", "limit")
+PARAMS = ("kind", "pod", "node", "owner", "since", "before", "limit")
 BUSY = "other /decisions answers are being rendered; retry in a few seconds\n"
 RENDER_WAIT = 10.0  # seconds a request waits for its turn to render
 
@@ -37,7 +38,8 @@ def decisions(ring: DecisionRing, query: Query) -> Response:
     # Above the cap is not an error: like a Kubernetes LIST's limit, the answer says where to go on.
     limit = min(int_param(query, "limit", minimum=1) or DEFAULT_LIMIT, MAX_LIMIT)
     records = ring.select(pod=param(query, "pod"), node=param(query, "node"), since=float_param(query, "since"),
-                          before=int_param(query, "before", minimum=1), limit=limit + 1)
+                          before=int_param(query, "before", minimum=1), limit=limit + 1, kind=_kind(query),
+                          owner=param(query, "owner"))
     more = len(records) > limit
     records = records[:limit]
     head = {"count": len(records), "ring_size": ring.size, "held": len(ring), "limit": limit,
@@ -45,6 +47,16 @@ def decisions(ring: DecisionRing, query: Query) -> Response:
     if not _rendering.acquire(timeout=RENDER_WAIT):
         return 503, "text/plain", BUSY.encode()
     return 200, "application/json", _released(_render(head, records))
+
+
+def _kind(query: Query) -> Kind | None:
+    value = param(query, "kind")
+    if value is None:
+        return None
+    for kind in KINDS:
+        if kind == value:
+            return kind
+    raise BadRequest(f"kind: must be one of {', '.join(KINDS)}, got {value!r}")
 
 
 class _released:  # noqa: N801 - used like a generator function
@@ -75,7 +87,7 @@ class _released:  # noqa: N801 - used like a generator function
         self._release()
 
 
-def _render(head: Mapping[str, object], records: list[StoredDecision]) -> Iterator[bytes]:
+def _render(head: Mapping[str, object], records: list[StoredDecision | EvictionRecord]) -> Iterator[bytes]:
     yield json.dumps(head)[:-1].encode() + b', "decisions": ['
     for start in range(0, len(records), _CHUNK):
         started = time.perf_counter()

@@ -5,25 +5,33 @@ the record; none of them recomputes a score. The ring keeps each record as a Sto
 content in a few flat fields (one float array for every number of the candidates, the term layout
 shared between records), about a sixth of the objects' size, so 10,000 of them cost megabytes, not
 a hundred or more.
+
+The rebalancer's verdicts go to the same ring as EvictionRecords (`kind` "eviction"; a placement's is
+"placement"): a class constant each, so the kind costs no memory per record.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import sys
 import time
 from array import array
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from metrics_sched.framework.cycle_state import EXPLANATIONS
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.status import Code
+from metrics_sched.state.cluster_state import disruption
 from metrics_sched.state.node_table import NodeTable
 
-_ids = itertools.count(1)
+_ids = itertools.count(1)  # one sequence for placements and evictions: ids order the ring's records
+
+Kind = Literal["placement", "eviction"]
+KINDS: tuple[Kind, ...] = ("placement", "eviction")
 
 
 def _finite(value: float) -> float | None:
@@ -79,9 +87,12 @@ class DecisionRecord:
     bind_ms: float | None = None
     # What plugins said in their own words (e.g. "pvc data-0: PV pv-7 is in zone-b"), from the cycle's EXPLANATIONS.
     notes: list[str] = field(default_factory=list)
+    # The pod's controller as kind/namespace/name: explain follows an evicted pod to its replacement by it.
+    owner: str | None = None
+    kind: ClassVar[Kind] = "placement"
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": self.kind, **asdict(self)}
 
     def summary(self) -> str:
         """One line for the pod's annotation and its Scheduled event."""
@@ -146,8 +157,15 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
                  else f"bound to {result.node}" if placed else result.message()),
         nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
         candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
-        nominated_node=result.nominated_node, notes=_notes(result),
+        nominated_node=result.nominated_node, notes=_notes(result), owner=_owner(result),
     )
+
+
+def _owner(result: CycleResult) -> str | None:
+    """The pod's controller as the rebalancer keys it (kind/namespace/name), interned: the pods of one owner share
+    the string in the ring."""
+    controller = disruption(result.pod.raw).controller
+    return None if controller is None else sys.intern(controller)
 
 
 def _notes(result: CycleResult) -> list[str]:
@@ -182,8 +200,9 @@ class StoredDecision:
     for None). `bind` and `bind_ms` are filled in when the bind ends."""
 
     __slots__ = ("attempts", "bind", "bind_ms", "config_hash", "duration_ms", "feasible", "id", "layout",
-                 "margin", "message", "node", "nodes", "nodes_total", "nominated_node", "notes", "pod", "profile",
-                 "rejections", "result", "time", "uid", "values")
+                 "margin", "message", "node", "nodes", "nodes_total", "nominated_node", "notes", "owner", "pod",
+                 "profile", "rejections", "result", "time", "uid", "values")
+    kind: ClassVar[Kind] = "placement"
 
     def __init__(self, record: DecisionRecord, layout: Layout) -> None:
         self.id, self.time, self.pod, self.uid = record.id, record.time, record.pod, record.uid
@@ -194,6 +213,7 @@ class StoredDecision:
         self.margin, self.duration_ms = record.margin, record.duration_ms
         self.bind, self.bind_ms = record.bind, record.bind_ms
         self.notes = tuple(record.notes)
+        self.owner = record.owner
         self.layout = layout
         self.nodes = tuple(c.node for c in record.candidates)
         values = array("d")
@@ -232,15 +252,49 @@ class StoredDecision:
                 for c in self._candidate_dicts()
             ], margin=self.margin, duration_ms=self.duration_ms, attempts=self.attempts,
             nominated_node=self.nominated_node, bind=self.bind, bind_ms=self.bind_ms, notes=list(self.notes),
+            owner=self.owner,
         )
 
     def as_dict(self) -> dict[str, Any]:
         """What /decisions serves: the same as DecisionRecord.as_dict(), built without the dataclasses."""
         return {
-            "id": self.id, "time": self.time, "pod": self.pod, "uid": self.uid, "profile": self.profile,
+            "kind": self.kind, "id": self.id, "time": self.time, "pod": self.pod, "uid": self.uid,
+            "profile": self.profile,
             "config_hash": self.config_hash, "result": self.result, "node": self.node, "message": self.message,
             "nodes_total": self.nodes_total, "feasible": self.feasible, "rejections": dict(self.rejections),
             "candidates": self._candidate_dicts(), "margin": self.margin, "duration_ms": self.duration_ms,
             "attempts": self.attempts, "nominated_node": self.nominated_node, "bind": self.bind,
-            "bind_ms": self.bind_ms, "notes": list(self.notes),
+            "bind_ms": self.bind_ms, "notes": list(self.notes), "owner": self.owner,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRecord:
+    """One rebalancer verdict on a pod (evicted, planned in a dry run, or skipped, with why), as the ring keeps
+    it: flat and slotted, so it is stored as it is."""
+
+    id: int
+    time: float
+    pod: str  # namespace/name
+    uid: str
+    owner: str | None  # the controller's key: where its replacement went is the owner's next placement
+    node: str  # where the pod was
+    rule: str  # the rule that found the node bad
+    verdict: str  # metrics_sched.rebalance.model.Verdict's value
+    reason: str
+    target: str | None  # where the simulation would place it
+    gain: float | None  # the target's total score minus the current node's
+    kind: ClassVar[Kind] = "eviction"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "id": self.id, "time": self.time, "pod": self.pod, "uid": self.uid,
+                "owner": self.owner, "node": self.node, "rule": self.rule, "verdict": self.verdict,
+                "reason": self.reason, "target": self.target, "gain": self.gain}
+
+
+def new_eviction_record(*, pod: str, uid: str, owner: str | None, node: str, rule: str, verdict: str, reason: str,
+                        target: str | None, gain: float | None, now: float | None = None) -> EvictionRecord:
+    """An EvictionRecord with the next id of the audit's sequence."""
+    return EvictionRecord(id=next(_ids), time=time.time() if now is None else now, pod=pod, uid=uid, owner=owner,
+                          node=node, rule=rule, verdict=verdict, reason=reason, target=target,
+                          gain=None if gain is None else round(float(gain), 4))

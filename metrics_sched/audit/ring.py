@@ -1,4 +1,5 @@
-"""A bounded in-memory ring of decision records, served at /decisions (filter by pod, node, since; page by id).
+"""A bounded in-memory ring of decision records, served at /decisions (filter by kind, pod, node, owner, since;
+page by id). Placements and the rebalancer's evictions share it: one timeline, one bound.
 
 Records are kept as StoredDecisions (flat fields, one float array), and the term layouts they share are
 kept once: the default 10,000 records cost about a sixth of what the dataclass records did.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from metrics_sched.audit.record import DecisionRecord, Layout, StoredDecision, layout_of
+from metrics_sched.audit.record import DecisionRecord, EvictionRecord, Kind, Layout, StoredDecision, layout_of
 
 # Layouts change only with the config or the sources that answer; a cap keeps a churn of them bounded.
 _MAX_LAYOUTS = 256
@@ -19,7 +20,7 @@ class DecisionRing:
     def __init__(self, size: int = 10_000) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._records: deque[StoredDecision] = deque(maxlen=size)
+        self._records: deque[StoredDecision | EvictionRecord] = deque(maxlen=size)
         self._layouts: dict[Layout, Layout] = {}
 
     def add(self, record: DecisionRecord) -> StoredDecision:
@@ -35,14 +36,20 @@ class DecisionRing:
             self._records.append(stored)
         return stored
 
+    def add_eviction(self, record: EvictionRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._records)
 
     def select(self, *, pod: str | None = None, node: str | None = None, since: float | None = None,
-               before: int | None = None, limit: int = 100) -> list[StoredDecision]:
-        """Newest first, at most `limit`. pod is "namespace/name"; `before` an id: only older records (paging)."""
-        out: list[StoredDecision] = []
+               before: int | None = None, limit: int = 100, kind: Kind | None = None,
+               owner: str | None = None) -> list[StoredDecision | EvictionRecord]:
+        """Newest first, at most `limit`. pod is "namespace/name"; `before` an id: only older records (paging);
+        kind None means both kinds."""
+        out: list[StoredDecision | EvictionRecord] = []
         if limit <= 0:
             return out
         with self._lock:
@@ -55,6 +62,10 @@ class DecisionRing:
                     continue
                 if node is not None and record.node != node:
                     continue
+                if kind is not None and record.kind != kind:
+                    continue
+                if owner is not None and record.owner != owner:
+                    continue
                 out.append(record)
                 if len(out) >= limit:
                     break
@@ -62,5 +73,6 @@ class DecisionRing:
 
     def query(self, *, pod: str | None = None, node: str | None = None, since: float | None = None,
               before: int | None = None, limit: int = 100) -> list[DecisionRecord]:
-        """As select(), as DecisionRecords."""
-        return [s.to_record() for s in self.select(pod=pod, node=node, since=since, before=before, limit=limit)]
+        """As select() of the placements, as DecisionRecords."""
+        return [s.to_record() for s in self.select(pod=pod, node=node, since=since, before=before, limit=limit,
+                                                   kind="placement") if isinstance(s, StoredDecision)]

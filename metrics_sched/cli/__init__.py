@@ -1,7 +1,7 @@
 """The `metrics-sched` command.
 
-Built-in commands (`run`, `check-config`, `explain`, ...) are registered here; further commands come from
-the entry-point group `metrics_sched.cli` (the dev tooling's `demo` and `devcluster` verbs, which a
+Built-in commands (`run`, `check-config`, `explain`, `rebalance`, ...) are registered here; further commands
+come from the entry-point group `metrics_sched.cli` (the dev tooling's `demo` and `devcluster` verbs, which a
 product install does not have). Each entry point names a callable `register(subparsers)`.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from metrics_sched.cli import config_cmd, explain_cmd, run_cmd
+from metrics_sched.cli import config_cmd, explain_cmd, rebalance_cmd, run_cmd
 
 CLI_GROUP = "metrics_sched.cli"
 
@@ -28,6 +28,7 @@ def build_parser(commands: Iterable[EntryPoint] | None = None) -> argparse.Argum
     run_cmd.register(sub)
     config_cmd.register(sub)
     explain_cmd.register(sub)
+    rebalance_cmd.register(sub)
     load_commands(sub, entry_points(group=CLI_GROUP) if commands is None else commands)
     return parser
 

@@ -2,7 +2,9 @@
 
 Builds the Kubernetes adapter (watches, writes, lease), the scheduler core, leader election and the
 HTTP endpoints, and runs them until SIGTERM (drain binds in flight, release the lease, exit 0) or
-until leadership is lost (stop binding at once, exit 1).
+until leadership is lost (stop binding at once, exit 1). With `rebalance.enabled` the leader also runs
+the rebalancer. `build_core`, `start_caches` and `build_rebalancer` are what `metrics-sched rebalance`
+reuses: the same watches, telemetry and rebalancer, without the scheduling loop.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from metrics_sched.framework.registry import Registry
 from metrics_sched.http_server import BadRequest, HTTPServer, Response, check_params, text
 from metrics_sched.leader import LeaderElector, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
-from metrics_sched.ports import ClusterSource
+from metrics_sched.observability.metrics import RebalanceMetrics
+from metrics_sched.ports import ClusterLister, ClusterSource, Evictor, PodWriter
+from metrics_sched.rebalance.runner import RebalanceRunner
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.comparer import CacheComparer
 from metrics_sched.supervision import Worker
@@ -53,6 +57,7 @@ class App:
     stop: threading.Event = field(default_factory=threading.Event)
     lost: threading.Event = field(default_factory=threading.Event)
     comparer: CacheComparer | None = None  # the cache against a fresh LIST: periodic and on SIGUSR2
+    rebalancer: RebalanceRunner | None = None  # rebalance.enabled: ticks on the leader
 
     def synced(self) -> bool:
         # Every watch, namespaces included: a namespaceSelector must not see an empty cluster.
@@ -104,12 +109,29 @@ class App:
         return 200, "application/json", json.dumps(body, default=str).encode()
 
 
-def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, port: int | None = None,
-          identity: str | None = None, config_dir: Path | None = None) -> App:
+@dataclass
+class Core:
+    """What the scheduler and `metrics-sched rebalance` share: the scheduler core (cluster state, telemetry cache,
+    frameworks) fed by the Kubernetes adapter, and the adapter's writers. Nothing runs until started."""
+
+    scheduler: Scheduler
+    source: ClusterSource
+    writer: PodWriter
+    evictor: Evictor
+    lister: ClusterLister
+    elector: LeaderElector | None
+    identity: str
+
+
+def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, identity: str | None = None,
+               config_dir: Path | None = None, leader_election: bool = True) -> Core:
+    """The Kubernetes adapter (watches, writes, and with `leader_election` and leaderElect the lease) and the
+    scheduler core with its telemetry sources."""
     from adapters.kubernetes import (
         KubeClient,
         KubeClusterLister,
         KubeClusterSource,
+        KubeEvictor,
         KubeLeaseStore,
         KubePodWriter,
         KubeVolumeWriter,
@@ -123,13 +145,13 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     elector = None
     fence = None
-    if config.leader_election.leader_elect:
+    if leader_election and config.leader_election.leader_elect:
         # Its own client: a renewal never waits behind binds and reports; GET and PUT fit in renewDeadline.
         le = config.leader_election
         margin = bind_timeout(le)
         elector = LeaderElector(KubeLeaseStore(lease_client(kube, request_timeout=le.renew_deadline / 2)), le,
                                 identity, fence_margin=margin)
-        # Every write (binds first) starts only while the fence is open, and ends within its margin.
+        # Every write (binds and evictions first) starts only while the fence is open, and ends within its margin.
         fence = WriteFence(elector.may_bind, margin)
     client = KubeClient(kube, qps=config.client_connection.qps or None, burst=config.client_connection.burst or None,
                         max_connections=config.bind_workers + 8, write_fence=fence)
@@ -144,6 +166,43 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
 
     for metric_source in build_sources(config, config_dir or Path.cwd(), kube_http):
         scheduler.metrics.add_source(metric_source)
+    options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
+    return Core(scheduler=scheduler, source=KubeClusterSource(client, options=options), writer=writer,
+                evictor=KubeEvictor(client), lister=KubeClusterLister(client), elector=elector, identity=identity)
+
+
+def start_caches(scheduler: Scheduler, source: ClusterSource, stop: threading.Event) -> bool:
+    """Starts the watches, waits until every one has synced (or `stop`), then starts the telemetry refreshes.
+    True when synced."""
+    source.start(scheduler.handlers)
+    while not stop.is_set() and not scheduler.handlers.caches_synced():
+        stop.wait(0.05)
+    if stop.is_set():
+        return False
+    # Telemetry refreshes in the background from now on; a slow or dead source never blocks a bind.
+    scheduler.metrics.start(scheduler.node_directory)
+    return True
+
+
+def build_rebalancer(config: SchedulerConfig, core: Core, ring: DecisionRing, metrics: RebalanceMetrics | None, *,
+                     dry_run: bool) -> RebalanceRunner:
+    """The rebalancer on the scheduler core, carried out through the Eviction API. It simulates with the first
+    profile's framework (its filters and scores)."""
+    from metrics_sched.rebalance.rebalancer import Rebalancer
+
+    scheduler = core.scheduler
+    framework = scheduler.frameworks[config.profiles[0].scheduler_name]
+    rebalancer = Rebalancer(config.rebalance, framework, scheduler.state, scheduler.metrics, config.scheduler_names,
+                            pods=core.writer)
+    return RebalanceRunner(rebalancer, core.evictor, ring, dry_run=dry_run, writer=core.writer, metrics=metrics,
+                           controller=config.profiles[0].scheduler_name, instance=core.identity,
+                           rules=tuple(r.name for r in config.rebalance.rules))
+
+
+def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, port: int | None = None,
+          identity: str | None = None, config_dir: Path | None = None) -> App:
+    core = build_core(config, registry, kubeconfig, identity=identity, config_dir=config_dir)
+    scheduler, elector = core.scheduler, core.elector
     ring = DecisionRing(config.audit.ring_size)
     auditor = Auditor(scheduler.state, ring, config_hash=config.config_hash,
                       top=config.audit.top_candidates, annotate=config.audit.annotate_pods,
@@ -154,13 +213,14 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     auditor.record_observers.append(metrics.on_record)
     auditor.bind_observers.append(metrics.on_bind)
     scheduler.node_deleted_observers.append(metrics.forget_node)
-    options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
-    source = KubeClusterSource(client, options=options)
     server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)
-    comparer = CacheComparer(scheduler.state, KubeClusterLister(client))
+    comparer = CacheComparer(scheduler.state, core.lister)
     comparer.observers.append(metrics.on_compare)
-    app = App(config=config, scheduler=scheduler, server=server, elector=elector, source=source, ring=ring,
-              comparer=comparer)
+    rebalancer = None
+    if config.rebalance.enabled:
+        rebalancer = build_rebalancer(config, core, ring, metrics.rebalance, dry_run=config.rebalance.dry_run)
+    app = App(config=config, scheduler=scheduler, server=server, elector=elector, source=core.source, ring=ring,
+              comparer=comparer, rebalancer=rebalancer)
     server.route("/healthz", app.healthz)
     server.route("/livez", app.healthz)
     server.route("/readyz", app.readyz)
@@ -188,11 +248,7 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
         signal.signal(signal.SIGUSR2, lambda _signum, _frame: comparer.request())
     app.server.start()
     log.info("serving /healthz, /readyz on port %d", app.server.port)
-    app.source.start(app.scheduler.handlers)
-    while not app.stop.is_set() and not app.synced():
-        app.stop.wait(0.05)
-    # Telemetry refreshes in the background from now on; a slow or dead source never blocks a bind.
-    app.scheduler.metrics.start(app.scheduler.node_directory)
+    start_caches(app.scheduler, app.source, app.stop)
     if comparer is not None:
         threading.Thread(target=comparer.serve, args=(app.config.cache_compare_interval,), name="cache-comparer",
                          daemon=True).start()
@@ -207,6 +263,14 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
         app.scheduler.supervisor.spawn(Worker.LEADER_ELECTION, lambda: elector.run(app.stop, lambda: None, on_lost),
                                        name="leader-election", stopping=app.stop.is_set)
     app.scheduler.start()
+    if app.rebalancer is not None:
+        # Leader only, and fenced like binds: an eviction never starts later than the renew deadline allows.
+        rebalancer, interval = app.rebalancer, app.config.rebalance.interval_seconds
+        is_leader = app.elector.may_bind if app.elector is not None else (lambda: True)
+        app.scheduler.supervisor.spawn(
+            Worker.REBALANCER,
+            lambda: rebalancer.serve(app.stop, interval, is_leader=is_leader, supervisor=app.scheduler.supervisor),
+            name="rebalancer", stopping=app.stop.is_set)
     app.stop.wait()
     if comparer is not None:
         comparer.close()

@@ -1,5 +1,8 @@
 """`metrics-sched explain NAMESPACE/POD` and `metrics-sched sources`: read a running scheduler's
-/decisions and /sources endpoints and print them for humans."""
+/decisions and /sources endpoints and print them for humans.
+
+For a pod the rebalancer evicted, explain shows why it was moved and where the scheduler then put its
+replacement: the first placement, after the eviction, of a pod with the same owner (its controller)."""
 
 from __future__ import annotations
 
@@ -99,6 +102,49 @@ def render_decision(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_eviction(d: dict[str, Any], replacement: dict[str, Any] | None) -> str:
+    """An eviction record (the rebalancer's verdict on the pod) and, when it was evicted, where its replacement
+    went: `replacement` is that placement record, or None when none is recorded (yet)."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["time"]))
+    target = ""
+    if d.get("target"):
+        target = f" (best other node {d['target']}" + (f", {d['gain']:+.1f} points" if d.get("gain") is not None
+                                                          else "") + ")"
+    lines = [f"pod {d['pod']}  rebalancer verdict #{d['id']} at {when}  rule {d['rule']}",
+             f"result: {d['verdict']} on node {d['node']}{target}",
+             f"why: {d['reason']}"]
+    if d["verdict"] != "evicted":
+        return "\n".join(lines)
+    if not d.get("owner"):
+        lines.append("then: the pod has no controller; nothing re-creates it")
+    elif replacement is None:
+        lines.append(f"then: no placement of a pod of its owner ({d['owner']}) recorded since the eviction (yet)")
+    else:
+        placed = time.strftime("%H:%M:%S", time.localtime(replacement["time"]))
+        where = replacement["node"] or "nowhere"
+        lines.append(f"then: its replacement {replacement['pod']} went to {where} at {placed} "
+                     f"({replacement['result']}, decision #{replacement['id']}; "
+                     f"`metrics-sched explain {replacement['pod']}` for why)")
+    return "\n".join(lines)
+
+
+def _replacement(url: str, eviction: dict[str, Any]) -> dict[str, Any] | None:
+    """The first placement after the eviction of a pod with the evicted pod's owner, or None."""
+    if not eviction.get("owner") or eviction["verdict"] != "evicted":
+        return None
+    body = _get(url, "/decisions", kind="placement", owner=eviction["owner"], since=repr(eviction["time"]),
+                limit="1000")
+    after = [d for d in body["decisions"] if d["id"] > eviction["id"] and d["uid"] != eviction["uid"]]
+    placed = [d for d in after if d["node"]] or after
+    return min(placed, key=lambda d: d["id"]) if placed else None
+
+
+def _render(url: str, d: dict[str, Any]) -> str:
+    if d.get("kind", "placement") == "eviction":
+        return render_eviction(d, _replacement(url, d))
+    return render_decision(d)
+
+
 def _explain(args: argparse.Namespace) -> int:
     if "/" not in args.pod:
         print("error: give the pod as NAMESPACE/POD", file=sys.stderr)
@@ -108,8 +154,14 @@ def _explain(args: argparse.Namespace) -> int:
     if not decisions:
         print(f"no decision recorded for {args.pod} (the ring keeps the last {body['ring_size']})", file=sys.stderr)
         return 1
-    for d in decisions if args.all else decisions[:1]:
-        print(render_decision(d))
+    shown = decisions if args.all else decisions[:1]
+    latest = decisions[0]
+    if not args.all and latest.get("kind") == "eviction" and latest["verdict"] != "evicted":
+        # The rebalancer looked at the pod and left it: where it is still comes from its placement.
+        placement = next((d for d in decisions if d.get("kind", "placement") == "placement"), None)
+        shown = [latest] + ([placement] if placement else [])
+    for d in shown:
+        print(_render(args.url, d))
         print()
     return 0
 

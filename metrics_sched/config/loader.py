@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,13 @@ from metrics_sched.config.model import (
     EXTENSION_POINT_NAMES,
     AuditConfig,
     ClientConnectionConfig,
+    EvictionLimits,
     LeaderElectionConfig,
+    NodeRule,
     PluginRef,
     ProfileConfig,
+    RebalanceConfig,
+    RuleKind,
     SchedulerConfig,
     ServerConfig,
 )
@@ -205,7 +210,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     check_keys(data, {"apiVersion", "kind", "profiles", "leaderElection", "clientConnection", "server",
                        "bindWorkers", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
                        "podMaxInUnschedulablePodsDuration", "metrics", "sources", "audit", "replacesDefaultScheduler",
-                       "cacheCompareInterval"},
+                       "cacheCompareInterval", "rebalance"},
                "")
     if data.get("apiVersion", API_VERSIONS[0]) not in API_VERSIONS:
         raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
@@ -281,6 +286,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         metrics=contracts,
         sources=tuple(sources),
         replaces_default_scheduler=replaces_default,
+        rebalance=parse_rebalance(data.get("rebalance")),
         config_hash=hashlib.sha256(canonical).hexdigest()[:12],
     )
 
@@ -308,3 +314,95 @@ def _compare_interval(data: Mapping[str, Any]) -> float:
     if 0 < seconds < MIN_COMPARE_INTERVAL:
         raise ConfigError("cacheCompareInterval", f"must be 0 (only on SIGUSR2) or at least {MIN_COMPARE_INTERVAL:g}s")
     return seconds
+
+
+# The rebalancer (`rebalance:`). Each tick simulates a placement per candidate pod: not in a loop.
+MIN_REBALANCE_INTERVAL = 5.0
+MAX_EVICTIONS_PER_INTERVAL = 1000
+# A rule's name is the `reason` label of metrics_sched_evictions_total and the Event's words: a label value.
+_RULE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_]{0,61}[a-z0-9])?$")
+_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]*$")
+
+
+def parse_rebalance(data: Any) -> RebalanceConfig:
+    """The `rebalance:` section; absent means disabled (the `metrics-sched rebalance` command still needs rules)."""
+    where = "rebalance"
+    data = mapping(data, where, optional=True)
+    check_keys(data, {"enabled", "interval", "dryRun", "rules", "margin", "limits", "podSelector", "maxPriority"},
+               where)
+    defaults = RebalanceConfig()
+    enabled = read_bool(data, "enabled", where, defaults.enabled)
+    rules: list[NodeRule] = []
+    for i, item in enumerate(sequence(data.get("rules"), f"{where}.rules", optional=True)):
+        rule = _rebalance_rule(item, f"{where}.rules[{i}]")
+        if any(r.name == rule.name for r in rules):
+            raise ConfigError(f"{where}.rules[{i}].name", f"duplicate rule name {rule.name!r}")
+        rules.append(rule)
+    if enabled and not rules:
+        raise ConfigError(f"{where}.rules", "at least one rule is needed when enabled")
+    margin = read_float(data, "margin", where, defaults.margin, minimum=0)
+    if margin > 100:
+        raise ConfigError(f"{where}.margin", f"is in points of the 0-100 score, must be <= 100, got {margin:g}")
+    max_priority = None
+    if data.get("maxPriority") is not None:
+        max_priority = read_int(data, "maxPriority", where)
+    return RebalanceConfig(
+        enabled=enabled,
+        interval_seconds=read_duration(data, "interval", where, defaults.interval_seconds,
+                                       minimum=MIN_REBALANCE_INTERVAL),
+        dry_run=read_bool(data, "dryRun", where, defaults.dry_run),
+        rules=tuple(rules),
+        margin=margin,
+        limits=_eviction_limits(data.get("limits"), f"{where}.limits"),
+        pod_selector=_match_labels(data.get("podSelector"), f"{where}.podSelector"),
+        max_priority=max_priority,
+    )
+
+
+def _rebalance_rule(item: Any, where: str) -> NodeRule:
+    item = mapping(item, where)
+    check_keys(item, {"name", "metric", "above", "aboveQuantile", "for"}, where)
+    name = read_str(item, "name", where, non_empty=True)
+    if not _RULE_NAME.match(name):
+        raise ConfigError(f"{where}.name", f"must be lower-case letters, digits, '-' or '_' (at most 63), got {name!r}")
+    metric = read_str(item, "metric", where, non_empty=True)
+    if not _METRIC_NAME.match(metric):
+        raise ConfigError(f"{where}.metric", f"must be a metric name like gpu_temperature, got {metric!r}")
+    # 0: bad at the first tick that sees it above (for trying rules with `metrics-sched rebalance --once`).
+    for_seconds = read_duration(item, "for", where, NodeRule.for_seconds, positive=False)
+    if "above" in item and "aboveQuantile" in item:
+        raise ConfigError(f"{where}.aboveQuantile", "give either above or aboveQuantile, not both")
+    if "aboveQuantile" in item:
+        quantile = read_float(item, "aboveQuantile", where)
+        if not 0 < quantile < 1:
+            raise ConfigError(f"{where}.aboveQuantile", f"must be between 0 and 1 (exclusive), got {quantile:g}")
+        return NodeRule(name=name, metric=metric, kind=RuleKind.QUANTILE, quantile=quantile, for_seconds=for_seconds)
+    if "above" not in item:
+        raise ConfigError(f"{where}.above", "is required (or aboveQuantile)")
+    return NodeRule(name=name, metric=metric, kind=RuleKind.ABOVE, threshold=read_float(item, "above", where),
+                    for_seconds=for_seconds)
+
+
+def _eviction_limits(data: Any, where: str) -> EvictionLimits:
+    data = mapping(data, where, optional=True)
+    check_keys(data, {"perNode", "perNamespace", "cluster", "cooldown"}, where)
+    defaults = EvictionLimits()
+    return EvictionLimits(
+        per_node=read_int(data, "perNode", where, defaults.per_node, minimum=1, maximum=MAX_EVICTIONS_PER_INTERVAL),
+        per_namespace=read_int(data, "perNamespace", where, defaults.per_namespace, minimum=1,
+                               maximum=MAX_EVICTIONS_PER_INTERVAL),
+        cluster=read_int(data, "cluster", where, defaults.cluster, minimum=1, maximum=MAX_EVICTIONS_PER_INTERVAL),
+        cooldown_seconds=read_duration(data, "cooldown", where, defaults.cooldown_seconds, positive=False),
+    )
+
+
+def _match_labels(data: Any, where: str) -> dict[str, str]:
+    data = mapping(data, where, optional=True)
+    check_keys(data, {"matchLabels"}, where)
+    labels = mapping(data.get("matchLabels"), f"{where}.matchLabels", optional=True)
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if not key or not isinstance(value, str):
+            raise ConfigError(f"{where}.matchLabels.{key}", f"must be a string label value, got {value!r}")
+        out[key] = value
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,56 @@ class AuditConfig:
     log_decisions: bool = True
 
 
+class RuleKind(enum.StrEnum):
+    """What makes a node bad: a metric above a threshold (GPU temperature, load, utilisation), or the node's
+    value above the cluster's quantile of it (cost)."""
+
+    ABOVE = "above"
+    QUANTILE = "quantile"
+
+
+@dataclass(frozen=True)
+class NodeRule:
+    """A node is bad for this rule while the metric's FRESH value stays above `threshold` (ABOVE) or above the
+    cluster's `quantile` of the metric's fresh values (QUANTILE) for `for_seconds` in a row. A stale or missing
+    value ends the streak (never triggers)."""
+
+    name: str  # e.g. "hot-gpu", "overloaded", "expensive": the eviction reason in records and metrics
+    metric: str  # a metric of the telemetry cache (e.g. gpu_temperature_max, node_cpu_utilisation, node_hourly_cost)
+    kind: RuleKind = RuleKind.ABOVE
+    threshold: float = 0.0  # ABOVE
+    quantile: float = 0.9  # QUANTILE
+    for_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class EvictionLimits:
+    per_node: int = 1  # evictions per node per interval
+    per_namespace: int = 2  # per namespace per interval
+    cluster: int = 5  # cluster-wide per interval
+    cooldown_seconds: float = 1800.0  # a pod's owner (or the pod, if it has none) is not evicted again meanwhile
+
+
+@dataclass(frozen=True)
+class RebalanceConfig:
+    """The `rebalance:` section. Defined here, at the bottom layer, so the loader builds it without importing the
+    rebalancer; metrics_sched.rebalance.model re-exports it with the rebalancer's answers."""
+
+    enabled: bool = False  # in the scheduler process (leader only); the CLI runs it regardless
+    interval_seconds: float = 60.0
+    dry_run: bool = True
+    rules: tuple[NodeRule, ...] = ()
+    # Evict only if the simulated placement elsewhere scores at least this many points (0-100 scale of the
+    # profile's weighted total) above the pod's current node: no ping-pong.
+    margin: float = 10.0
+    limits: EvictionLimits = EvictionLimits()
+    # Which pods may be moved: those this scheduler placed (schedulerName of a profile), or matching this label
+    # selector (matchLabels form, ANDed); never DaemonSet, mirror, standalone (no controller) or
+    # `metrics-sched.io/evictable: "false"` pods.
+    pod_selector: dict[str, str] = field(default_factory=dict)
+    max_priority: int | None = None  # pods above this priority are never evicted (None: no cap)
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     profiles: tuple[ProfileConfig, ...]
@@ -76,6 +127,7 @@ class SchedulerConfig:
     metrics: dict[str, FreshnessContract] = field(default_factory=dict)
     sources: tuple[dict[str, Any], ...] = ()  # validated by the source adapters at wiring time
     replaces_default_scheduler: bool = False  # a profile may be named default-scheduler (no kube-scheduler runs)
+    rebalance: RebalanceConfig = RebalanceConfig()
     config_hash: str = ""
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:

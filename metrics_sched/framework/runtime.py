@@ -60,7 +60,7 @@ from metrics_sched.framework.waiting import WaitingPod
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 
-__all__ = ["CycleResult", "Framework", "ScoreTerm"]
+__all__ = ["CycleResult", "Framework", "ScoreTerm", "WhatIf"]
 
 log = logging.getLogger(__name__)
 P = TypeVar("P", bound=Plugin)
@@ -116,6 +116,17 @@ class CycleResult:
             return f"0/{self.nodes_total} nodes are available: {self.status.reason}."
         parts = ", ".join(f"{count} {reason}" for reason, count in sorted(self.rejections.items()))
         return f"0/{self.nodes_total} nodes are available: {parts}."
+
+
+@dataclass
+class WhatIf:
+    """Framework.what_if's answer. status not ok: a PreFilter or PreScore turned the pod down (nothing scored)."""
+
+    status: Status
+    feasible: IntArray  # the rows every filter passes
+    rows: IntArray  # the rows scored: the feasible ones and those asked for, ascending
+    total: FloatArray  # weighted totals (0-100) over `rows`, as the cycle computes them
+    rejections: Counter[str]  # reason -> nodes, as in CycleResult
 
 
 # The codes each extension point may return; anything else is a plugin bug, turned into an Error.
@@ -235,8 +246,47 @@ class Framework:
     def schedule(self, pod: PodInfo, table: NodeTable) -> CycleResult:
         """PreFilter → Filter → (PostFilter) → PreScore → Score: picks a node, changes nothing."""
         result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
-        cycle = result.cycle
-        clock = time.perf_counter
+        if not self._pre_filter(result):
+            if result.status.code in _REJECTIONS:
+                self._post_filter(result, table)
+            return result
+
+        rows: IntArray = np.flatnonzero(self._filter(result.cycle, pod, table, result).feasible).astype(np.int64)
+        result.feasible_rows = rows
+        if rows.size == 0:
+            result.status = Status(Code.UNSCHEDULABLE, "no node fits" if not result.rejections else "",
+                                   ",".join(sorted(result.rejected_by)))
+            self._post_filter(result, table)
+            return result
+
+        if not self._score(result, table, rows):
+            return result
+        total = result.total
+        best = np.flatnonzero(total == total.max())
+        pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
+        result.row = int(rows[pick])
+        result.node = table.name(result.row)
+        return result
+
+    def what_if(self, pod: PodInfo, table: NodeTable, also: IntArray) -> WhatIf:
+        """What the cycle would make of `pod`, changing and picking nothing (the rebalancer's simulation):
+        PreFilter → Filter → PreScore → Score, the rows in `also` scored with the feasible ones even where a
+        filter rejects them, so a pod's own node (which the heat filter may turn down) is compared with where
+        it could go in one normalisation. No PostFilter: nothing is nominated or preempted."""
+        with self.cluster.lock:
+            result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
+            empty = np.zeros(0, dtype=np.int64)
+            if not self._pre_filter(result):
+                return WhatIf(result.status, empty, empty, np.zeros(0), result.rejections)
+            feasible = np.flatnonzero(self._filter(result.cycle, pod, table, result).feasible).astype(np.int64)
+            rows = np.union1d(feasible, np.asarray(also, dtype=np.int64)).astype(np.int64)
+            if rows.size == 0 or not self._score(result, table, rows):
+                return WhatIf(result.status, feasible, empty, np.zeros(0), result.rejections)
+            return WhatIf(result.status, feasible, rows, result.total, result.rejections)
+
+    def _pre_filter(self, result: CycleResult) -> bool:
+        """Every PreFilter in order; False (result.status says why) when one turns the pod down."""
+        cycle, pod, clock = result.cycle, result.pod, time.perf_counter
         for pre_filter in self.pre_filters:
             started = clock()
             status = _checked(pre_filter.pre_filter(cycle, pod), _PRE, "PreFilter").by(pre_filter.name)
@@ -246,18 +296,13 @@ class Framework:
             elif not status.ok:
                 result.status = status
                 result.rejected_by.add(pre_filter.name)
-                if status.code in _REJECTIONS:
-                    self._post_filter(result, table)
-                return result
+                return False
+        return True
 
-        rows: IntArray = np.flatnonzero(self._filter(cycle, pod, table, result).feasible).astype(np.int64)
-        result.feasible_rows = rows
-        if rows.size == 0:
-            result.status = Status(Code.UNSCHEDULABLE, "no node fits" if not result.rejections else "",
-                                   ",".join(sorted(result.rejected_by)))
-            self._post_filter(result, table)
-            return result
-
+    def _score(self, result: CycleResult, table: NodeTable, rows: IntArray) -> bool:
+        """PreScore → Score → normalise → weights over `rows`, into result.terms and result.total; False
+        (result.status says why) when a PreScore fails."""
+        cycle, pod, clock = result.cycle, result.pod, time.perf_counter
         result.skipped.clear()  # PreScore's skips are about scores
         for pre in self.pre_scores:
             started = clock()
@@ -267,7 +312,7 @@ class Framework:
                 result.skipped.add(pre.name)
             elif not status.ok:
                 result.status = status
-                return result
+                return False
 
         parts: list[FloatArray] = []
         weights: list[float] = []
@@ -284,13 +329,8 @@ class Framework:
             parts.append(normalized)
             weights.append(weight)
             result.timings.append((scorer.name, "Score", clock() - started, "Success"))
-        total = nan_weighted_mean(parts, weights, rows.size, empty=0.0)
-        result.total = total
-        best = np.flatnonzero(total == total.max())
-        pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
-        result.row = int(rows[pick])
-        result.node = table.name(result.row)
-        return result
+        result.total = nan_weighted_mean(parts, weights, rows.size, empty=0.0)
+        return True
 
     def _post_filter(self, result: CycleResult, table: NodeTable) -> None:
         """Nothing fits: PostFilter plugins in order until one succeeds (e.g. nominates a node). Their

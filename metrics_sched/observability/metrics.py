@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -90,6 +90,8 @@ class SchedulerMetrics:
                                       ["result"], registry=r)
         for result in ("ok", "error"):
             self.cache_compares.labels(result)
+        # Present in every scheduler (0 while the rebalancer is off), so the dashboard's panel reads "none".
+        self.rebalance = RebalanceMetrics(r)
         r.register(_StateCollector(scheduler, is_leader))
         self._random = random.Random()
         self._decisions = 0
@@ -150,6 +152,31 @@ class SchedulerMetrics:
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+class RebalanceMetrics:
+    """The rebalancer's verdicts by rule (`reason`, the rule's name) and outcome (evicted, planned, blocked,
+    skipped, gone, error), and how many pods it considered in its last tick. No pod names in labels."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.evictions = Counter("metrics_sched_evictions",
+                                 "Rebalancer verdicts on pods of bad nodes, by rule (reason) and outcome.",
+                                 ["reason", "outcome"], registry=registry)
+        self.candidates = Gauge("metrics_sched_rebalance_candidates",
+                                "Pods on bad nodes the rebalancer considered in its last tick.", registry=registry)
+
+    def declare(self, rules: Iterable[str], outcomes: Iterable[str]) -> None:
+        """Every rule and outcome from the start, so 0 reads as "none" on the dashboards."""
+        outcomes = list(outcomes)
+        for rule in rules:
+            for outcome in outcomes:
+                self.evictions.labels(rule, outcome)
+
+    def on_verdict(self, rule: str, outcome: str) -> None:
+        self.evictions.labels(rule, outcome).inc()
+
+    def on_candidates(self, count: int) -> None:
+        self.candidates.set(count)
 
 
 class _StateCollector(Collector):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ from metrics_sched.state.workloads import WorkloadSelectors
 HostPort = tuple[str, str, int]
 WILDCARD_IP = "0.0.0.0"
 _ANY_IP = "*"  # the per-row count over every hostIP of a (protocol, port): what a wildcard port conflicts with
+# What the rebalancer reads to know a pod may never be evicted: a static pod's mirror, or an opt-out.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+EVICTABLE_ANNOTATION = "metrics-sched.io/evictable"
 
 
 def host_ports(pod: Mapping[str, Any]) -> tuple[HostPort, ...]:
@@ -85,10 +89,36 @@ class PodRecord:
     affinity: PodAffinityTerms = NO_TERMS
     resources: ResourceFields = ()  # the fields `vector` was computed from: an update that keeps them keeps it
     volumes: PodVolumes = NO_VOLUMES  # claims and in-line disks it mounts (volume restrictions and limits)
+    # What the rebalancer's victim selection reads (parsed here once, not per tick): see `disruption`.
+    priority: int = 0
+    scheduler_name: str = ""
+    controller: str | None = None  # the controlling owner as kind/namespace/name; None: standalone
+    mirror: bool = False
+    evictable: bool = True  # False when annotated metrics-sched.io/evictable: "false"
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """What decides whether a pod may be evicted, read from its metadata."""
+
+    controller: str | None  # the ownerReference with controller: true, as kind/namespace/name
+    mirror: bool
+    evictable: bool
+
+
+def disruption(pod: Mapping[str, Any]) -> Disruption:
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    controller = None
+    for ref in metadata.get("ownerReferences") or ():
+        if ref.get("controller"):
+            controller = f"{ref.get('kind')}/{metadata.get('namespace', '')}/{ref.get('name')}"
+            break
+    return Disruption(controller, MIRROR_ANNOTATION in annotations, annotations.get(EVICTABLE_ANNOTATION) != "false")
 
 
 @dataclass(frozen=True)
@@ -222,6 +252,7 @@ class ClusterState:
     def _place(self, info: PodInfo, node: str, assumed: bool) -> PodRecord:
         # What the pod holds on its node: its spec's requests, or more while an in-place resize is under way.
         requests, non_zero = occupied_requests(info)
+        facts = disruption(info.raw)
         record = PodRecord(
             uid=info.uid, namespace=info.namespace, name=info.name, node=node,
             vector=self.table.vector(requests),
@@ -229,6 +260,8 @@ class ClusterState:
             owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
             labels=dict(info.labels), terminating=info.deleting, affinity=_affinity(info),
             resources=resource_fields(info.raw), volumes=parse_pod_volumes(info.raw),
+            priority=info.priority, scheduler_name=sys.intern(info.scheduler_name), controller=facts.controller,
+            mirror=facts.mirror, evictable=facts.evictable,
         )
         self.pods[info.uid] = record
         row = self.table.index.get(node)

@@ -234,10 +234,14 @@ def test_churn_and_faults_during_a_burst_lose_nothing(cluster: DevCluster, api: 
             emulator.clear_faults()
             emulator.close()
             churn.restore_nodes()
+        during_churn = sampler.samples
 
         expected = set(burst) | churn.live
         try:
             pods = kube.poll(lambda: all_bound(api, namespace), 60, "every pod bound")
+            # The final placement sampled too (the sampler skips a round when the API server is away).
+            at_bound = sampler.samples
+            kube.poll(lambda: sampler.samples > at_bound, 10, "a sample of the final placement")
         except AssertionError as exc:
             pending = {p["metadata"]["name"]: p["status"].get("conditions") for p in kube.list_pods(api, namespace)
                        if not p["spec"].get("nodeName")}
@@ -258,7 +262,8 @@ def test_churn_and_faults_during_a_burst_lose_nothing(cluster: DevCluster, api: 
         assert names == expected, (f"lost {sorted(expected - names)}, appeared {sorted(names - expected)}; last "
                                    f"seen on {({n: sampler.seen_on.get(n) for n in expected ^ names})}; "
                                    f"churn: {churn.history}; {compared}")
-        assert sampler.samples >= 10, f"the sampler barely ran ({sampler.samples} samples)"
+        # The churn restarts the API server twice and lasts several seconds: samples every 0.5 s span it.
+        assert during_churn >= 2, f"the sampler barely ran during the churn ({during_churn} samples)"
         assert not sampler.violations, (f"requests above allocatable: {sampler.violations[:3]}; churn: "
                                         f"{churn.history}; {compared}")
 

@@ -57,22 +57,15 @@ def prefer(label: str, value: str) -> dict[str, Any]:
             "pluginConfig": [{"name": "NodeLabelScore", "args": {"labelWeights": {label: {value: 100}}}}]}
 
 
-def pods(names: list[str], scheduler: str, labels: dict[str, str], owner: dict[str, Any] | None = None,
-         **spec: Any) -> list[dict[str, Any]]:
+def pods(names: list[str], scheduler: str, labels: dict[str, str], **spec: Any) -> list[dict[str, Any]]:
+    """Pods without an ownerReference: an owner that does not exist would have the garbage collector delete
+    them (the dev cluster runs it), and one that exists would have its controller manage them."""
     out = []
     for name in names:
         body = kube.pod_manifest(name, scheduler=scheduler, **spec)
         body["metadata"]["labels"] = dict(labels)
-        if owner:
-            body["metadata"]["ownerReferences"] = [owner]
         out.append(body)
     return out
-
-
-def replica_set(name: str) -> dict[str, Any]:
-    """The ownerReference of a ReplicaSet (there is none: no controller-manager runs; the API accepts it)."""
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": str(uuid.uuid4()),
-            "controller": True}
 
 
 def create_all(api: KubeAPI, namespace: str, bodies: list[dict[str, Any]]) -> None:
@@ -161,7 +154,7 @@ def test_50_anti_affine_replicas_in_one_burst_land_on_50_distinct_nodes(cluster:
     with node_pool(cluster, 60) as (pool, specs):
         app, name = f"web-{secrets.token_hex(3)}", f"ms-{secrets.token_hex(3)}"
         labels = {"app": app, "pod-template-hash": "5d8f7c"}
-        create_all(api, namespace, pods([f"{app}-{i:02d}" for i in range(50)], name, labels, replica_set(app),
+        create_all(api, namespace, pods([f"{app}-{i:02d}" for i in range(50)], name, labels,
                                         affinity=required("podAntiAffinity", {"app": app}, HOSTNAME),
                                         **in_pool(pool)))
         all_pending(api, namespace, 50)
@@ -183,7 +176,7 @@ def test_61_anti_affine_replicas_on_60_nodes_leave_one_pending(cluster: DevClust
     with node_pool(cluster, 60) as (pool, specs):
         app, name = f"web-{secrets.token_hex(3)}", f"ms-{secrets.token_hex(3)}"
         names = [f"{app}-{i:02d}" for i in range(61)]
-        create_all(api, namespace, pods(names, name, {"app": app}, replica_set(app),
+        create_all(api, namespace, pods(names, name, {"app": app},
                                         affinity=required("podAntiAffinity", {"app": app}, HOSTNAME),
                                         **in_pool(pool)))
         all_pending(api, namespace, 61)
@@ -296,7 +289,7 @@ def test_the_first_pod_of_a_self_affine_group_is_scheduled_and_the_rest_follow_i
         # A burst of a group with no member anywhere yet: the first one placed is matched by nothing but itself,
         # each later one must find it (assumed or bound) and join its node.
         members = [f"{group}-{i}" for i in range(5)]
-        create_all(api, namespace, pods(members, name, {"app": group}, replica_set(group),
+        create_all(api, namespace, pods(members, name, {"app": group},
                                         affinity=required("podAffinity", {"app": group}, HOSTNAME), **in_pool(pool)))
         all_pending(api, namespace, 6)
         with metrics_sched(cluster, name, spread_out) as proc:

@@ -32,7 +32,8 @@ number is the same case with or without them.
 Not generated: negative namespaceSelectors (NotIn, DoesNotExist) in the new pod's required terms, because
 kube-scheduler 1.36.3 evaluates them against empty labels, so they match every namespace (see KUBE_141526);
 NotReady nodes (metrics-sched's NodeReady filter has no kube-scheduler counterpart, which relies on the node
-lifecycle controller's not-ready taint; the dev cluster has no controller-manager); terminating pods (they
+lifecycle controller's not-ready taint, which the dev cluster's controller-manager sets only after a 10-minute
+grace period); terminating pods (they
 cannot be created); topologySpreadConstraints on existing pods (they only concern their own placement); fields
 that UnsupportedFields refuses.
 
@@ -52,7 +53,7 @@ the rest is shown to decide nothing:
   so no foreign pod matches a matchLabels/In requirement and no foreign node is in a zone or rack domain of
   the pool (hostname labels name nodes of the pool). `@ns-i` is the i-th namespace of the copy's scheduler
   in the run and `^x` a namespace label value of that scheduler's own: each scheduler has 3 namespaces, made
-  with the nodes and shared by its cases (there is no controller-manager to finalize namespaces, so not 3 per
+  with the nodes and shared by its cases (fewer namespaces for the namespace controller to finalize than 3 per
   case), so a namespaceSelector on team/env or a namespace name never reaches the other copy's pods.
 - Other cases' pods in those namespaces still match NotIn/DoesNotExist/Exists/`{}` (and `{}` or a negative
   namespaceSelector reaches every namespace). They sit on foreign nodes, in foreign domains, so they never

@@ -392,7 +392,7 @@ def test_namespace_labels_and_workload_selectors_reach_the_cluster_state(
         api.merge_patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {"e2e-team": namespace}}})
         kube.poll(lambda: state.namespaces.matching(team) == {namespace}, 15, "the namespace's new label")
 
-        # No controller-manager runs here: the ReplicaSet stays at its spec, no pods are made.
+        # replicas: 0, so the ReplicaSet controller makes no pods: only its selector matters here.
         template_labels = {"app": "web", "tier": "front"}
         rs = api.post(rs_path, {
             "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web"},

@@ -18,13 +18,14 @@ import yaml
 from metrics_sched.cli.sources import build_sources
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
-from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, SERVICE_ACCOUNT, Rule
+from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, REBALANCE_RULES, SERVICE_ACCOUNT, Rule
 
 pytestmark = pytest.mark.unit
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PORT = 10260
 SECRET_EXAMPLE = "secret-cmdb-token.example.yaml"
+REBALANCE_RBAC = "rbac-rebalance.yaml"  # applied on its own, only when the rebalancer is enabled
 TOKEN_FILE = "/var/run/secrets/metrics-sched/cmdb/token"
 
 
@@ -124,8 +125,10 @@ def test_the_kustomization_lists_every_manifest_and_only_existing_files() -> Non
     for name in resources:
         assert (DEPLOY / name).is_file(), f"kustomization.yaml lists {name}, which does not exist"
     top_level = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(resources) == top_level - {SECRET_EXAMPLE}, "a manifest of deploy/ is missing from the kustomization"
+    assert set(resources) == top_level - {SECRET_EXAMPLE, REBALANCE_RBAC}, \
+        "a manifest of deploy/ is missing from the kustomization"
     assert SECRET_EXAMPLE not in resources, "the example Secret (a placeholder token) must never be deployed"
+    assert REBALANCE_RBAC not in resources, "evictions are granted only where the rebalancer runs"
     kinds = {o["kind"] for o in base_objects()}
     assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
             "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"} <= kinds
@@ -292,6 +295,17 @@ def test_flow_schemas_keep_the_scheduler_out_of_workload_low() -> None:
     assert everything["priorityLevelConfiguration"]["name"] == "workload-high"
 
 
+def test_the_rebalance_role_only_creates_evictions_and_is_bound_to_the_service_account() -> None:
+    docs = {doc["kind"]: doc for doc in load_docs(DEPLOY / REBALANCE_RBAC)}
+    assert set(docs) == {"ClusterRole", "ClusterRoleBinding"}
+    role, binding = docs["ClusterRole"], docs["ClusterRoleBinding"]
+    assert normalised_rules(role["rules"]) == REBALANCE_RULES
+    assert not REBALANCE_RULES & CLUSTER_RULES, "the base role must not evict"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
+
+
 @pytest.mark.parametrize(("kind", "role_kind", "role_name"), [
     ("ClusterRoleBinding", "ClusterRole", "metrics-sched"),
     ("RoleBinding", "Role", "metrics-sched-leader-election"),
@@ -319,6 +333,8 @@ def test_the_config_is_valid_and_has_the_three_sources(tmp_path: Path) -> None:
 
     parsed = parse_config(config, registry.catalog())
     assert parsed.leader_election.resource_namespace == NAMESPACE
+    # The rebalancer's example is valid and off (it needs rbac-rebalance.yaml), and dry when turned on.
+    assert parsed.rebalance.rules and not parsed.rebalance.enabled and parsed.rebalance.dry_run
     # The sources' own validation reads the token file: point it at a stand-in.
     token = tmp_path / "token"
     token.write_text("t0ken")

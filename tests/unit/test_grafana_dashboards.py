@@ -49,6 +49,9 @@ KNOWN_METRICS = frozenset({
     "metrics_sched_unschedulable_reasons_total",
     "metrics_sched_bind_results_total",
     "metrics_sched_inflight_ledger_entries",
+    # the rebalancer
+    "metrics_sched_evictions_total",
+    "metrics_sched_rebalance_candidates",
     # data sources
     "metrics_sched_source_up",
     "metrics_sched_source_last_success_timestamp_seconds",

@@ -1,0 +1,32 @@
+"""KubeEvictor: the Evictor port, a policy/v1 Eviction POSTed to the pod's eviction subresource.
+
+The API server checks the pod's PodDisruptionBudgets before it deletes: 429 TooManyRequests when one forbids
+the disruption now (the caller skips, it does not retry hot). The Eviction carries the pod's uid as a delete
+precondition, so a pod deleted and re-created under the same name meanwhile is not evicted for its
+predecessor (409). The reply is not parsed: only the status counts, as with the bind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from adapters.kubernetes.client import KubeClient
+
+__all__ = ["KubeEvictor"]
+
+
+class KubeEvictor:
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Raises ApiError: 429 when a PodDisruptionBudget forbids it now, 404 when the pod is gone, 409 when the
+        uid no longer matches."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/eviction"
+        self._client.send("POST", path, body)

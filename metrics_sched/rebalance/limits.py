@@ -1,0 +1,114 @@
+"""How much the rebalancer may disrupt: per-tick budgets and what it remembers between ticks.
+
+Budgets count the evictions planned in one tick (the rebalancer ticks once per interval, so "per interval"):
+per node, per namespace, cluster-wide, and one pod per owner (two replicas of one controller would break its
+cooldown within the tick). Between ticks it remembers only
+  - cooldowns: an owner (the pod's own key when it has none) evicted less than `cooldown_seconds` ago;
+  - back-offs: a pod whose eviction was refused (429: a PodDisruptionBudget) or failed is not tried again
+    for 2 intervals, doubling on each refusal in a row, at most max(cooldown, interval); any other outcome
+    ends it.
+Both are dropped once over, and back-offs of pods that left the cluster go too: memory follows recent
+evictions and live pods, not history.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Container
+from dataclasses import dataclass
+
+from metrics_sched.rebalance.model import EvictionLimits
+from metrics_sched.rebalance.wording import duration
+
+__all__ = ["Budget", "Memory"]
+
+
+class Budget:
+    """One tick's allowance."""
+
+    def __init__(self, limits: EvictionLimits) -> None:
+        self.limits = limits
+        self._nodes: Counter[str] = Counter()
+        self._namespaces: Counter[str] = Counter()
+        self._owners: set[str] = set()
+        self._total = 0
+
+    def refusal(self, node: str, namespace: str, owner: str) -> str | None:
+        """Why one more eviction here is over the limits, or None."""
+        limits = self.limits
+        if self._total >= limits.cluster:
+            return f"limit: {limits.cluster} per interval cluster-wide"
+        if self._nodes[node] >= limits.per_node:
+            return f"limit: {limits.per_node} per node per interval"
+        if self._namespaces[namespace] >= limits.per_namespace:
+            return f"limit: {limits.per_namespace} per namespace per interval"
+        if owner in self._owners:
+            return f"limit: one pod of {owner} per cooldown"
+        return None
+
+    def take(self, node: str, namespace: str, owner: str) -> None:
+        self._total += 1
+        self._nodes[node] += 1
+        self._namespaces[namespace] += 1
+        self._owners.add(owner)
+
+
+@dataclass
+class _BackOff:
+    until: float
+    refusals: int
+    why: str
+    since: float
+
+
+class Memory:
+    """Cooldowns by owner and back-offs by pod uid."""
+
+    def __init__(self, limits: EvictionLimits, interval: float) -> None:
+        self.limits = limits
+        self.interval = interval
+        self._evicted: dict[str, float] = {}  # owner key -> when its pod was evicted
+        self._back_offs: dict[str, _BackOff] = {}  # pod uid -> its back-off
+
+    def evicted(self, owner: str, uid: str, now: float) -> None:
+        self._evicted[owner] = now
+        self._back_offs.pop(uid, None)
+
+    def refused(self, uid: str, why: str, now: float) -> float:
+        """A refused or failed eviction: backs the pod off; returns until when."""
+        previous = self._back_offs.get(uid)
+        refusals = previous.refusals + 1 if previous else 1
+        cap = max(self.limits.cooldown_seconds, self.interval)
+        until = now + min(cap, self.interval * 2.0 ** min(refusals, 30))
+        self._back_offs[uid] = _BackOff(until, refusals, why, now)
+        return until
+
+    def settled(self, uid: str) -> None:
+        """Any other outcome (gone, ...): the back-off ends."""
+        self._back_offs.pop(uid, None)
+
+    def cooling(self, owner: str, now: float) -> str | None:
+        at = self._evicted.get(owner)
+        if at is None or now - at >= self.limits.cooldown_seconds:
+            return None
+        cooldown = duration(self.limits.cooldown_seconds)
+        return f"cooldown: {owner} had a pod evicted {duration(now - at)} ago (for {cooldown})"
+
+    def backing_off(self, uid: str, now: float) -> str | None:
+        entry = self._back_offs.get(uid)
+        if entry is None or now >= entry.until:
+            return None
+        return (f"back-off: eviction {entry.why} {duration(now - entry.since)} ago; next try in "
+                f"{duration(entry.until - now)}")
+
+    def prune(self, now: float, live: Container[str]) -> None:
+        """Drops cooldowns that are over and back-offs of pods no longer in the cluster (refusal counts of live
+        pods stay, so a PDB that keeps refusing keeps doubling the wait)."""
+        over = [o for o, at in self._evicted.items() if now - at >= self.limits.cooldown_seconds]
+        for owner in over:
+            del self._evicted[owner]
+        for uid in [u for u in self._back_offs if u not in live]:
+            del self._back_offs[uid]
+
+    def size(self) -> int:
+        return len(self._evicted) + len(self._back_offs)

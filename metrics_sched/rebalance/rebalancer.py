@@ -1,0 +1,143 @@
+"""The rebalancer's decisions, one tick at a time: which nodes are bad, which of their pods to move, where they
+would go, and which of those moves the limits allow. It calls no API but one read per simulated pod (its
+spec, see simulation.py); the caller evicts what comes back PLANNED (or only reports it in a dry run) and
+tells record_outcome what happened.
+
+Order of choice: pods of the lowest priority first; among equals, the biggest gain per eviction (the
+simulated target's total minus the current node's); the limits then take them greedily in that order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from metrics_sched.framework.handle import MetricReader
+from metrics_sched.framework.runtime import Framework
+from metrics_sched.ports import ApiError
+from metrics_sched.rebalance.detector import Detector, describe
+from metrics_sched.rebalance.limits import Budget, Memory
+from metrics_sched.rebalance.model import BadNode, EvictionVerdict, RebalanceConfig, Verdict
+from metrics_sched.rebalance.simulation import Move, PodReader, short_of, simulate
+from metrics_sched.rebalance.victims import VictimPolicy, refusal
+from metrics_sched.state.cluster_state import ClusterState, PodRecord, disruption
+
+__all__ = ["Rebalancer"]
+
+_REFUSED = {Verdict.BLOCKED: "blocked (429: a PodDisruptionBudget)", Verdict.ERROR: "failed"}
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    pod: PodRecord
+    bad: BadNode
+    why: str  # the node's case, in words
+
+    @property
+    def owner(self) -> str:
+        return self.pod.controller or self.pod.key
+
+    def verdict(self, verdict: Verdict, reason: str, move: Move | None = None) -> EvictionVerdict:
+        return EvictionVerdict(
+            pod=self.pod.key, uid=self.pod.uid, owner=self.pod.controller, node=self.pod.node, rule=self.bad.rule,
+            verdict=verdict, reason=f"{self.why}; {reason}", target=move.target if move else None,
+            gain=round(move.gain, 3) if move else None, priority=self.pod.priority)
+
+
+class Rebalancer:
+    def __init__(self, config: RebalanceConfig, framework: Framework, cluster: ClusterState, metrics: MetricReader,
+                 scheduler_names: frozenset[str], clock: Callable[[], float] = time.time, *,
+                 pods: PodReader) -> None:
+        self.config = config
+        self.framework = framework
+        self.cluster = cluster
+        self.metrics = metrics
+        self.pods = pods
+        self._clock = clock
+        self._detector = Detector(config.rules)
+        self._policy = VictimPolicy(scheduler_names, dict(config.pod_selector), config.max_priority)
+        self._memory = Memory(config.limits, config.interval_seconds)
+        self._bad: list[BadNode] = []
+        self.candidates = 0  # movable pods on bad nodes at the last tick (metrics_sched_rebalance_candidates)
+
+    def bad_nodes(self) -> list[BadNode]:
+        """The nodes found bad at the last tick, one entry per rule they break."""
+        return list(self._bad)
+
+    def tick(self) -> list[EvictionVerdict]:
+        """Detects, selects, simulates and limits: PLANNED verdicts first (in the order to evict), then SKIPPED
+        ones with why. Pods that may never be moved (not ours, DaemonSet, mirror, standalone...) get none."""
+        now = self._clock()
+        with self.cluster.lock:
+            found = self._detector.observe(self.cluster.table, self.metrics, now)
+            by_node: dict[str, tuple[BadNode, str]] = {}
+            for rule, bad in found:  # a node bad by several rules answers for the first one configured
+                if bad.node not in by_node:
+                    by_node[bad.node] = (bad, describe(bad, rule, now))
+            pods = self._policy.on(self.cluster.pods.values(), by_node) if by_node else []
+            self._memory.prune(now, self.cluster.pods)
+        self._bad = [bad for _, bad in found]
+        self.candidates = len(pods)
+        pods.sort(key=lambda p: (p.priority, p.key))
+
+        skipped: list[EvictionVerdict] = []
+        moves: list[tuple[_Candidate, Move]] = []
+        for pod in pods:
+            candidate = _Candidate(pod, *by_node[pod.node])
+            held = self._memory.cooling(candidate.owner, now) or self._memory.backing_off(pod.uid, now)
+            if held:
+                skipped.append(candidate.verdict(Verdict.SKIPPED, held))
+                continue
+            outcome = self._simulate(candidate)
+            if outcome is None:
+                continue  # gone, moved or leaving: the watch will tell the state
+            if isinstance(outcome, str):
+                skipped.append(candidate.verdict(Verdict.SKIPPED, outcome))
+            elif outcome.gain < self.config.margin:
+                skipped.append(candidate.verdict(Verdict.SKIPPED, short_of(outcome, self.config.margin), outcome))
+            else:
+                moves.append((candidate, outcome))
+
+        moves.sort(key=lambda m: (m[0].pod.priority, -m[1].gain, m[0].pod.key))
+        budget = Budget(self.config.limits)
+        planned: list[EvictionVerdict] = []
+        for candidate, move in moves:
+            pod = candidate.pod
+            over = budget.refusal(pod.node, pod.namespace, candidate.owner)
+            if over:
+                skipped.append(candidate.verdict(Verdict.SKIPPED, f"{move.words()}; {over}", move))
+            else:
+                budget.take(pod.node, pod.namespace, candidate.owner)
+                planned.append(candidate.verdict(Verdict.PLANNED, move.words(), move))
+        return planned + skipped
+
+    def _simulate(self, candidate: _Candidate) -> Move | str | None:
+        """Reads the pod again and simulates it; None when it is gone, elsewhere or leaving."""
+        pod = candidate.pod
+        try:
+            raw = self.pods.get_pod(pod.namespace, pod.name)
+        except ApiError as exc:
+            return f"could not read the pod: {exc}"
+        if raw is None:
+            return None
+        metadata = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        if metadata.get("uid") != pod.uid or metadata.get("deletionTimestamp") or spec.get("nodeName") != pod.node:
+            return None
+        refused = refusal(disruption(raw), int(spec.get("priority") or 0), self.config.max_priority)
+        if refused:
+            return refused
+        return simulate(self.framework, self.cluster, raw, pod.node)
+
+    def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> None:
+        """What the caller's eviction did. EVICTED starts the owner's cooldown; BLOCKED (429) or ERROR backs the
+        pod off (2 intervals, doubling while refused, at most the cooldown); GONE ends its back-off; PLANNED and
+        SKIPPED change nothing (a dry run changes nothing, and repeats its plan each tick)."""
+        now = self._clock()
+        if outcome == Verdict.EVICTED:
+            self._memory.evicted(verdict.owner or verdict.pod, verdict.uid, now)
+        elif outcome in _REFUSED:
+            self._memory.refused(verdict.uid, _REFUSED[outcome], now)
+        elif outcome == Verdict.GONE:
+            self._memory.settled(verdict.uid)

@@ -1,0 +1,82 @@
+"""The what-if before an eviction: where would the scheduler put this pod, and how much better is it there?
+
+The pod is read again from the API (the state keeps no pod specs: their memory would be paid by every
+scheduler, rebalancing or not) and parsed as a new pod with no node, as its controller's replacement would
+be. The profile's own PreFilter → Filter → PreScore → Score then runs over the cluster (Framework.what_if),
+with the pod's current node scored alongside the nodes it could move to, in one normalisation.
+
+The victim still counts on its current node (resources, ports, affinity counts, measured load), and only
+there: the other nodes are scored as if it arrived, its own node as if a second copy did. That bias
+lowers only the current node's score, in the direction of moving; the margin absorbs it, and telemetry,
+which makes a hot or loaded node score low, is what carries the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from metrics_sched.framework.runtime import Framework
+from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.ports import KubeObject
+from metrics_sched.state.cluster_state import ClusterState
+
+__all__ = ["Move", "PodReader", "simulate", "without_node"]
+
+
+class PodReader(Protocol):
+    """The pod as the API has it now (PodWriter.get_pod satisfies it). Returns None if gone; raises ApiError."""
+
+    def get_pod(self, namespace: str, name: str) -> KubeObject | None: ...
+
+
+@dataclass(frozen=True)
+class Move:
+    target: str
+    target_total: float
+    here_total: float
+
+    @property
+    def gain(self) -> float:
+        return self.target_total - self.here_total
+
+    def words(self) -> str:
+        return f"{self.target} scores {self.target_total:.1f} vs {self.here_total:.1f} here ({self.gain:+.1f})"
+
+
+def without_node(pod: KubeObject) -> dict[str, Any]:
+    """The pod as its replacement would come: no spec.nodeName (shallow copies; the original is untouched)."""
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    return {**pod, "spec": {k: v for k, v in spec.items() if k != "nodeName"}}
+
+
+def simulate(framework: Framework, cluster: ClusterState, pod: KubeObject, node: str) -> Move | str:
+    """The best node other than `node` for `pod` and both totals, or why there is none."""
+    info = parse_pod(without_node(pod))
+    if info.parse_error:
+        return info.parse_error
+    with cluster.lock:
+        table = cluster.table
+        here = table.index.get(node)
+        if here is None:
+            return f"node {node} left"
+        outcome = framework.what_if(info, table, np.array([here], dtype=np.int64))
+        if not outcome.status.ok:
+            return f"{outcome.status.plugin}: {outcome.status.reason}"
+        rows, total = outcome.rows, outcome.total
+        others = np.flatnonzero(np.isin(rows, outcome.feasible) & (rows != here))
+        if others.size == 0:
+            found = ", ".join(f"{count} {reason}" for reason, count in sorted(outcome.rejections.items()))
+            return f"no other node fits ({found or 'no other node'})"
+        best = int(others[int(np.argmax(total[others]))])  # ties: the lowest row, so a plan repeats
+        here_total = float(total[int(np.flatnonzero(rows == here)[0])])
+        return Move(table.name(int(rows[best])), float(total[best]), here_total)
+
+
+def short_of(move: Move, margin: float) -> str:
+    """Why a move is not worth it: no node better by the margin."""
+    return (f"no node better by {margin:g} points (best: {move.target} {move.target_total:.1f} "
+            f"vs {move.here_total:.1f} here)")

@@ -1,0 +1,263 @@
+"""The rebalancer's decisions end to end in memory: a Scheduler over a FakeAPI and a MetricCache on a fake clock,
+so the real default profile (GPUTemperature, NodeLoad, Cost and the resource scores) decides the simulation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from metrics_sched.rebalance import (
+    EvictionLimits,
+    EvictionVerdict,
+    NodeRule,
+    RebalanceConfig,
+    Rebalancer,
+    RuleKind,
+    Verdict,
+)
+from metrics_sched.scheduler import Scheduler
+from metrics_sched.telemetry import MetricCache
+from tests.unit.fakes import FakeAPI, node, pod
+from tests.unit.test_telemetry_scoring import NOW, Clock, feed, make
+
+HOT = NodeRule("hot-gpu", "gpu_temperature", RuleKind.ABOVE, threshold=85, for_seconds=300)
+INTERVAL = 60.0
+
+
+class Rig:
+    """A cluster of GPU nodes, owned pods placed on them, telemetry fed on a fake clock, and the rebalancer."""
+
+    def __init__(self, config: RebalanceConfig | None = None, nodes: Mapping[str, int] | None = None,
+                 scheduler_config: dict[str, Any] | None = None) -> None:
+        self.clock = Clock()
+        self.scheduler, self.api, self.cache = make(scheduler_config, self.clock)
+        for name, gpus in (nodes or {"a": 8, "b": 8, "c": 8}).items():
+            self.scheduler.handlers.on_node_event("ADDED", node(name, cpu="64", memory="512Gi", gpus=gpus))
+        self.config = config or RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL)
+        self.rebalancer = rebalancer_for(self.config, self.scheduler, self.api, self.cache, self.clock)
+
+    def place(self, name: str, node_name: str, *, owner: str | None = "rs", kind: str = "ReplicaSet",
+              gpus: int = 1, annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+              **kw: Any) -> dict[str, Any]:
+        body = pod(name, node_name=node_name, gpus=gpus, **kw)
+        body["metadata"]["labels"] = labels or {}
+        if owner is not None:
+            body["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": kind, "name": owner,
+                                                    "uid": f"uid-{owner}", "controller": True}]
+        if annotations:
+            body["metadata"]["annotations"] = annotations
+        body["status"]["phase"] = "Running"
+        return self.api.add_pod(body)
+
+    def temperatures(self, values: Mapping[str, float], *, age: float = 1.0) -> None:
+        feed(self.cache, {"gpu_temperature": dict(values)}, observed=self.clock.now - age, fetched=self.clock.now)
+
+    def at(self, offset: float, temperatures: Mapping[str, float] | None = None) -> list[EvictionVerdict]:
+        """Moves the clock to NOW + offset, feeds fresh temperatures (if given) and ticks."""
+        self.clock.now = NOW + offset
+        if temperatures is not None:
+            self.temperatures(temperatures)
+        return self.rebalancer.tick()
+
+    def hot_for(self, seconds: float, temperatures: Mapping[str, float]) -> list[EvictionVerdict]:
+        """Ticks every interval while `temperatures` hold, `seconds` long; returns the last tick's verdicts."""
+        start = self.clock.now - NOW
+        steps = int(seconds // INTERVAL)
+        verdicts: list[EvictionVerdict] = []
+        for i in range(steps + 1):
+            verdicts = self.at(start + i * INTERVAL, temperatures)
+        return verdicts
+
+
+def rebalancer_for(config: RebalanceConfig, scheduler: Scheduler, api: FakeAPI, cache: MetricCache,
+                   clock: Clock) -> Rebalancer:
+    return Rebalancer(config, scheduler.frameworks["metrics-sched"], scheduler.state, cache,
+                      frozenset({"metrics-sched"}), clock, pods=api)
+
+
+def terminate(rig: Rig, key: str) -> None:
+    """What an eviction does first: the pod gets a deletionTimestamp (and the watch says so)."""
+    body = rig.api.pods[key]
+    body["metadata"]["deletionTimestamp"] = "2026-11-30T12:05:00Z"
+    rig.scheduler.handlers.on_pod_event("MODIFIED", body)
+
+
+def planned(verdicts: list[EvictionVerdict]) -> list[str]:
+    return [v.pod for v in verdicts if v.verdict == Verdict.PLANNED]
+
+
+def skipped(verdicts: list[EvictionVerdict]) -> dict[str, str]:
+    return {v.pod: v.reason for v in verdicts if v.verdict == Verdict.SKIPPED}
+
+
+COOL = {"a": 91.0, "b": 40.0, "c": 60.0}
+
+
+def test_a_node_hot_for_longer_than_for_has_its_pod_planned_to_the_coolest_node() -> None:
+    rig = Rig()
+    rig.place("p", "a")
+    assert rig.at(0, COOL) == []  # the streak starts
+    assert rig.at(240, COOL) == []  # 4 minutes: not yet
+    [verdict] = rig.at(300, COOL)
+    assert verdict.verdict == Verdict.PLANNED
+    assert (verdict.pod, verdict.node, verdict.rule, verdict.target) == ("default/p", "a", "hot-gpu", "b")
+    assert verdict.owner == "ReplicaSet/default/rs"
+    assert verdict.gain is not None and verdict.gain >= 10
+    assert verdict.reason.startswith("gpu_temperature 91.0 > 85 for 5m; b scores ")
+    assert verdict.reason.endswith(f"here (+{verdict.gain:.1f})")
+    assert [(b.node, b.rule, b.value, b.threshold, b.since) for b in rig.rebalancer.bad_nodes()] == [
+        ("a", "hot-gpu", 91.0, 85.0, NOW)]
+    assert rig.rebalancer.candidates == 1
+
+
+def test_a_dry_run_repeats_the_same_plan_and_changes_nothing() -> None:
+    rig = Rig()
+    rig.place("p", "a")
+    first = rig.hot_for(300, COOL)
+    rig.rebalancer.record_outcome(first[0], Verdict.PLANNED)  # a dry run
+    again = rig.at(360, COOL)
+    assert [(v.pod, v.verdict, v.target) for v in again] == [(v.pod, v.verdict, v.target) for v in first]
+    assert rig.api.pods["default/p"]["spec"]["nodeName"] == "a"
+    assert rig.scheduler.state.record(first[0].uid) is not None
+
+
+def test_no_better_node_by_the_margin_gives_skipped_verdicts_never_planned() -> None:
+    rig = Rig()
+    rig.place("p", "a")
+    # b is just below the GPU filter's threshold: it fits, but scores barely better than a.
+    verdicts = rig.hot_for(300, {"a": 91.0, "b": 84.5, "c": 86.0})
+    [verdict] = verdicts
+    assert verdict.verdict == Verdict.SKIPPED
+    assert verdict.target == "b" and verdict.gain is not None and verdict.gain < 10
+    assert "no node better by 10 points (best: b " in verdict.reason
+
+
+def test_no_other_node_that_fits_gives_a_skipped_verdict() -> None:
+    rig = Rig()
+    rig.place("p", "a")
+    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 90.0, "c": 88.0})
+    assert verdict.verdict == Verdict.SKIPPED and verdict.target is None
+    assert "no other node fits (3 node(s) had a GPU above 85°C)" in verdict.reason
+
+
+def test_the_margin_is_configurable() -> None:
+    rig = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, margin=0.0))
+    rig.place("p", "a")
+    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 84.5, "c": 86.0})
+    assert verdict.verdict == Verdict.PLANNED and verdict.target == "b"
+
+
+def test_lowest_priority_first_then_the_biggest_gain() -> None:
+    # b is the coolest but has 4 GPUs: only pods asking for at most 4 can go there; c (warmer) takes the rest.
+    rig = Rig(nodes={"a": 8, "b": 4, "c": 8})
+    rig.place("important", "a", owner="rs1", priority=100)
+    rig.place("big", "a", owner="rs2", gpus=6)
+    rig.place("small", "a", owner="rs3")
+    verdicts = rig.hot_for(300, {"a": 91.0, "b": 35.0, "c": 50.0})
+    assert planned(verdicts) == ["default/small"]
+    gains = {v.pod: v.gain for v in verdicts}
+    assert gains["default/small"] > gains["default/big"] > 0  # type: ignore[operator]
+    assert {v.pod: v.target for v in verdicts} == {"default/small": "b", "default/big": "c", "default/important": "b"}
+    reasons = skipped(verdicts)
+    assert reasons["default/big"].endswith("; limit: 1 per node per interval")
+    assert reasons["default/important"].endswith("; limit: 1 per node per interval")
+    # Both lower-priority pods come before the important one, whatever its gain.
+    limits = EvictionLimits(per_node=2, per_namespace=5, cluster=5)
+    rig2 = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, limits=limits), nodes={"a": 8, "b": 4, "c": 8})
+    rig2.place("important", "a", owner="rs1", priority=100)
+    rig2.place("big", "a", owner="rs2", gpus=6)
+    rig2.place("small", "a", owner="rs3")
+    assert planned(rig2.hot_for(300, {"a": 91.0, "b": 35.0, "c": 50.0})) == ["default/small", "default/big"]
+
+
+@pytest.mark.parametrize(("limits", "expected", "reason"), [
+    (EvictionLimits(per_node=5, per_namespace=1, cluster=5), 1, "limit: 1 per namespace per interval"),
+    (EvictionLimits(per_node=5, per_namespace=5, cluster=2), 2, "limit: 2 per interval cluster-wide"),
+    (EvictionLimits(per_node=5, per_namespace=5, cluster=5), 3, None),
+], ids=["per-namespace", "cluster", "within"])
+def test_limits_per_namespace_and_cluster_wide(limits: EvictionLimits, expected: int, reason: str | None) -> None:
+    rig = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, limits=limits))
+    for i in range(3):
+        rig.place(f"p{i}", "a", owner=f"rs{i}")
+    verdicts = rig.hot_for(300, COOL)
+    assert len(planned(verdicts)) == expected
+    assert all(r.endswith(reason) for r in skipped(verdicts).values()) if reason else not skipped(verdicts)
+
+
+def test_one_pod_per_owner_per_tick_and_the_owners_cooldown_after_an_eviction() -> None:
+    limits = EvictionLimits(per_node=5, per_namespace=5, cluster=5, cooldown_seconds=600)
+    rig = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, limits=limits))
+    rig.place("web-1", "a", owner="web")
+    rig.place("web-2", "a", owner="web")
+    verdicts = rig.hot_for(300, COOL)
+    [first] = [v for v in verdicts if v.verdict == Verdict.PLANNED]
+    [(other, why)] = skipped(verdicts).items()
+    assert why.endswith("limit: one pod of ReplicaSet/default/web per cooldown")
+    rig.rebalancer.record_outcome(first, Verdict.EVICTED)
+    terminate(rig, first.pod)
+    later = rig.at(360, COOL)
+    assert planned(later) == []
+    assert list(skipped(later)) == [other]
+    assert "cooldown: ReplicaSet/default/web had a pod evicted 1m ago (for 10m)" in skipped(later)[other]
+    assert planned(rig.at(300 + 600, COOL)) != []  # the cooldown is over
+
+
+def test_a_blocked_eviction_backs_the_pod_off_for_two_intervals_then_doubling() -> None:
+    rig = Rig()
+    rig.place("guarded", "a")
+    [verdict] = rig.hot_for(300, COOL)
+    rig.rebalancer.record_outcome(verdict, Verdict.BLOCKED)
+    [held] = rig.at(360, COOL)
+    assert held.verdict == Verdict.SKIPPED
+    assert "back-off: eviction blocked (429: a PodDisruptionBudget) 1m ago; next try in 1m" in held.reason
+    [retried] = rig.at(420, COOL)  # two intervals later
+    assert retried.verdict == Verdict.PLANNED
+    rig.rebalancer.record_outcome(retried, Verdict.BLOCKED)  # again: four intervals now
+    assert [v.verdict for v in rig.at(420 + 3 * INTERVAL, COOL)] == [Verdict.SKIPPED]
+    assert [v.verdict for v in rig.at(420 + 4 * INTERVAL, COOL)] == [Verdict.PLANNED]
+
+
+def test_an_evicted_pod_that_is_terminating_or_gone_is_not_considered_again() -> None:
+    rig = Rig()
+    rig.place("p", "a")
+    [verdict] = rig.hot_for(300, COOL)
+    rig.rebalancer.record_outcome(verdict, Verdict.EVICTED)
+    terminate(rig, "default/p")
+    assert rig.at(360, COOL) == [] and rig.rebalancer.candidates == 0
+    rig.scheduler.handlers.on_pod_event("DELETED", rig.api.pods.pop("default/p"))
+    assert rig.at(420, COOL) == [] and rig.rebalancer.candidates == 0
+
+
+def test_a_pod_read_again_that_opted_out_meanwhile_is_skipped() -> None:
+    rig = Rig()
+    rig.place("p", "a")
+    # Annotated after it was placed: the watch's update changes nothing the state counts, the read sees it.
+    rig.api.pods["default/p"]["metadata"]["annotations"] = {"metrics-sched.io/evictable": "false"}
+    [verdict] = rig.hot_for(300, COOL)
+    assert verdict.verdict == Verdict.SKIPPED
+    assert verdict.reason.endswith('annotated metrics-sched.io/evictable: "false"')
+
+
+def test_a_pod_gone_from_the_api_gets_no_verdict() -> None:
+    rig = Rig()
+    rig.place("p", "a")
+    del rig.api.pods["default/p"]  # the watch has not told the state yet
+    assert rig.hot_for(300, COOL) == []
+    assert rig.rebalancer.candidates == 1
+
+
+def test_a_quantile_rule_on_cost_uses_the_same_simulation() -> None:
+    expensive = NodeRule("expensive", "node_hourly_cost", RuleKind.QUANTILE, quantile=0.5, for_seconds=120)
+    rig = Rig(RebalanceConfig(rules=(expensive,), interval_seconds=INTERVAL))
+    rig.place("p", "a")
+    costs = {"a": 12.0, "b": 2.0, "c": 3.0}
+    for t in (0, 60, 120):
+        rig.clock.now = NOW + t
+        feed(rig.cache, {"node_hourly_cost": costs, "gpu_temperature": {"a": 50, "b": 50, "c": 50}},
+             observed=rig.clock.now - 1, fetched=rig.clock.now)
+        verdicts = rig.rebalancer.tick()
+    [verdict] = verdicts
+    assert verdict.verdict == Verdict.PLANNED and verdict.target == "b" and verdict.rule == "expensive"
+    assert verdict.reason.startswith("node_hourly_cost 12.0 > 3 (cluster p50) for 2m; b scores ")
