@@ -37,7 +37,7 @@ def machine() -> dict[str, Any]:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    from bench import soak_bench
+    from bench import rebalance_bench, soak_bench
 
     m = report["machine"]
     lines = [f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}; "
@@ -96,6 +96,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append("")
     if report.get("soak"):
         lines += [soak_bench.markdown(report["soak"]), ""]
+    if report.get("rebalance"):
+        lines += [rebalance_bench.markdown(report["rebalance"]), ""]
     return "\n".join(lines)
 
 
@@ -143,12 +145,12 @@ def update_readme(md: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality", "soak"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality", "soak", "rebalance"])
     parser.add_argument("--no-readme", action="store_true", help="leave README.md's bench section as it is")
     parser.add_argument("--e2e-sizes", nargs="*", default=None, metavar="NODESxPODS",
                         help="e.g. 5000x10000; sizes already in latest.json and not listed are kept")
     args = parser.parse_args()
-    from bench import core_bench, e2e_bench, quality_bench, soak_bench
+    from bench import core_bench, e2e_bench, quality_bench, rebalance_bench, soak_bench
 
     report: dict[str, Any] = {"quick": args.quick, "machine": machine()}
     if "e2e" not in args.skip:
@@ -174,6 +176,9 @@ def main() -> None:
     if "soak" not in args.skip:
         say("soak: a simulated week")
         report["soak"] = soak_bench.run(args.quick)
+    if "rebalance" not in args.skip:
+        say("rebalancing: nodes heating up, with and without the rebalancer")
+        report["rebalance"] = rebalance_bench.run(args.quick)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     md = markdown(report)

@@ -134,7 +134,9 @@ def _replacement(url: str, eviction: dict[str, Any]) -> dict[str, Any] | None:
         return None
     body = _get(url, "/decisions", kind="placement", owner=eviction["owner"], since=repr(eviction["time"]),
                 limit="1000")
-    after = [d for d in body["decisions"] if d["id"] > eviction["id"] and d["uid"] != eviction["uid"]]
+    # By time, not id: the record is stamped before the eviction call, but its id is taken after it returns, and
+    # the replacement may be placed (its id taken) meanwhile.
+    after = [d for d in body["decisions"] if d["time"] >= eviction["time"] and d["uid"] != eviction["uid"]]
     placed = [d for d in after if d["node"]] or after
     return min(placed, key=lambda d: d["id"]) if placed else None
 

@@ -94,7 +94,8 @@ class Rebalancer:
                 continue  # gone, moved or leaving: the watch will tell the state
             if isinstance(outcome, str):
                 skipped.append(candidate.verdict(Verdict.SKIPPED, outcome))
-            elif outcome.gain < self.config.margin:
+            elif (outcome.gain < self.config.margin
+                  and (outcome.here_fits or outcome.target in by_node)):
                 skipped.append(candidate.verdict(Verdict.SKIPPED, short_of(outcome, self.config.margin), outcome))
             else:
                 moves.append((candidate, outcome))

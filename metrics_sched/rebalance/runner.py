@@ -80,18 +80,26 @@ class RebalanceRunner:
     # -- one tick ------------------------------------------------------------------------------------
     def tick(self) -> list[EvictionVerdict]:
         """Runs one tick; returns its verdicts as carried out (PLANNED became EVICTED, BLOCKED, ... unless dry)."""
-        done = [self._carry_out(v) if v.verdict == Verdict.PLANNED else v for v in self.rebalancer.tick()]
+        planned = self.rebalancer.tick()
         if self.metrics is not None:
             self.metrics.on_candidates(self.rebalancer.candidates)
         last, self._last = self._last, {}
-        for verdict in done:
+        done: list[EvictionVerdict] = []
+        for verdict in planned:
+            # Recorded as of before the eviction, and at once: the evicted pod's replacement can be created and
+            # placed while the call returns (or while the tick's next evictions run), and explain finds it as
+            # the owner's first placement since the eviction's record.
+            at = self.clock()
+            if verdict.verdict == Verdict.PLANNED:
+                verdict = self._carry_out(verdict)
+            done.append(verdict)
             if self.metrics is not None:
                 self.metrics.on_verdict(verdict.rule, verdict.verdict.value)
             key = (verdict.verdict, verdict.rule, verdict.target)
             self._last[verdict.uid] = key
             if last.get(verdict.uid) == key:
                 continue  # unchanged since the last tick: recorded and reported then
-            self._record(verdict)
+            self._record(verdict, at)
         return done
 
     def _carry_out(self, verdict: EvictionVerdict) -> EvictionVerdict:
@@ -112,10 +120,10 @@ class RebalanceRunner:
             log.exception("rebalancer.record_outcome failed for %s (%s)", verdict.pod, outcome.value)
         return dataclasses.replace(verdict, verdict=outcome, reason=reason)
 
-    def _record(self, v: EvictionVerdict) -> None:
+    def _record(self, v: EvictionVerdict, at: float) -> None:
         self.ring.add_eviction(new_eviction_record(
             pod=v.pod, uid=v.uid, owner=v.owner, node=v.node, rule=v.rule, verdict=v.verdict.value, reason=v.reason,
-            target=v.target, gain=v.gain, now=self.clock()))
+            target=v.target, gain=v.gain, now=at))
         (log.info if v.verdict in _LOUD else log.debug)("%s %s on %s (%s): %s", v.pod, v.verdict.value, v.node, v.rule,
                                                         v.reason, extra={
             "pod": v.pod, "verdict": v.verdict.value, "node": v.node, "rule": v.rule, "target": v.target,

@@ -38,13 +38,17 @@ class Move:
     target: str
     target_total: float
     here_total: float
+    # Whether the pod's filters still admit its own node. A node the pod would no longer be placed on (a GPU
+    # above the threshold) is left for any feasible node that is not bad itself, whatever the margin.
+    here_fits: bool = True
 
     @property
     def gain(self) -> float:
         return self.target_total - self.here_total
 
     def words(self) -> str:
-        return f"{self.target} scores {self.target_total:.1f} vs {self.here_total:.1f} here ({self.gain:+.1f})"
+        words = f"{self.target} scores {self.target_total:.1f} vs {self.here_total:.1f} here ({self.gain:+.1f})"
+        return words if self.here_fits else f"{words}; the pod's filters no longer admit this node"
 
 
 def without_node(pod: KubeObject) -> dict[str, Any]:
@@ -73,7 +77,8 @@ def simulate(framework: Framework, cluster: ClusterState, pod: KubeObject, node:
             return f"no other node fits ({found or 'no other node'})"
         best = int(others[int(np.argmax(total[others]))])  # ties: the lowest row, so a plan repeats
         here_total = float(total[int(np.flatnonzero(rows == here)[0])])
-        return Move(table.name(int(rows[best])), float(total[best]), here_total)
+        return Move(table.name(int(rows[best])), float(total[best]), here_total,
+                    here_fits=bool(np.isin(here, outcome.feasible)))
 
 
 def short_of(move: Move, margin: float) -> str:

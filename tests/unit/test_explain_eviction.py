@@ -108,6 +108,24 @@ def test_explain_follows_an_evicted_pod_to_its_replacement(served: tuple[Decisio
     assert out.index("rebalancer verdict") < out.index(f"decision #{first.id}")
 
 
+def test_explain_finds_a_replacement_placed_while_the_eviction_call_returned(
+        served: tuple[DecisionRing, str], capsys: pytest.CaptureFixture[str]) -> None:
+    # The runner stamps the record before the eviction call and takes its id after: the replacement's placement
+    # can come in between (an earlier id, a later time).
+    ring, url = served
+    ring.add(dataclasses.replace(placement("train-7d9-a", "gpu-1"), time=1000.0))
+    second = placement("train-7d9-b", "gpu-3")
+    ring.add(dataclasses.replace(second, time=2000.2))
+    evicted = new_eviction_record(pod="ml/train-7d9-a", uid="uid-train-7d9-a", owner=OWNER, node="gpu-1",
+                                  rule="hot-gpu", verdict="evicted", reason=REASON, target="gpu-3", gain=32.0,
+                                  now=2000.0)
+    ring.add_eviction(evicted)
+    assert evicted.id > second.id
+    assert main(["explain", "ml/train-7d9-a", "--url", url]) == 0
+    out = capsys.readouterr().out
+    assert "then: its replacement ml/train-7d9-b went to gpu-3" in out and f"decision #{second.id}" in out
+
+
 def test_explain_a_pod_the_rebalancer_left_shows_why_and_its_placement(served: tuple[DecisionRing, str],
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     ring, url = served

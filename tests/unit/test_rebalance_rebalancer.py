@@ -106,7 +106,7 @@ def test_a_node_hot_for_longer_than_for_has_its_pod_planned_to_the_coolest_node(
     assert verdict.owner == "ReplicaSet/default/rs"
     assert verdict.gain is not None and verdict.gain >= 10
     assert verdict.reason.startswith("gpu_temperature 91.0 > 85 for 5m; b scores ")
-    assert verdict.reason.endswith(f"here (+{verdict.gain:.1f})")
+    assert verdict.reason.endswith(f"here (+{verdict.gain:.1f}); the pod's filters no longer admit this node")
     assert [(b.node, b.rule, b.value, b.threshold, b.since) for b in rig.rebalancer.bad_nodes()] == [
         ("a", "hot-gpu", 91.0, 85.0, NOW)]
     assert rig.rebalancer.candidates == 1
@@ -123,15 +123,29 @@ def test_a_dry_run_repeats_the_same_plan_and_changes_nothing() -> None:
     assert rig.scheduler.state.record(first[0].uid) is not None
 
 
+WARM = NodeRule("warm-gpu", "gpu_temperature", RuleKind.ABOVE, threshold=80, for_seconds=300)
+
+
 def test_no_better_node_by_the_margin_gives_skipped_verdicts_never_planned() -> None:
-    rig = Rig()
+    # A rule stricter than the GPU filter (80 < 85): a is bad but still admits the pod, b barely better.
+    rig = Rig(RebalanceConfig(rules=(WARM,), interval_seconds=INTERVAL))
     rig.place("p", "a")
-    # b is just below the GPU filter's threshold: it fits, but scores barely better than a.
-    verdicts = rig.hot_for(300, {"a": 91.0, "b": 84.5, "c": 86.0})
+    verdicts = rig.hot_for(300, {"a": 84.0, "b": 82.5, "c": 86.0})
     [verdict] = verdicts
     assert verdict.verdict == Verdict.SKIPPED
     assert verdict.target == "b" and verdict.gain is not None and verdict.gain < 10
     assert "no node better by 10 points (best: b " in verdict.reason
+
+
+def test_a_node_the_pods_filters_no_longer_admit_is_left_whatever_the_margin() -> None:
+    # a is above the GPU filter's threshold: the scheduler would not place the pod there today. b (not bad)
+    # scores only a little better, but it admits the pod: the move is worth it.
+    rig = Rig()
+    rig.place("p", "a")
+    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 84.5, "c": 86.0})
+    assert verdict.verdict == Verdict.PLANNED and verdict.target == "b"
+    assert verdict.gain is not None and verdict.gain < 10
+    assert verdict.reason.endswith("; the pod's filters no longer admit this node")
 
 
 def test_no_other_node_that_fits_gives_a_skipped_verdict() -> None:
@@ -143,9 +157,9 @@ def test_no_other_node_that_fits_gives_a_skipped_verdict() -> None:
 
 
 def test_the_margin_is_configurable() -> None:
-    rig = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, margin=0.0))
+    rig = Rig(RebalanceConfig(rules=(WARM,), interval_seconds=INTERVAL, margin=0.0))
     rig.place("p", "a")
-    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 84.5, "c": 86.0})
+    [verdict] = rig.hot_for(300, {"a": 84.0, "b": 82.5, "c": 86.0})
     assert verdict.verdict == Verdict.PLANNED and verdict.target == "b"
 
 

@@ -209,3 +209,26 @@ def test_serve_ticks_on_the_leader_only_and_survives_a_failing_tick() -> None:
         stop.set()
         thread.join(timeout=5)
     assert not thread.is_alive() and supervisor.healthy()
+
+
+def test_an_eviction_is_recorded_as_of_before_its_call_and_before_the_next_one() -> None:
+    # The evicted pod's replacement can be created and placed while the call returns, or while the tick's next
+    # evictions run: explain looks for the owner's placements since the eviction's record.
+    now = [1000.0]
+    ring = DecisionRing(100)
+    recorded_before_call: list[int] = []
+
+    class SlowEvictor(FakeEvictor):
+        def evict(self, namespace: str, name: str, uid: str) -> None:
+            recorded_before_call.append(len(evictions(ring)))
+            super().evict(namespace, name, uid)
+            now[0] += 1.0
+
+    other = replace(HOT, pod="ml/other-1", uid="u3", owner="ReplicaSet/ml/other")
+    run = RebalanceRunner(FakeRebalancer([HOT, other]), SlowEvictor(), ring, dry_run=False, writer=FakeAPI(),
+                          clock=lambda: now[0])
+    run.tick()
+    first, second = sorted(evictions(ring), key=lambda r: r.id)
+    assert (first.pod, first.verdict, first.time) == ("ml/train-1", "evicted", 1000.0)
+    assert (second.pod, second.verdict, second.time) == ("ml/other-1", "evicted", 1001.0)
+    assert recorded_before_call == [0, 1]
