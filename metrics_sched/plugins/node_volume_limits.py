@@ -308,8 +308,11 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
                 rows = attached.rows_by_volume.get(unique)
                 if rows is not None:
                     count[rows] -= 1
+            # Only where the pod adds a volume of this driver: a pod that only shares volumes already attached
+            # there passes even on a node over its limit (upstream drops attached volumes from the new ones first).
+            adds = count > 0
             current = attached.per_driver.get(driver)
             if current is not None:
                 count += current
-            exceeded |= (limit >= 0) & (count > limit)
+            exceeded |= (limit >= 0) & adds & (count > limit)
         return Filtered(~exceeded, {ERR_REASON_MAX_VOLUME_COUNT: exceeded})

@@ -450,3 +450,18 @@ def test_registered_events() -> None:
     events = {e.event.name: e.hint for e in plugin.events_to_register()}
     assert set(events) == {"CSI_NODE_CHANGED", "POD_DELETED", "PVC_CHANGED", "VOLUME_DETACHED"}
     assert events["CSI_NODE_CHANGED"] is None  # no node event: a new node comes with its CSINode
+
+
+def test_a_pod_that_only_shares_attached_volumes_passes_a_node_over_its_limit() -> None:
+    """csi.go drops the attached volumes from the new pod's before comparing: with nothing new for a driver,
+    that driver's limit is not checked (the differential test's seed 1, case 88: a limit of 0, already over)."""
+    case = Case("share", csi_ebs_one, [], limit_source="")
+    state, plugin = build(case)
+    state.upsert_node(fake_node("n0"))
+    state.volumes.upsert_csi_node(csi_node("n0", [EBS], 0))
+    holder = parse_pod(pod_with(*claims("csi-ebs.csi.aws.com-0", "csi-ebs.csi.aws.com-1"), name="holder"))
+    state.observe_bound_pod(parse_pod({**holder.raw, "spec": {**holder.raw["spec"], "nodeName": "n0"}}))
+    assert verdicts(state, plugin, csi_ebs_one(), ["n0"]) == (Code.SUCCESS, [None])
+    # One volume more of that driver: 2 attached + 1 > 0.
+    two = pod_with(*claims("csi-ebs.csi.aws.com-0", "csi-ebs.csi.aws.com-2"))
+    assert verdicts(state, plugin, two, ["n0"]) == (Code.SUCCESS, [MAX])
