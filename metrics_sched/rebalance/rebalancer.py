@@ -10,7 +10,7 @@ simulated target's total minus the current node's); the limits then take them gr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from metrics_sched.framework.handle import MetricReader
@@ -48,9 +48,12 @@ class _Candidate:
 class Rebalancer:
     def __init__(self, config: RebalanceConfig, framework: Framework, cluster: ClusterState, metrics: MetricReader,
                  scheduler_names: frozenset[str], clock: Callable[[], float] = time.time, *,
-                 pods: PodReader) -> None:
+                 pods: PodReader, frameworks: Mapping[str, Framework] | None = None) -> None:
+        """`framework` simulates every pod unless `frameworks` (schedulerName -> its profile's framework) has the
+        pod's own: a pod is re-placed by the profile that placed it."""
         self.config = config
         self.framework = framework
+        self.frameworks = dict(frameworks or {})
         self.cluster = cluster
         self.metrics = metrics
         self.pods = pods
@@ -129,7 +132,8 @@ class Rebalancer:
         refused = refusal(disruption(raw), int(spec.get("priority") or 0), self.config.max_priority)
         if refused:
             return refused
-        return simulate(self.framework, self.cluster, raw, pod.node)
+        framework = self.frameworks.get(str(spec.get("schedulerName") or ""), self.framework)
+        return simulate(framework, self.cluster, raw, pod.node)
 
     def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> None:
         """What the caller's eviction did. EVICTED starts the owner's cooldown; BLOCKED (429) or ERROR backs the

@@ -275,3 +275,19 @@ def test_a_quantile_rule_on_cost_uses_the_same_simulation() -> None:
     [verdict] = verdicts
     assert verdict.verdict == Verdict.PLANNED and verdict.target == "b" and verdict.rule == "expensive"
     assert verdict.reason.startswith("node_hourly_cost 12.0 > 3 (cluster p50) for 2m; b scores ")
+
+
+def test_a_pod_is_simulated_by_the_profile_that_placed_it() -> None:
+    """Two profiles: the pod of the second one is re-placed by its own (here: one whose filters admit only c)."""
+    only_c = {"plugins": {"filter": {"enabled": [{"name": "NodeLabelFilter"}]}},
+              "pluginConfig": [{"name": "NodeLabelFilter", "args": {"requiredLabels": {"rack": "c"}}}]}
+    rig = Rig(scheduler_config={"profiles": [{"schedulerName": "metrics-sched"},
+                                             {"schedulerName": "picky", **only_c}]})
+    rig.scheduler.handlers.on_node_event("MODIFIED", node("c", cpu="64", memory="512Gi", gpus=8,
+                                                          labels={"rack": "c"}))
+    frameworks = rig.scheduler.frameworks
+    rig.rebalancer = Rebalancer(rig.config, frameworks["metrics-sched"], rig.scheduler.state, rig.cache,
+                                frozenset(frameworks), rig.clock, pods=rig.api, frameworks=frameworks)
+    rig.place("p", "a", scheduler="picky")
+    [verdict] = rig.hot_for(300, COOL)  # b is the coolest, but the picky profile admits only c
+    assert verdict.verdict == Verdict.PLANNED and verdict.target == "c"
