@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
-from devcluster import metrics_crd, prometheus
+from devcluster import custom_metrics_api, metrics_crd, prometheus
 from devcluster.build import ControlPlaneBinaries, ensure_built
 from devcluster.certs import ClusterPKI, generate_pki
 from devcluster.kubeapi import Credentials, KubeAPI, KubeAPIError, tls_context
@@ -74,6 +74,7 @@ class Endpoints:
     etcd: str
     kwok: str
     emulator: str | None = None
+    emulator_tls: str | None = None  # the backend of the Custom Metrics APIServices
     prometheus: str | None = None
     cmdb: str | None = None
     cmdb_token_file: str | None = None
@@ -172,7 +173,9 @@ class DevCluster:
 
     def _start(self) -> Endpoints:
         self._bins = ensure_built(quiet=self.quiet)
-        self._pki = pki = generate_pki(self.run_dir / "pki")
+        # The emulator serves the Custom Metrics APIs with the same certificate, under its Service's name.
+        self._pki = pki = generate_pki(self.run_dir / "pki",
+                                       hosts=("127.0.0.1", "localhost", custom_metrics_api.SERVICE_HOST))
         admin_token = secrets.token_urlsafe(32)
         token_file = self.run_dir / "admin-token"
         token_file.write_text(admin_token)
@@ -370,15 +373,16 @@ class DevCluster:
         self.group.check("provisioner")
 
     def _start_emulator(self, kubeconfig: Path) -> None:
-        assert self.endpoints is not None
-        port = free_port()
+        assert self.endpoints is not None and self._pki is not None
+        port, tls_port = free_ports(2)
         token_file = self.run_dir / "cmdb-token"
         token_file.write_text(secrets.token_hex(20))
         token_file.chmod(0o600)
         argv = [sys.executable, "-m", "devcluster.emulator", "--host", "127.0.0.1",
                 "--port", str(port), "--seed", str(self.seed), "--kubeconfig", str(kubeconfig),
                 "--metrics-api-interval", str(self.metrics_api_interval),
-                "--cmdb-token-file", str(token_file)]
+                "--cmdb-token-file", str(token_file), "--tls-port", str(tls_port),
+                "--tls-cert-file", str(self._pki.serving_cert), "--tls-key-file", str(self._pki.serving_key)]
         self.progress("starting telemetry emulator")
         self.group.start("emulator", argv)
         url = f"http://127.0.0.1:{port}"
@@ -387,6 +391,10 @@ class DevCluster:
         self.endpoints.emulator = url
         self.endpoints.cmdb = f"{url}/api/dcim/devices/"
         self.endpoints.cmdb_token_file = str(token_file)
+        self.endpoints.emulator_tls = f"https://127.0.0.1:{tls_port}"
+        self.progress("registering the Custom Metrics APIServices")
+        with self.api() as api:
+            custom_metrics_api.install(api, tls_port, self._pki.ca_cert)
 
     def start_prometheus(self) -> str:
         """Starts (or restarts, on the same port and data) Debian's Prometheus."""

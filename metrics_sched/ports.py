@@ -9,7 +9,7 @@ models: the hot path reads raw JSON.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -207,6 +207,9 @@ class NodeDirectory:
     by_internal_ip: Mapping[str, str]  # InternalIP -> node name
     cpu_allocatable: Mapping[str, float]  # cores
     memory_allocatable: Mapping[str, float]  # bytes
+    # kubernetes.io/hostname label -> node name: exporters report the host name, which may differ from the
+    # node's name (and be its short name or FQDN).
+    hostnames: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,15 @@ class Sample:
     observed_at: float  # unix seconds, from the sample's own timestamp, not from when we asked
 
 
+@dataclass(frozen=True)
+class SeriesMatching:
+    """How one metric's series of one refresh were matched to nodes: the coverage self-check."""
+
+    matched: Mapping[str, int]  # rule (e.g. "node", "instance/internal_ip") -> series matched by it
+    unmatched: int
+    unmatched_examples: tuple[Mapping[str, str], ...]  # label sets of a few unmatched series
+
+
 @dataclass
 class FetchResult:
     samples: list[Sample]
@@ -228,3 +240,5 @@ class FetchResult:
     errors: dict[str, str]
     queries: int = 0
     unmatched_series: int = 0
+    # Per metric, how its series found their nodes (sources that resolve series by labels fill it).
+    series_matching: dict[str, SeriesMatching] = field(default_factory=dict)

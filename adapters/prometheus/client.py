@@ -1,18 +1,26 @@
 """The Prometheus HTTP API through prometheus-api-client, with failures sorted into two kinds.
 
-`PrometheusUnreachable`: no connection at all (refused, DNS, TLS, connect timeout): the whole source is
-down and the refresh stops. `QueryError`: Prometheus answered but this query failed (4xx/5xx, bad PromQL,
-read timeout, malformed body): only that metric fails this round.
+`PrometheusUnreachable`: no connection at all (refused, DNS, TLS, client certificate refused, proxy,
+connect timeout): the whole source is down and the refresh stops. `QueryError`: Prometheus answered but
+this query failed (non-200 status, bad PromQL, read timeout, malformed body): only that metric fails.
 
-The session never retries (the next refresh is the retry, and a refresh must stay bounded), never reads
-proxies or .netrc from the environment, and always verifies TLS.
+Transport: prometheus-api-client is the query API and its requests session is the transport; everything a
+real deployment needs goes through their public APIs: static headers (`PrometheusConnect(headers=)`),
+the forward proxy (`proxy=`), retries off (`retry=`), the timeout (`timeout=`), and a configured
+`requests.Session` (`session=`, "to enable complex HTTP configuration") holding TLS verification
+(`verify`), the client certificate (`cert`), an `auth` hook that sets Authorization and the file-backed
+headers on every request, and a response hook that turns a non-200 answer into a typed error carrying the
+status and Prometheus' `errorType`/`error`. The library's own error for a non-200 answer is an exception
+whose only content is its text; that text is never parsed.
+
+The session never retries (the next refresh is the retry, and a refresh must stay bounded), never follows
+redirects, never reads proxies or .netrc from the environment, and always verifies TLS.
 """
 
 from __future__ import annotations
 
-import ast
-import json
-import re
+import os
+import threading
 from typing import Any
 
 import requests
@@ -22,11 +30,11 @@ from requests.auth import AuthBase
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
-from adapters.http_common import Credentials, SourceError, clean_message, describe_error
-from adapters.prometheus.config import PrometheusConfig
+from adapters.http_common import Credentials, SecretFile, SourceError, clean_message, describe_error
+from adapters.prometheus.config import PrometheusConfig, SecretHeader
 
 USER_AGENT = "metrics-sched/0.1"
-_STATUS = re.compile(r"^HTTP Status Code (\d+) \((.*)\)$", re.S)
+_DETAIL_LIMIT = 200
 
 
 class PrometheusUnreachable(SourceError):
@@ -37,63 +45,143 @@ class QueryError(Exception):
     """One query failed; the message is scrubbed and short."""
 
 
-class HeaderAuth(AuthBase):
-    """Sets Authorization from files re-read on rotation (requests' own auth classes hold fixed values)."""
+class HTTPStatusError(Exception):
+    """A non-200 answer, raised by the session's response hook: the status and a short, unscrubbed detail."""
 
-    def __init__(self, credentials: Credentials) -> None:
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(status, detail)
+        self.status = status
+        self.detail = detail
+
+
+class FileWatch:
+    """Re-reads a secret file as soon as it changes (inode, size or mtime; a kubelet rotation swaps a
+    symlink), so a rotated token is used at the next query rather than up to a minute later."""
+
+    def __init__(self, file: SecretFile) -> None:
+        self.file = file
+        self._lock = threading.Lock()
+        self._seen = self._signature()
+
+    def _signature(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.file.path)
+        except OSError:
+            return None  # mid-swap or gone: SecretFile keeps the previous value
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def check(self) -> None:
+        signature = self._signature()
+        with self._lock:
+            if signature is None or signature == self._seen:
+                return
+            self._seen = signature
+        self.file.refresh()
+
+
+class RequestAuth(AuthBase):
+    """Sets Authorization and the file-backed headers on every request, from files re-read on change
+    (requests' own auth classes and PrometheusConnect's `headers` hold fixed values)."""
+
+    def __init__(self, credentials: Credentials | None, secret_headers: tuple[SecretHeader, ...]) -> None:
         self.credentials = credentials
+        self.secret_headers = secret_headers
+        files = [h.file for h in secret_headers]
+        if credentials is not None:
+            files += [f for f in (credentials.token, credentials.password) if f is not None]
+        self._watches = [FileWatch(f) for f in files]
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        request.headers["Authorization"] = self.credentials.authorization()
+        for watch in self._watches:
+            watch.check()
+        if self.credentials is not None:
+            request.headers["Authorization"] = self.credentials.authorization()
+        for header in self.secret_headers:
+            request.headers[header.name] = header.file.value()
         return request
 
+    def secrets(self) -> list[str]:
+        out = self.credentials.secrets() if self.credentials else []
+        return out + [h.file.value() for h in self.secret_headers]
+
     def __repr__(self) -> str:
-        return f"HeaderAuth(kind={self.credentials.kind!r})"
+        kind = self.credentials.kind if self.credentials else None
+        return f"RequestAuth(kind={kind!r}, headers={[h.name for h in self.secret_headers]!r})"
+
+
+def raise_for_status(response: requests.Response, *args: object, **kwargs: object) -> requests.Response:
+    """Response hook: a non-200 answer becomes HTTPStatusError before prometheus-api-client sees it."""
+    if response.status_code == 200:
+        return response
+    if response.is_redirect:
+        raise HTTPStatusError(response.status_code, "redirects are not followed; set url to the final address")
+    detail = ""
+    try:
+        payload = response.json()
+        if isinstance(payload, dict) and payload.get("error"):
+            detail = f"{payload.get('errorType', 'error')}: {payload['error']}"
+    except ValueError:
+        pass
+    if not detail:
+        detail = response.content[:_DETAIL_LIMIT].decode("utf-8", "replace").strip() or (response.reason or "")
+    raise HTTPStatusError(response.status_code, detail)
 
 
 def _read_timeout(exc: requests.exceptions.RequestException) -> bool:
-    """With retries off, requests reports a read timeout as a ConnectionError around urllib3's MaxRetryError."""
+    """With retries off, requests reports a read timeout as a ConnectionError around urllib3's MaxRetryError
+    (waiting for the headers) or around urllib3's ReadTimeoutError (reading the body)."""
     if isinstance(exc, requests.exceptions.ReadTimeout):
         return True
     inner = exc.args[0] if exc.args else None
-    return isinstance(inner, MaxRetryError) and isinstance(inner.reason, ReadTimeoutError)
+    if isinstance(inner, MaxRetryError):
+        inner = inner.reason
+    return isinstance(inner, ReadTimeoutError)
 
 
 class PrometheusClient:
     def __init__(self, config: PrometheusConfig, *, session: requests.Session | None = None) -> None:
         self.url = config.url
         self.timeout = config.timeout
-        self._credentials = config.credentials
         session = session or requests.Session()
         session.trust_env = False
         session.verify = str(config.ca_file) if config.ca_file else True
-        session.auth = HeaderAuth(config.credentials) if config.credentials else None
+        if config.client_certificate is not None:
+            session.cert = (str(config.client_certificate.cert_file), str(config.client_certificate.key_file))
+        self._auth = RequestAuth(config.credentials, config.secret_headers)
+        session.auth = self._auth
         session.headers["User-Agent"] = USER_AGENT
+        session.hooks["response"].append(raise_for_status)
         self._session = session
         no_retries = Retry(total=0, connect=0, read=0, status=0, redirect=0, raise_on_status=False)
+        proxies = {"http": config.proxy_url, "https": config.proxy_url} if config.proxy_url else None
         # PrometheusConnect is typed Any (the package resolves it lazily); query() below is the typed edge.
-        self._prom: Any = PrometheusConnect(url=config.url, session=session, retry=no_retries,
-                                            timeout=config.timeout)
+        self._prom: Any = PrometheusConnect(url=config.url, headers=dict(config.headers) or None, session=session,
+                                            proxy=proxies, retry=no_retries, timeout=config.timeout)
 
     def secrets(self) -> list[str]:
-        return self._credentials.secrets() if self._credentials else []
+        return self._auth.secrets()
 
     def query(self, promql: str) -> object:
         """The `data.result` of an instant query."""
         try:
             result: object = self._prom.custom_query(query=promql)
             return result
+        except HTTPStatusError as exc:
+            raise QueryError(clean_message(f"HTTP {exc.status}: {exc.detail}", self.secrets())) from None
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
             if _read_timeout(exc):
                 raise QueryError(f"no answer within {self.timeout:g}s") from None
-            # Refused, DNS, TLS, connect timeout, proxy: nothing can be asked of this Prometheus now.
+            # Refused, DNS, TLS, client certificate refused, connect timeout, proxy: nothing can be asked of
+            # this Prometheus now.
             raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {self._cause(exc)}") from None
         except requests.exceptions.JSONDecodeError:
             raise QueryError("malformed response: not JSON") from None
         except requests.exceptions.RequestException as exc:
             raise QueryError(self._cause(exc)) from None
-        except PrometheusApiClientException as exc:
-            raise QueryError(self._status_message(str(exc))) from None
+        except PrometheusApiClientException:
+            # The response hook answers every non-200 first; this is a library change we cannot describe
+            # without parsing its text.
+            raise QueryError("HTTP error (prometheus-api-client gave no detail)") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryError(f"malformed response: {describe_error(exc, self.secrets(), limit=120)}") from None
 
@@ -103,23 +191,6 @@ class PrometheusClient:
         if isinstance(inner, MaxRetryError) and inner.reason is not None:
             return describe_error(inner.reason, self.secrets())
         return describe_error(exc, self.secrets())
-
-    def _status_message(self, text: str) -> str:
-        match = _STATUS.match(text)
-        if not match:
-            return clean_message(text, self.secrets())
-        status, body = match.group(1), match.group(2)
-        detail = body
-        try:
-            raw = ast.literal_eval(body)
-            decoded = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            detail = decoded
-            payload = json.loads(decoded)
-            if isinstance(payload, dict) and payload.get("error"):
-                detail = f"{payload.get('errorType', 'error')}: {payload['error']}"
-        except (ValueError, SyntaxError):
-            pass
-        return clean_message(f"HTTP {status}: {detail}", self.secrets())
 
     def close(self) -> None:
         self._prom.close()

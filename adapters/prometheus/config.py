@@ -5,17 +5,31 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
 - `url` (required): the Prometheus base URL, e.g. `http://prometheus.monitoring:9090` (a path prefix such
   as `/prometheus` is kept). No credentials in the URL.
 - `interval` (default `10s`): seconds between refreshes; a number or a duration string ("15s", "1m").
-- `timeout` (default `2s`, at most 2 s): per query.
+- `timeout` (default `2s`, at most `30s`): per query (connect, and each read of the answer). A query
+  front end such as Mimir or Thanos may need more than a plain Prometheus.
 - `auth` (default none): `{bearerTokenFile: path}` or `{basicAuth: {username, passwordFile: path}}`.
-  Files are read at load time (missing/empty is an error) and re-read every 60 s to follow rotation.
-- `tls` (default none): `{caFile: path}`, a PEM bundle to verify an https server with; without it the
-  system trust store is used. Verification cannot be turned off.
-- `nodeLabels` (default `[node, hostname, Hostname, nodename, instance]`): labels tried in order to find
-  a series' node. `instance` loses its `:port`; a value that is a node's InternalIP maps to that node.
+  Files are read at load time (missing/empty is an error), re-read as soon as the file changes (checked
+  before every query) and at least every 60 s to follow rotation.
+- `headers` (default none): a mapping of extra request headers, each value a string or
+  `{valueFile: path}` (a secret: read like a token file, never logged). E.g. `X-Scope-OrgID: team-a` for
+  Mimir/Cortex tenancy, `THANOS-TENANT` for Thanos. Names are HTTP tokens, unique ignoring case; values
+  one line of visible characters. `Authorization` (use `auth`), `Host`, `Content-Length`, `Content-Type`,
+  `Transfer-Encoding`, `Connection` and `Proxy-Authorization` are refused.
+- `tls` (default none, https only): `{caFile, certFile, keyFile}`: `caFile` a PEM bundle to verify the
+  server with (without it the system trust store is used); `certFile` and `keyFile` (both or neither) a
+  PEM client certificate and its unencrypted key for mutual TLS, checked to match at load time and read
+  again for every new connection (a rotated certificate is used from the next connection on).
+  Verification cannot be turned off.
+- `proxyUrl` (default none): an `http://` or `https://` forward proxy for every query (an https
+  Prometheus is reached through a CONNECT tunnel, still verified end to end). No credentials in it.
+  Proxy environment variables (`HTTPS_PROXY`, `NO_PROXY`, ...) and `.netrc` are never read.
+- `nodeLabels` (default none): labels tried first, in order, to find a series' node (by name, InternalIP,
+  `kubernetes.io/hostname` label, short name/FQDN); then the built-in order of `node_names.py` (`node`,
+  `kubernetes_node`, `nodename`, `hostname`, `Hostname`, `instance`, `exported_node`, `exported_instance`).
 - `metrics` (required, non-empty list), each:
   - `name` (required, unique): the metric name the scheduler uses.
   - `preset` or `query` (exactly one). Presets: see `presets.PRESETS` (dcgm_gpu_temp, dcgm_gpu_util,
-    dcgm_gpu_power, node_load_per_cpu, node_cpu_utilisation, opencost_node_hourly_cost).
+    dcgm_gpu_engine_active, dcgm_gpu_power, node_load_per_cpu, node_cpu_utilisation, opencost_node_hourly_cost).
   - `timestampQuery` (custom `query` only): PromQL giving each series' sample time with the same labels
     as `query`. Default `timestamp(<query>)`, allowed only when `query` is a plain series selector;
     any other query needs it, because Prometheus stamps computed results with the evaluation time.
@@ -25,18 +39,29 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
   - `allowNegative` (default false): otherwise negative raw values are dropped and counted.
   - `sentinelAbove` (default 1e15; 1e14 for DCGM presets): raw values above it are "blank" sentinels,
     dropped and counted.
-  - `nodeLabels` (default: the source's): overrides the label order for this metric.
+  - `nodeLabels` (default: the source's): the labels tried first for this metric, instead of the source's.
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.http_common import CALLER_KEYS, Credentials, check_keys, read_auth, read_timeout, read_tls, read_url
+from adapters.http_common import (
+    CALLER_KEYS,
+    Credentials,
+    SecretFile,
+    SecretFileError,
+    check_keys,
+    read_auth,
+    read_timeout,
+    read_url,
+    resolve_path,
+)
 from adapters.prometheus.presets import AGGREGATIONS, DEFAULT_SENTINEL, PRESETS, Aggregation
 from metrics_sched.config import ConfigError
 from metrics_sched.config.reader import (
@@ -51,8 +76,19 @@ from metrics_sched.config.reader import (
 )
 
 DEFAULT_INTERVAL = 10.0
-DEFAULT_NODE_LABELS = ("node", "hostname", "Hostname", "nodename", "instance")
-_SOURCE_KEYS = {"url", "interval", "timeout", "auth", "tls", "nodeLabels", "metrics", *CALLER_KEYS}
+DEFAULT_NODE_LABELS: tuple[str, ...] = ()  # the built-in order (node_names.BUILT_IN_LABELS) follows anyway
+DEFAULT_TIMEOUT = 2.0
+MAX_TIMEOUT = 30.0
+_SOURCE_KEYS = {"url", "interval", "timeout", "auth", "headers", "tls", "proxyUrl", "nodeLabels", "metrics",
+                *CALLER_KEYS}
+_TLS_KEYS = {"caFile", "certFile", "keyFile"}
+# RFC 9110 field-name: a token.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Visible ASCII, spaces and tabs inside; no CR/LF (header injection) nor other control characters.
+_HEADER_VALUE = re.compile(r"^[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?$")
+# Set by the client itself (auth, framing) or by the connection: a configured value would fight them.
+_RESERVED_HEADERS = frozenset({"authorization", "proxy-authorization", "host", "content-length", "content-type",
+                               "transfer-encoding", "connection"})
 _METRIC_KEYS = {"name", "preset", "query", "timestampQuery", "aggregation", "scale", "allowNegative",
                 "sentinelAbove", "nodeLabels"}
 # A metric name and/or a {...} of matchers (quoted values may hold braces), nothing else.
@@ -73,14 +109,35 @@ class MetricSpec:
 
 
 @dataclass(frozen=True)
+class SecretHeader:
+    """A request header whose value is a secret in a file (re-read on rotation, never logged)."""
+
+    name: str
+    file: SecretFile
+
+
+@dataclass(frozen=True)
+class ClientCertificate:
+    """Mutual TLS: a PEM certificate (chain) and its unencrypted private key."""
+
+    cert_file: Path
+    key_file: Path
+
+
+@dataclass(frozen=True)
 class PrometheusConfig:
     url: str
     metrics: tuple[MetricSpec, ...]
     interval: float = DEFAULT_INTERVAL
-    timeout: float = 2.0
+    timeout: float = DEFAULT_TIMEOUT
     credentials: Credentials | None = None
     ca_file: Path | None = None
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
+    # Extra request headers: plain (name, value) pairs, and those whose value comes from a file.
+    headers: tuple[tuple[str, str], ...] = ()
+    secret_headers: tuple[SecretHeader, ...] = ()
+    client_certificate: ClientCertificate | None = None
+    proxy_url: str | None = None
 
 
 def is_plain_selector(query: str) -> bool:
@@ -91,22 +148,107 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> PrometheusConfig
     spec = mapping(spec, "")
     check_keys(spec, _SOURCE_KEYS, "")
     url = read_url(spec, "").rstrip("/")
-    node_labels = _node_labels(spec.get("nodeLabels", list(DEFAULT_NODE_LABELS)), "nodeLabels")
+    node_labels = _node_labels(spec["nodeLabels"], "nodeLabels") if "nodeLabels" in spec else DEFAULT_NODE_LABELS
     metrics: list[MetricSpec] = []
     for i, raw in enumerate(sequence(spec.get("metrics"), "metrics", non_empty=True)):
         metric = _metric(raw, field_name("metrics", i), node_labels)
         if any(m.name == metric.name for m in metrics):
             raise ConfigError(field_name(field_name("metrics", i), "name"), f"duplicate metric {metric.name!r}")
         metrics.append(metric)
+    headers, secret_headers = _headers(spec.get("headers"), base_dir)
+    ca_file, client_certificate = _tls(spec.get("tls"), base_dir, url)
     return PrometheusConfig(
         url=url,
         metrics=tuple(metrics),
         interval=read_duration(spec, "interval", "", DEFAULT_INTERVAL),
-        timeout=read_timeout(spec, ""),
+        timeout=read_timeout(spec, "", DEFAULT_TIMEOUT, maximum=MAX_TIMEOUT),
         credentials=read_auth(spec, "", base_dir, token_key="bearerTokenFile"),
-        ca_file=read_tls(spec, "", base_dir, url),
+        ca_file=ca_file,
         node_labels=node_labels,
+        headers=headers,
+        secret_headers=secret_headers,
+        client_certificate=client_certificate,
+        proxy_url=read_url(spec, "", "proxyUrl") if spec.get("proxyUrl") is not None else None,
     )
+
+
+def _headers(raw: object, base_dir: Path) -> tuple[tuple[tuple[str, str], ...], tuple[SecretHeader, ...]]:
+    plain: list[tuple[str, str]] = []
+    secret: list[SecretHeader] = []
+    seen: set[str] = set()
+    for name, value in mapping(raw, "headers", optional=True).items():
+        field = field_name("headers", name)
+        if not _HEADER_NAME.match(name):
+            raise ConfigError(field, "is not a valid HTTP header name")
+        if name.lower() in _RESERVED_HEADERS:
+            hint = "; use auth" if name.lower() == "authorization" else ""
+            raise ConfigError(field, f"is set by the client and cannot be configured{hint}")
+        if name.lower() in seen:
+            raise ConfigError(field, "is given twice (header names ignore case)")
+        seen.add(name.lower())
+        if isinstance(value, str):
+            if not _HEADER_VALUE.match(value):
+                raise ConfigError(field, "must be one non-empty line of visible ASCII characters")
+            plain.append((name, value))
+            continue
+        if not isinstance(value, Mapping):
+            raise ConfigError(field, f"must be a string (quote a number) or {{valueFile: path}}, "
+                                     f"got {type(value).__name__}")
+        spec = mapping(value, field)
+        check_keys(spec, {"valueFile"}, field)
+        path = resolve_path(base_dir, read_str(spec, "valueFile", field, non_empty=True))
+        try:
+            file = SecretFile(path, kind=f"header {name} value")
+        except SecretFileError as exc:
+            raise ConfigError(field_name(field, "valueFile"), str(exc)) from None
+        # The value itself is never shown: say what is wrong with it, not what it is.
+        if not _HEADER_VALUE.match(file.value()):
+            raise ConfigError(field_name(field, "valueFile"),
+                              f"{path} must hold one line of visible ASCII characters")
+        secret.append(SecretHeader(name, file))
+    return tuple(plain), tuple(secret)
+
+
+def _tls(raw: object, base_dir: Path, url: str) -> tuple[Path | None, ClientCertificate | None]:
+    tls = mapping(raw, "tls", optional=True)
+    check_keys(tls, _TLS_KEYS, "tls")
+    if not tls:
+        return None, None
+    if not url.startswith("https://"):
+        raise ConfigError(field_name("tls", next(iter(tls))), "is only used with an https:// url")
+    files = {key: _pem_file(tls, key, base_dir) for key in _TLS_KEYS if tls.get(key) is not None}
+    ca = files.get("caFile")
+    if ca is not None:
+        try:
+            ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError("tls.caFile", f"{ca} holds no usable PEM certificates: {exc}") from None
+    if ("certFile" in files) != ("keyFile" in files):
+        missing = "keyFile" if "certFile" in files else "certFile"
+        raise ConfigError(field_name("tls", missing), "is required with tls.certFile/tls.keyFile (both or neither)")
+    if "certFile" not in files:
+        return ca, None
+    cert = ClientCertificate(files["certFile"], files["keyFile"])
+    try:
+        # What the TLS stack will do at every new connection; a mismatch or an encrypted key fails here,
+        # not at the first refresh. The error text names the files only (OpenSSL does not echo key bytes).
+        ssl.create_default_context().load_cert_chain(str(cert.cert_file), str(cert.key_file), password=_no_password)
+    except (OSError, ssl.SSLError, TypeError) as exc:
+        raise ConfigError("tls.certFile", f"{cert.cert_file} with key {cert.key_file} cannot be used as a client "
+                                          f"certificate (PEM, matching, key unencrypted): {exc}") from None
+    return ca, cert
+
+
+def _no_password() -> str:
+    # Called by OpenSSL only for an encrypted key: refused, since requests has no way to pass its password.
+    raise TypeError("the key is encrypted")
+
+
+def _pem_file(tls: Mapping[str, Any], key: str, base_dir: Path) -> Path:
+    path = resolve_path(base_dir, read_str(tls, key, "tls", non_empty=True))
+    if not path.is_file():
+        raise ConfigError(field_name("tls", key), f"{path} is not a readable file")
+    return path
 
 
 def _metric(raw: object, where: str, source_labels: tuple[str, ...]) -> MetricSpec:

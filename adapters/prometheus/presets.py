@@ -42,8 +42,10 @@ def _selector(name: str, aggregation: Aggregation, unit: str, sentinel: float = 
     return Preset(name, f"timestamp({name})", aggregation, unit, sentinel)
 
 
-# Labels that tell one GPU of a node from another; everything else (hostname, instance, ...) is kept.
-_GPU_LABELS = "gpu, UUID, device, pci_bus_id, modelName, minor_number, pod, container, namespace"
+# Labels that tell one GPU (or, with MIG, one GPU instance: GPU_I_ID, GPU_I_PROFILE) of a node from another;
+# everything else (hostname, instance, ...) is kept.
+_GPU_LABELS = ("gpu, UUID, device, pci_bus_id, modelName, minor_number, GPU_I_ID, GPU_I_PROFILE, pod, container, "
+               "namespace")
 
 
 def _per_gpu(name: str, aggregation: Aggregation, unit: str) -> Preset:
@@ -58,8 +60,14 @@ def _per_gpu(name: str, aggregation: Aggregation, unit: str) -> Preset:
 PRESETS: dict[str, Preset] = {
     # The hottest GPU decides whether a node can take more heat.
     "dcgm_gpu_temp": _per_gpu("DCGM_FI_DEV_GPU_TEMP", "max", "°C"),
-    # Percent, 0-100. DCGM 4.9 reports a 0-1 ratio: set `scale: 100` to keep percent.
+    # Percent, 0-100 (DCGM field 203, NVML's nvmlUtilization_t.gpu: "percent of time ... one or more kernels
+    # was executing"; dcgm-exporter's default-counters.csv: "GPU utilization (in %)"). Not reported for MIG
+    # instances, and 100 as soon as any kernel runs.
     "dcgm_gpu_util": _per_gpu("DCGM_FI_DEV_GPU_UTIL", "avg", "%"),
+    # A ratio, 0-1 (DCGM profiling field 1001, "Ratio of time the graphics engine is active"): reported per
+    # MIG instance as well as per GPU, and a truer load than GPU_UTIL. Needs DCGM's profiling (DCP) metrics,
+    # Volta or newer; `scale: 100` gives percent.
+    "dcgm_gpu_engine_active": _per_gpu("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "avg", "ratio 0-1"),
     # The node's total GPU draw (sum), the figure a rack power budget is about.
     "dcgm_gpu_power": _per_gpu("DCGM_FI_DEV_POWER_USAGE", "sum", "W"),
     "node_load_per_cpu": Preset(f"node_load1 / {_CORES}", "timestamp(node_load1)", "max", "load/cpu"),

@@ -8,7 +8,8 @@ Each metric is ONE instant query returning both its values and their sample time
 `or` keeps both halves whole because the marker label differs, and both are evaluated at the same
 instant, so a value and its timestamp always come from the same scrape (two separate queries could
 straddle one). A value series takes the timestamp of the series with the same labels; failing that, the
-oldest timestamp seen for its node.
+oldest timestamp seen for its node. How each value series found its node (or did not) is counted per rule
+for the coverage self-check (`sources`), with the label sets of the first few unmatched series.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapters.prometheus.config import MetricSpec
-from adapters.prometheus.node_names import resolve_node
-from metrics_sched.ports import NodeDirectory, Sample
+from adapters.prometheus.node_names import NodeIndex
+from metrics_sched.ports import Sample, SeriesMatching
 
 PART_LABEL = "metrics_sched_part"
 _IGNORED = frozenset({"__name__", PART_LABEL})
 SeriesKey = frozenset[tuple[str, str]]
+UNMATCHED_EXAMPLES = 10  # label sets of unmatched series kept per metric and refresh
 
 
 class MalformedResult(ValueError):
@@ -41,6 +43,12 @@ class Reduced:
     samples: list[Sample] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)
     unmatched: int = 0
+    matched_by_rule: Counter[str] = field(default_factory=Counter)
+    unmatched_examples: list[dict[str, str]] = field(default_factory=list)
+
+    def matching(self) -> SeriesMatching:
+        return SeriesMatching(matched=dict(self.matched_by_rule), unmatched=self.unmatched,
+                              unmatched_examples=tuple(self.unmatched_examples))
 
 
 def refusal(raw: float, metric: MetricSpec) -> str | None:
@@ -73,7 +81,7 @@ def _key(labels: Mapping[str, str]) -> SeriesKey:
     return frozenset((k, v) for k, v in labels.items() if k not in _IGNORED)
 
 
-def reduce_result(metric: MetricSpec, result: object, nodes: NodeDirectory) -> Reduced:
+def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduced:
     if not isinstance(result, list):
         raise MalformedResult(f"expected an instant vector, got {type(result).__name__}")
     out = Reduced()
@@ -91,7 +99,7 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeDirectory) -> R
             values.append((labels, value))
         elif part == "t" and math.isfinite(value):
             stamps[_key(labels)] = value
-            node, _ = resolve_node(labels, metric.node_labels, nodes)
+            node = nodes.resolve(labels, metric.node_labels).node
             if node is not None:
                 oldest_by_node[node] = min(value, oldest_by_node.get(node, value))
         elif part != "t":
@@ -102,11 +110,15 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeDirectory) -> R
 
     per_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for labels, raw in values:
-        node, had_label = resolve_node(labels, metric.node_labels, nodes)
+        match = nodes.resolve(labels, metric.node_labels)
+        node = match.node
         if node is None:
             out.unmatched += 1
-            out.dropped["unknown_node" if had_label else "no_node_label"] += 1
+            out.dropped["unknown_node" if match.had_label else "no_node_label"] += 1
+            if len(out.unmatched_examples) < UNMATCHED_EXAMPLES:
+                out.unmatched_examples.append({k: v for k, v in labels.items() if k != PART_LABEL})
             continue
+        out.matched_by_rule[match.rule] += 1
         reason = refusal(raw, metric)
         if reason is not None:
             out.dropped[reason] += 1

@@ -16,6 +16,7 @@ import requests
 
 from adapters.prometheus.client import PrometheusClient, QueryError
 from adapters.prometheus.config import PrometheusConfig, parse_config
+from adapters.prometheus.node_names import IndexCache
 from adapters.prometheus.series import MalformedResult, combined_query, reduce_result
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry import PolledSource, SourceContext
@@ -35,6 +36,7 @@ class PrometheusSource(PolledSource):
         self._queries = {m.name: combined_query(m.query, m.timestamp_query) for m in config.metrics}
         self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(config.metrics))),
                                         thread_name_prefix=f"prometheus-{name}")
+        self._node_index = IndexCache()
 
     def query_for(self, metric: str) -> str:
         """The PromQL sent for `metric` (for docs, debugging and the /sources endpoint)."""
@@ -45,16 +47,18 @@ class PrometheusSource(PolledSource):
         dropped: Counter[str] = Counter()
         # The queries of one refresh run side by side: a refresh costs the slowest query, not their sum.
         pending = {m.name: self._pool.submit(self._client.query, self._queries[m.name]) for m in self.config.metrics}
+        index = self._node_index.index(nodes)
         for metric in self.config.metrics:
             result.queries += 1
             try:
                 # PrometheusUnreachable propagates: the whole source is down this round.
-                reduced = reduce_result(metric, pending[metric.name].result(), nodes)
+                reduced = reduce_result(metric, pending[metric.name].result(), index)
             except (QueryError, MalformedResult) as exc:
                 result.errors[metric.name] = str(exc)
                 continue
             result.samples.extend(reduced.samples)
             result.unmatched_series += reduced.unmatched
+            result.series_matching[metric.name] = reduced.matching()
             dropped.update(reduced.dropped)
         result.dropped = dict(dropped)
         return result

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from devcluster.emulator.exposition import RenderOptions
-from devcluster.emulator.server import serve
+from devcluster.emulator.server import EmulatorServer, serve, serve_tls
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -30,12 +30,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--node-exporter-instance", choices=("ip", "name"), default="ip",
                         help='instance label: "<node ip>:9100" (default) or "<node name>:9100"')
     parser.add_argument("--dcgm-hostname-label", choices=("hostname", "Hostname"), default="hostname")
+    parser.add_argument("--tls-port", type=int,
+                        help="also serve HTTPS here (the Custom Metrics APIs behind the apiserver's aggregation)")
+    parser.add_argument("--tls-cert-file", type=Path, help="serving certificate for --tls-port")
+    parser.add_argument("--tls-key-file", type=Path, help="its private key")
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.tls_port is not None and (args.tls_cert_file is None or args.tls_key_file is None):
+        raise SystemExit("--tls-port needs --tls-cert-file and --tls-key-file")
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx logs every request at INFO: thousands of NodeMetrics PATCHes per interval.
@@ -57,11 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         server.emulator.metrics_sync.start()
     log = logging.getLogger("devcluster.emulator")
     log.info("listening on %s (seed %d)", server.url, args.seed)
+    tls_server: EmulatorServer | None = None
+    if args.tls_port is not None:
+        tls_server = serve_tls(server.emulator, args.host, args.tls_port, args.tls_cert_file, args.tls_key_file)
+        tls_server.start()
+        log.info("listening on %s", tls_server.url)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        if tls_server is not None:
+            tls_server.close()
         if server.emulator.metrics_sync is not None:
             server.emulator.metrics_sync.stop()
         server.server_close()

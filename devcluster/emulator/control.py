@@ -89,6 +89,20 @@ class EmulatorControl:
         result: dict[str, Any] = self._call("GET", "/control/faults")
         return result
 
+    # -- Custom Metrics APIs ---------------------------------------------------------------------------
+    def set_custom_metric(self, metric: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Per node: a number, a quantity string served verbatim, {value, timestamp}, or None to clear."""
+        result: dict[str, Any] = self._call("PUT", f"/control/custom-metrics/nodes/{quote(metric, safe='')}",
+                                            {"nodes": dict(values)})
+        return result
+
+    def set_external_metric(self, namespace: str, metric: str,
+                            items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The series served for external.metrics.k8s.io: [{value, labels?, timestamp?}]; [] clears."""
+        path = f"/control/custom-metrics/external/{quote(namespace, safe='')}/{quote(metric, safe='')}"
+        result: dict[str, Any] = self._call("PUT", path, {"items": [dict(i) for i in items]})
+        return result
+
     # -- state -------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Node count, faults, per-route request counters and the NodeMetrics sync status."""

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -20,14 +21,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from devcluster.emulator import control_routes, data_routes
+from devcluster.emulator import control_routes, custom_metrics, data_routes
 from devcluster.emulator.errors import RequestError
 from devcluster.emulator.exposition import RenderOptions
 from devcluster.emulator.metrics_api import NodeMetricsSync, client_from_kubeconfig
 from devcluster.emulator.routing import Request, Response, resolve
 from devcluster.emulator.state import Emulator
 
-ROUTES = data_routes.ROUTES + control_routes.ROUTES
+ROUTES = data_routes.ROUTES + control_routes.ROUTES + custom_metrics.ROUTES
 MAX_BODY_BYTES = 64 * 2**20
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length) if length else b""
         url = urlsplit(self.path)
-        host = self.headers.get("Host") or self.server.url.removeprefix("http://")
+        scheme = self.server.scheme
+        host = self.headers.get("Host") or self.server.url.removeprefix(f"{scheme}://")
         request = Request(
             method=self.command, path=url.path, query=parse_qs(url.query, keep_blank_values=True),
-            headers={k.lower(): v for k, v in self.headers.items()}, body=body, base_url=f"http://{host}",
+            headers={k.lower(): v for k, v in self.headers.items()}, body=body, base_url=f"{scheme}://{host}",
         )
         self._send(dispatch(self.server.emulator, request))
 
@@ -106,15 +108,21 @@ class EmulatorServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], emulator: Emulator) -> None:
+    def __init__(self, address: tuple[str, int], emulator: Emulator, *,
+                 tls: ssl.SSLContext | None = None) -> None:
         super().__init__(address, _Handler)
         self.emulator = emulator
+        self.scheme = "https" if tls is not None else "http"
+        if tls is not None:
+            # The handshake happens on the first read, in the connection's own thread: a slow client
+            # cannot hold up accept().
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host if isinstance(host, str) else host.decode()}:{port}"
+        return f"{self.scheme}://{host if isinstance(host, str) else host.decode()}:{port}"
 
     def start(self) -> EmulatorServer:
         """serve_forever() on a daemon thread, plus the NodeMetrics loop if configured."""
@@ -122,12 +130,12 @@ class EmulatorServer(ThreadingHTTPServer):
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="emulator-http", daemon=True)
         self._thread.start()
-        if self.emulator.metrics_sync is not None:
+        if self.emulator.metrics_sync is not None and self.scheme == "http":
             self.emulator.metrics_sync.start()
         return self
 
     def close(self) -> None:
-        if self.emulator.metrics_sync is not None:
+        if self.emulator.metrics_sync is not None and self.scheme == "http":
             self.emulator.metrics_sync.stop()
         if self._thread is not None:
             self.shutdown()
@@ -168,3 +176,11 @@ def serve(
         emulator.metrics_sync = NodeMetricsSync(
             client, emulator.metrics_usages, interval=metrics_api_interval, close_client=owned)
     return EmulatorServer((host, port), emulator)
+
+
+def serve_tls(emulator: Emulator, host: str, port: int, cert_file: Path, key_file: Path) -> EmulatorServer:
+    """A second, HTTPS listener on the same state (bound, not yet serving): what the apiserver's aggregation
+    layer proxies the Custom Metrics APIs to (it only speaks TLS to an APIService's backend)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    return EmulatorServer((host, port), emulator, tls=context)

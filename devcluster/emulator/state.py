@@ -15,6 +15,7 @@ from typing import Any
 
 from devcluster.emulator import assets, cmdb
 from devcluster.emulator.cpu_counters import CpuSample
+from devcluster.emulator.custom_metrics import CustomMetricsStore
 from devcluster.emulator.errors import RequestError
 from devcluster.emulator.exposition import (
     DcgmRenderer,
@@ -61,6 +62,7 @@ class Emulator:
         self.lock = threading.RLock()
         self.scenario = Scenario(seed)
         self.metrics_sync: NodeMetricsSync | None = None
+        self.custom_metrics = CustomMetricsStore(clock)
         self._faults: dict[str, Fault] = {}
         self._frozen: dict[str, Frozen] = {}
         self._requests: Counter[str] = Counter()

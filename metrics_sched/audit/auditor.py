@@ -24,22 +24,25 @@ STORED = StateKey[StoredDecision]("audit/stored")
 
 class Auditor:
     def __init__(self, state: ClusterState, ring: DecisionRing, *, config_hash: str,
-                 top: int = 5, annotate: bool = True, log_decisions: bool = True) -> None:
+                 top: int = 5, annotate: bool = True, log_decisions: bool = True,
+                 shadow_profiles: frozenset[str] = frozenset()) -> None:
         self.state = state
         self.ring = ring
         self.config_hash = config_hash
         self.top = top
         self.annotate = annotate
         self.log_decisions = log_decisions
+        self.shadow_profiles = shadow_profiles  # their cycles only record where a pod would have gone
         self.record_observers: list[Callable[[DecisionRecord, CycleResult], None]] = []
         self.bind_observers: list[Callable[[DecisionRecord, BindOutcome], None]] = []
 
     def on_cycle(self, result: CycleResult) -> None:
         with self.state.lock:
-            record = build_record(result, self.state.table, config_hash=self.config_hash, top=self.top)
+            record = build_record(result, self.state.table, config_hash=self.config_hash, top=self.top,
+                                  shadow=result.profile in self.shadow_profiles)
         result.cycle.write(RECORD, record)
         result.summary = record.summary()
-        if self.annotate and record.node is not None:
+        if self.annotate and record.node is not None and record.result != "shadow":
             # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
             annotate_binding(result.cycle, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
         result.cycle.write(STORED, self.ring.add(record))

@@ -8,6 +8,10 @@ Rendering holds the GIL, and the soak bench saw four clients polling `limit=1000
 to ~23 decisions/s. So one answer renders at a time (a request waits for its turn, up to RENDER_WAIT
 seconds, then gets 503: a client spinning on 503s would cost more than waiting), and a render rests as long
 as each chunk took: the endpoint never takes more than about half of the interpreter, whatever clients do.
+
+`format=jsonl` exports the matching records as JSON Lines, one record a line, oldest first (the input of
+`metrics-sched replay`): its `limit` defaults to, and is capped at, the ring's size, so one request takes the
+whole ring; it streams under the same render slot and rests.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 _CHUNK = 50  # records per write
 
-PARAMS = ("kind", "pod", "node", "owner", "since", "before", "limit")
+PARAMS = ("kind", "pod", "node", "owner", "since", "before", "limit", "format")
+FORMATS = ("json", "jsonl")
 BUSY = "other /decisions answers are being rendered; retry in a few seconds\n"
 RENDER_WAIT = 10.0  # seconds a request waits for its turn to render
 
@@ -35,8 +40,10 @@ _rendering = threading.BoundedSemaphore(1)
 def decisions(ring: DecisionRing, query: Query) -> Response:
     """The /decisions route; a bad parameter raises BadRequest (400)."""
     check_params(query, PARAMS)
+    jsonl = _format(query) == "jsonl"
     # Above the cap is not an error: like a Kubernetes LIST's limit, the answer says where to go on.
-    limit = min(int_param(query, "limit", minimum=1) or DEFAULT_LIMIT, MAX_LIMIT)
+    limit = (min(int_param(query, "limit", minimum=1) or ring.size, ring.size) if jsonl
+             else min(int_param(query, "limit", minimum=1) or DEFAULT_LIMIT, MAX_LIMIT))
     records = ring.select(pod=param(query, "pod"), node=param(query, "node"), since=float_param(query, "since"),
                           before=int_param(query, "before", minimum=1), limit=limit + 1, kind=_kind(query),
                           owner=param(query, "owner"))
@@ -46,7 +53,16 @@ def decisions(ring: DecisionRing, query: Query) -> Response:
             "next": records[-1].id if more else None}
     if not _rendering.acquire(timeout=RENDER_WAIT):
         return 503, "text/plain", BUSY.encode()
+    if jsonl:
+        return 200, "application/jsonl", _released(_render_lines(records[::-1]))
     return 200, "application/json", _released(_render(head, records))
+
+
+def _format(query: Query) -> str:
+    value = param(query, "format") or "json"
+    if value not in FORMATS:
+        raise BadRequest(f"format: must be one of {', '.join(FORMATS)}, got {value!r}")
+    return value
 
 
 def _kind(query: Query) -> Kind | None:
@@ -96,3 +112,10 @@ def _render(head: Mapping[str, object], records: list[StoredDecision | EvictionR
         yield sep + b", ".join(json.dumps(r.as_dict()).encode() for r in batch)
         time.sleep(time.perf_counter() - started)  # at most half the interpreter: scheduling goes on
     yield b"]}"
+
+
+def _render_lines(records: list[StoredDecision | EvictionRecord]) -> Iterator[bytes]:
+    for start in range(0, len(records), _CHUNK):
+        started = time.perf_counter()
+        yield b"".join(json.dumps(r.as_dict()).encode() + b"\n" for r in records[start:start + _CHUNK])
+        time.sleep(time.perf_counter() - started)  # as _render: at most half the interpreter

@@ -72,7 +72,7 @@ class DecisionRecord:
     uid: str
     profile: str
     config_hash: str
-    result: str  # scheduled | waiting | unschedulable | error
+    result: str  # scheduled | waiting | unschedulable | error | shadow (a shadow profile's verdict: nothing bound)
     node: str | None
     message: str
     nodes_total: int
@@ -111,10 +111,12 @@ class DecisionRecord:
 
 
 def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
-                 now: float | None = None) -> DecisionRecord:
+                 now: float | None = None, shadow: bool = False) -> DecisionRecord:
     now = time.time() if now is None else now
     placed = result.node is not None and result.status.code in (Code.SUCCESS, Code.WAIT)
-    if placed and result.status.code == Code.WAIT:
+    if shadow:
+        outcome = "shadow"  # `node` is where it would have gone (None: nowhere, `message` says why)
+    elif placed and result.status.code == Code.WAIT:
         outcome = "waiting"  # assumed and held at Permit; the bind outcome tells how it ended
     elif placed:
         outcome = "scheduled"
@@ -153,7 +155,8 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
     return DecisionRecord(
         id=next(_ids), time=now, pod=result.pod.key, uid=result.pod.uid, profile=result.profile,
         config_hash=config_hash, result=outcome, node=result.node if placed else None,
-        message=(f"held at Permit on {result.node}: {result.status.reason}" if outcome == "waiting"
+        message=(f"would have bound to {result.node} (shadow)" if shadow and placed
+                 else f"held at Permit on {result.node}: {result.status.reason}" if outcome == "waiting"
                  else f"bound to {result.node}" if placed else result.message()),
         nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
         candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,

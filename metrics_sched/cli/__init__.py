@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from metrics_sched.cli import config_cmd, explain_cmd, rebalance_cmd, run_cmd
+from metrics_sched.cli import config_cmd, explain_cmd, rebalance_cmd, replay_cmd, run_cmd
 
 CLI_GROUP = "metrics_sched.cli"
 
@@ -29,6 +29,7 @@ def build_parser(commands: Iterable[EntryPoint] | None = None) -> argparse.Argum
     config_cmd.register(sub)
     explain_cmd.register(sub)
     rebalance_cmd.register(sub)
+    replay_cmd.register(sub)
     load_commands(sub, entry_points(group=CLI_GROUP) if commands is None else commands)
     return parser
 

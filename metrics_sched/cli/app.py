@@ -34,6 +34,7 @@ from metrics_sched.leader import LeaderElector, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.observability.metrics import RebalanceMetrics
 from metrics_sched.ports import ClusterLister, ClusterSource, Evictor, PodWriter
+from metrics_sched.profiling import DebugEndpoints, debug_routes
 from metrics_sched.rebalance.runner import RebalanceRunner
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.comparer import CacheComparer
@@ -141,7 +142,9 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
         load,
     )
 
-    kube = load(kubeconfig)
+    # --kubeconfig wins over clientConnection.kubeconfig; neither: the in-cluster service account.
+    configured = config.client_connection.kubeconfig
+    kube = load(kubeconfig if kubeconfig is not None else Path(configured) if configured else None)
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     elector = None
     fence = None
@@ -186,16 +189,20 @@ def start_caches(scheduler: Scheduler, source: ClusterSource, stop: threading.Ev
 
 def build_rebalancer(config: SchedulerConfig, core: Core, ring: DecisionRing, metrics: RebalanceMetrics | None, *,
                      dry_run: bool) -> RebalanceRunner:
-    """The rebalancer on the scheduler core, carried out through the Eviction API. It simulates with the first
-    profile's framework (its filters and scores)."""
+    """The rebalancer on the scheduler core, carried out through the Eviction API. It simulates a pod with the
+    framework of the profile that placed it (the first profile's for pods of other schedulers)."""
     from metrics_sched.rebalance.rebalancer import Rebalancer
 
     scheduler = core.scheduler
-    framework = scheduler.frameworks[config.profiles[0].scheduler_name]
-    rebalancer = Rebalancer(config.rebalance, framework, scheduler.state, scheduler.metrics, config.scheduler_names,
-                            pods=core.writer)
+    # A shadow profile places nothing: its pods (another scheduler's) are never ours to move, nor is it the
+    # profile to simulate with.
+    placing = [p.scheduler_name for p in config.profiles if not p.shadow] or [config.profiles[0].scheduler_name]
+    frameworks = {name: scheduler.frameworks[name] for name in placing}
+    names = frozenset(p.scheduler_name for p in config.profiles if not p.shadow)
+    rebalancer = Rebalancer(config.rebalance, frameworks[placing[0]], scheduler.state, scheduler.metrics, names,
+                            pods=core.writer, frameworks=frameworks, clock=scheduler.metrics.clock)
     return RebalanceRunner(rebalancer, core.evictor, ring, dry_run=dry_run, writer=core.writer, metrics=metrics,
-                           controller=config.profiles[0].scheduler_name, instance=core.identity,
+                           controller=placing[0], instance=core.identity,
                            rules=tuple(r.name for r in config.rebalance.rules))
 
 
@@ -206,12 +213,19 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     ring = DecisionRing(config.audit.ring_size)
     auditor = Auditor(scheduler.state, ring, config_hash=config.config_hash,
                       top=config.audit.top_candidates, annotate=config.audit.annotate_pods,
-                      log_decisions=config.audit.log_decisions)
+                      log_decisions=config.audit.log_decisions,
+                      shadow_profiles=frozenset(p.scheduler_name for p in config.profiles if p.shadow))
     scheduler.cycle_observers.append(auditor.on_cycle)
     scheduler.bind_observers.append(auditor.on_bind)
     metrics = SchedulerMetrics(scheduler, is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
     auditor.record_observers.append(metrics.on_record)
     auditor.bind_observers.append(metrics.on_bind)
+    if config.audit.file is not None:
+        from metrics_sched.audit.sink import JsonlFileSink
+
+        file = config.audit.file
+        auditor.record_observers.append(JsonlFileSink((config_dir or Path.cwd()) / file.path, max_bytes=file.max_bytes,
+                                                      backups=file.backups).on_record)
     scheduler.node_deleted_observers.append(metrics.forget_node)
     server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)
     comparer = CacheComparer(scheduler.state, core.lister)
@@ -229,6 +243,9 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
     server.route("/sources", app.sources)
     server.route("/values", app.values)
     server.route("/metrics", lambda _: (200, CONTENT_TYPE_LATEST, metrics.exposition()))
+    if config.enable_profiling:  # off: the /debug paths do not exist (404)
+        for path, handler in debug_routes(DebugEndpoints()).items():
+            server.route(path, handler)
     return app
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from metrics_sched.cli.sources import render_series_matching
+
 DEFAULT_URL = os.environ.get("METRICS_SCHED_URL", "http://127.0.0.1:10260")
 
 
@@ -180,4 +182,7 @@ def _sources(args: argparse.Namespace) -> int:
                      (h.get("last_error") or "")[:60]])
     print(table(["source", "state", "every", "last success", "fails", "took", "coverage (fresh)", "dropped",
                  "last error"], rows))
+    matching = render_series_matching(body)
+    if matching:
+        print("\nseries -> nodes, by rule:\n" + matching)
     return 0

@@ -2,7 +2,11 @@
 
 Every error names its field (`profiles[0].plugins.score.enabled[1].weight: ...`). Plugin sets work
 as in kube-scheduler: `enabled` adds to the defaults of that extension point (or sets the weight of
-a default), `disabled` removes defaults, `disabled: [{name: "*"}]` removes them all.
+a default), `disabled` removes defaults, `disabled: [{name: "*"}]` removes them all; `multiPoint`
+enables or disables a plugin at every extension point it implements, a specific point taking precedence.
+
+Every KubeSchedulerConfiguration v1 field is accepted; those without effect here are collected as
+warnings (`SchedulerConfig.warnings`, one per field). The field sets come from `config.schema`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from metrics_sched.config.model import (
     DEFAULT_SCHEDULER_NAME,
     EXTENSION_POINT_NAMES,
     AuditConfig,
+    AuditFileConfig,
     ClientConnectionConfig,
     EvictionLimits,
     LeaderElectionConfig,
@@ -35,6 +40,7 @@ from metrics_sched.config.model import (
 )
 from metrics_sched.config.reader import (
     check_keys,
+    field_name,
     mapping,
     read_bool,
     read_choice,
@@ -43,6 +49,14 @@ from metrics_sched.config.reader import (
     read_int,
     read_str,
     sequence,
+)
+from metrics_sched.config.schema import keys
+from metrics_sched.config.upstream_fields import (
+    JSON_CONTENT_TYPE,
+    NO_EFFECT_POINTS,
+    PROTOBUF_CONTENT_TYPE,
+    UPSTREAM_PLUGINS,
+    WarningLog,
 )
 
 API_VERSIONS = ("metrics-sched.io/v1alpha1", "kubescheduler.config.k8s.io/v1")
@@ -106,21 +120,33 @@ DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
 }
 
 
-def _plugin_list(value: Any, field: str, catalog: PluginCatalog, point: str) -> list[PluginRef]:
+def _plugin_list(value: Any, field: str, catalog: PluginCatalog, point: str, warnings: WarningLog) -> list[PluginRef]:
+    """A plugin set's `enabled` or `disabled` list at `point` ("multiPoint": any point the plugin implements).
+
+    kube-scheduler's plugins that metrics-sched lacks are dropped: enabled with a warning, disabled silently
+    (not running is what was asked)."""
     refs = []
     for i, item in enumerate(sequence(value, field, optional=True)):
         where = f"{field}[{i}]"
         item = mapping(item, where)
-        check_keys(item, {"name", "weight"}, where)
+        check_keys(item, keys("profiles", "plugins", "multiPoint", "enabled"), where)
         name = read_str(item, "name", where, non_empty=True)
         if name != "*":
             spec = catalog.get(name)
+            if spec is None and name in UPSTREAM_PLUGINS:
+                if field.endswith(".enabled"):
+                    warnings.warn(f"{where}.name", f"kube-scheduler's plugin {name!r} is not implemented by "
+                                                   "metrics-sched; ignored")
+                continue
             if spec is None:
                 raise ConfigError(f"{where}.name", f"unknown plugin {name!r} (known: {', '.join(sorted(catalog))})")
-            if point not in spec.points:
+            if point != "multiPoint" and point not in spec.points:
                 raise ConfigError(f"{where}.name", f"plugin {name!r} does not implement {point}")
         weight = 1
-        if "weight" in item:
+        if "weight" in item and point == "multiPoint":
+            # kube-scheduler writes `weight: 0` for every plugin of a dumped config: 0 means "the default weight".
+            weight = read_int(item, "weight", where, minimum=0, maximum=MAX_WEIGHT)
+        elif "weight" in item:
             if point != "score":
                 raise ConfigError(f"{where}.weight", "only score plugins have a weight")
             weight = read_int(item, "weight", where, minimum=1, maximum=MAX_WEIGHT)
@@ -128,29 +154,78 @@ def _plugin_list(value: Any, field: str, catalog: PluginCatalog, point: str) -> 
     return refs
 
 
-def _profile(data: Any, i: int, catalog: PluginCatalog) -> ProfileConfig:
-    where = f"profiles[{i}]"
-    data = mapping(data, where, optional=True)
-    check_keys(data, {"schedulerName", "plugins", "pluginConfig"}, where)
-    name = read_str(data, "schedulerName", where, DEFAULT_SCHEDULER_NAME, non_empty=True)
-    plugins_data = mapping(data.get("plugins"), f"{where}.plugins", optional=True)
-    check_keys(plugins_data, set(EXTENSION_POINT_NAMES) | {"multiPoint"}, f"{where}.plugins")
-    if "multiPoint" in plugins_data:
-        raise ConfigError(f"{where}.plugins.multiPoint", "not supported; list plugins per extension point")
+def _percentage(data: Mapping[str, Any], where: str, default: int, warnings: WarningLog) -> int:
+    """percentageOfNodesToScore: 0 (upstream's adaptive default) reads as 100 (every feasible node scored);
+    below 100 only that share of the nodes is scored (Framework._sample), with a warning: sampling costs
+    telemetry-driven scores much of their value. A profile without one takes the top-level value."""
+    if data.get("percentageOfNodesToScore") is None:
+        return default
+    percentage = read_int(data, "percentageOfNodesToScore", where, default, minimum=0, maximum=100) or 100
+    if percentage < 100:
+        warnings.warn(field_name(where, "percentageOfNodesToScore"),
+                      f"{percentage}%: only that share of the nodes is scored, so a cooler or cheaper node "
+                      "outside the sample is never seen")
+    return percentage
+
+
+def _plugin_set(plugins_data: Mapping[str, Any], point: str, where: str, catalog: PluginCatalog,
+                warnings: WarningLog) -> tuple[list[PluginRef], set[str]]:
+    field = f"{where}.plugins.{point}"
+    point_data = mapping(plugins_data.get(point), field, optional=True)
+    check_keys(point_data, keys("profiles", "plugins", "multiPoint"), field)
+    enabled = _plugin_list(point_data.get("enabled"), f"{field}.enabled", catalog, point, warnings)
+    disabled = {r.name for r in _plugin_list(point_data.get("disabled"), f"{field}.disabled", catalog, point,
+                                             warnings)}
+    if any(r.name == "*" for r in enabled):
+        raise ConfigError(f"{field}.enabled", "'*' can only be disabled")
+    if len({r.name for r in enabled}) != len(enabled):
+        raise ConfigError(f"{field}.enabled", "a plugin is listed twice")
+    return enabled, disabled
+
+
+def _resolve_plugins(plugins_data: Mapping[str, Any], where: str, catalog: PluginCatalog,
+                     warnings: WarningLog) -> dict[str, tuple[PluginRef, ...]]:
+    """Per extension point, in upstream's precedence: the point's own set, then multiPoint's plugins, then the
+    defaults. multiPoint's `enabled` adds a plugin (or sets a default's weight) at every point it implements
+    (the weight counts at score), its `disabled` removes defaults everywhere; a point's `disabled` also removes
+    multiPoint's plugins there, and its `disabled: ['*']` everything but its own `enabled`."""
+    for point in NO_EFFECT_POINTS:
+        ignored, _ = _plugin_set(plugins_data, point, where, catalog, warnings)
+        if ignored:
+            warnings.warn(f"{where}.plugins.{point}", "extension point not implemented by metrics-sched; ignored")
+    multi_enabled, multi_disabled = _plugin_set(plugins_data, "multiPoint", where, catalog, warnings)
     resolved: dict[str, tuple[PluginRef, ...]] = {}
     for point in EXTENSION_POINT_NAMES:
-        field = f"{where}.plugins.{point}"
-        point_data = mapping(plugins_data.get(point), field, optional=True)
-        check_keys(point_data, {"enabled", "disabled"}, field)
-        enabled = _plugin_list(point_data.get("enabled"), f"{field}.enabled", catalog, point)
-        disabled = {r.name for r in _plugin_list(point_data.get("disabled"), f"{field}.disabled", catalog, point)}
-        if any(r.name == "*" for r in enabled):
-            raise ConfigError(f"{field}.enabled", "'*' can only be disabled")
-        defaults = [] if "*" in disabled else [r for r in DEFAULT_PLUGINS[point] if r.name not in disabled]
+        enabled, disabled = _plugin_set(plugins_data, point, where, catalog, warnings)
+        if "*" in disabled:
+            resolved[point] = tuple(enabled)
+            continue
+        defaults = [] if "*" in multi_disabled else [r for r in DEFAULT_PLUGINS[point] if r.name not in multi_disabled]
+        multi = {r.name: r for r in multi_enabled if point in catalog[r.name].points}
+        base = [_weighted(multi.pop(r.name, r), r.weight, point) for r in defaults]
+        base += [_weighted(r, 1, point) for r in multi.values()]
         overrides = {r.name: r for r in enabled}
-        merged = [overrides.pop(r.name, r) for r in defaults]
+        merged = [overrides.pop(r.name, r) for r in base if r.name not in disabled]
         merged += [r for r in enabled if r.name in overrides]
         resolved[point] = tuple(merged)
+    return resolved
+
+
+def _weighted(ref: PluginRef, default: int, point: str) -> PluginRef:
+    """A multiPoint plugin at `point`: its weight counts at score only, and 0 there means `default`."""
+    if point != "score":
+        return PluginRef(ref.name)
+    return ref if ref.weight else PluginRef(ref.name, default)
+
+
+def _profile(data: Any, i: int, catalog: PluginCatalog, percentage: int, warnings: WarningLog) -> ProfileConfig:
+    where = f"profiles[{i}]"
+    data = mapping(data, where, optional=True)
+    check_keys(data, keys("profiles"), where)
+    name = read_str(data, "schedulerName", where, DEFAULT_SCHEDULER_NAME, non_empty=True)
+    plugins_data = mapping(data.get("plugins"), f"{where}.plugins", optional=True)
+    check_keys(plugins_data, keys("profiles", "plugins"), f"{where}.plugins")
+    resolved = _resolve_plugins(plugins_data, where, catalog, warnings)
     if len(resolved["queueSort"]) != 1:
         raise ConfigError(f"{where}.plugins.queueSort", "exactly one queueSort plugin must be enabled")
     if not resolved["bind"]:
@@ -160,14 +235,18 @@ def _profile(data: Any, i: int, catalog: PluginCatalog) -> ProfileConfig:
     for j, item in enumerate(sequence(data.get("pluginConfig"), f"{where}.pluginConfig", optional=True)):
         field = f"{where}.pluginConfig[{j}]"
         item = mapping(item, field)
-        check_keys(item, {"name", "args"}, field)
+        check_keys(item, keys("profiles", "pluginConfig"), field)
         plugin = read_str(item, "name", field, non_empty=True)
         spec = catalog.get(plugin)
+        if spec is None and plugin in UPSTREAM_PLUGINS:
+            warnings.warn(f"{field}.name", f"args of kube-scheduler's plugin {plugin!r}, which metrics-sched does "
+                                           "not implement; ignored")
+            continue
         if spec is None:
             raise ConfigError(f"{field}.name", f"unknown plugin {plugin!r}")
         if plugin in args:
             raise ConfigError(f"{field}.name", f"args for {plugin!r} given twice")
-        plugin_args = dict(mapping(item.get("args"), f"{field}.args", optional=True))
+        plugin_args = _unwrap_args(item.get("args"), plugin, f"{field}.args")
         try:
             args[plugin] = spec.parse_args(plugin_args)
         except (ArgsError, ConfigError) as exc:
@@ -180,14 +259,28 @@ def _profile(data: Any, i: int, catalog: PluginCatalog) -> ProfileConfig:
                     args[ref.name] = catalog[ref.name].parse_args({})
                 except (ArgsError, ConfigError) as exc:
                     raise ConfigError(f"{where}.pluginConfig", f"{ref.name} ({point}) needs args: {exc}") from None
-    return ProfileConfig(scheduler_name=name, plugins=resolved, plugin_args=args)
+    return ProfileConfig(scheduler_name=name, plugins=resolved, plugin_args=args,
+                         shadow=read_bool(data, "shadow", where, False),
+                         percentage_of_nodes_to_score=_percentage(data, where, percentage, warnings))
+
+
+def _unwrap_args(value: Any, plugin: str, field: str) -> dict[str, Any]:
+    """The args mapping without upstream's type wrapper (`apiVersion: kubescheduler.config.k8s.io/v1`,
+    `kind: <Plugin>Args`), which must name this plugin when present."""
+    plugin_args = dict(mapping(value, field, optional=True))
+    if "apiVersion" in plugin_args:
+        read_choice(plugin_args, "apiVersion", field, API_VERSIONS)
+        del plugin_args["apiVersion"]
+    if "kind" in plugin_args:
+        read_choice(plugin_args, "kind", field, (f"{plugin}Args",))
+        del plugin_args["kind"]
+    return plugin_args
 
 
 def _leader_election(data: Any) -> LeaderElectionConfig:
     where = "leaderElection"
     data = mapping(data, where, optional=True)
-    check_keys(data, {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceName",
-                      "resourceNamespace", "resourceLock"}, where)
+    check_keys(data, keys(where), where)
     defaults = LeaderElectionConfig()
     leader_elect = read_bool(data, "leaderElect", where, defaults.leader_elect)
     read_choice(data, "resourceLock", where, ("leases",), "leases")
@@ -207,17 +300,15 @@ def _leader_election(data: Any) -> LeaderElectionConfig:
 
 def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     data = mapping(data, "", optional=True)
-    check_keys(data, {"apiVersion", "kind", "profiles", "leaderElection", "clientConnection", "server",
-                       "bindWorkers", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
-                       "podMaxInUnschedulablePodsDuration", "metrics", "sources", "audit", "replacesDefaultScheduler",
-                       "cacheCompareInterval", "rebalance"},
-               "")
+    check_keys(data, keys(), "")
+    warnings = WarningLog()
     if data.get("apiVersion", API_VERSIONS[0]) not in API_VERSIONS:
         raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
     if data.get("kind", KINDS[0]) not in KINDS:
         raise ConfigError("kind", f"must be one of {', '.join(KINDS)}, got {data.get('kind')!r}")
     profiles_data = sequence(data.get("profiles"), "profiles", optional=True) or [{}]
-    profiles = tuple(_profile(p, i, catalog) for i, p in enumerate(profiles_data))
+    percentage = _percentage(data, "", 100, warnings)
+    profiles = tuple(_profile(p, i, catalog, percentage, warnings) for i, p in enumerate(profiles_data))
     names = [p.scheduler_name for p in profiles]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -225,21 +316,18 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     if len({p.plugins["queueSort"] for p in profiles}) > 1:
         raise ConfigError("profiles", "all profiles must use the same queueSort plugin")
     replaces_default = read_bool(data, "replacesDefaultScheduler", "", False)
-    if KUBE_DEFAULT_SCHEDULER in names and not replaces_default:
+    # A shadow profile only watches kube-scheduler's pods (binds nothing): no race.
+    if KUBE_DEFAULT_SCHEDULER in [p.scheduler_name for p in profiles if not p.shadow] and not replaces_default:
         raise ConfigError(f"profiles[{names.index(KUBE_DEFAULT_SCHEDULER)}].schedulerName",
                           f"{KUBE_DEFAULT_SCHEDULER!r} is kube-scheduler's: next to it, both would race for the same "
                           "pods; set replacesDefaultScheduler: true only where metrics-sched replaces kube-scheduler")
 
-    client = mapping(data.get("clientConnection"), "clientConnection", optional=True)
-    check_keys(client, {"qps", "burst", "watchReadTimeout", "kubeconfig"}, "clientConnection")
-    client_config = ClientConnectionConfig(
-        qps=read_float(client, "qps", "clientConnection", 0, minimum=0),
-        burst=read_int(client, "burst", "clientConnection", 0, minimum=0),
-        watch_read_timeout=read_duration(client, "watchReadTimeout", "clientConnection", 60,
-                                         minimum=WATCH_READ_TIMEOUT[0], maximum=WATCH_READ_TIMEOUT[1]),
-    )
+    if sequence(data.get("extenders"), "extenders", optional=True):
+        raise ConfigError("extenders", "scheduler extenders are not supported by metrics-sched (its plugins run "
+                                       "in-process); remove them")
+    client_config = _client_connection(data.get("clientConnection"), warnings)
     server = mapping(data.get("server"), "server", optional=True)
-    check_keys(server, {"bindAddress", "port"}, "server")
+    check_keys(server, keys("server"), "server")
     server_config = ServerConfig(
         bind_address=read_str(server, "bindAddress", "server", ServerConfig.bind_address, non_empty=True),
         port=read_int(server, "port", "server", ServerConfig.port, minimum=1, maximum=65535),
@@ -263,20 +351,26 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
             raise ConfigError(f"{where}.name", f"duplicate source name {name!r}")
         sources.append(dict(spec, name=name))
     audit = mapping(data.get("audit"), "audit", optional=True)
-    check_keys(audit, {"ringSize", "topCandidates", "annotatePods", "logDecisions"}, "audit")
+    check_keys(audit, keys("audit"), "audit")
     audit_config = AuditConfig(
         ring_size=read_int(audit, "ringSize", "audit", 10_000, minimum=1, maximum=MAX_RING_SIZE),
         top_candidates=read_int(audit, "topCandidates", "audit", 5, minimum=1, maximum=MAX_TOP_CANDIDATES),
         annotate_pods=read_bool(audit, "annotatePods", "audit", True),
         log_decisions=read_bool(audit, "logDecisions", "audit", True),
+        file=_audit_file(audit.get("file")),
     )
+    if read_bool(data, "enableContentionProfiling", "", False):
+        warnings.warn("enableContentionProfiling", "accepted but has no effect (no lock contention profile here)")
+    if read_bool(data, "delayCacheUntilActive", "", False):
+        warnings.warn("delayCacheUntilActive", "accepted but has no effect: every replica fills its cache at start, "
+                                               "so a new leader schedules at once")
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
     return SchedulerConfig(
         profiles=profiles,
         leader_election=_leader_election(data.get("leaderElection")),
         client_connection=client_config,
         server=server_config,
-        bind_workers=read_int(data, "bindWorkers", "", 16, minimum=1, maximum=MAX_BIND_WORKERS),
+        bind_workers=_bind_workers(data),
         pod_initial_backoff=initial,
         pod_max_backoff=maximum,
         pod_max_in_unschedulable=read_duration(data, "podMaxInUnschedulablePodsDuration", "", 300,
@@ -286,9 +380,45 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         metrics=contracts,
         sources=tuple(sources),
         replaces_default_scheduler=replaces_default,
+        enable_profiling=read_bool(data, "enableProfiling", "", False),
         rebalance=parse_rebalance(data.get("rebalance")),
+        percentage_of_nodes_to_score=percentage,
+        warnings=warnings.collected(),
         config_hash=hashlib.sha256(canonical).hexdigest()[:12],
     )
+
+
+def _client_connection(data: Any, warnings: WarningLog) -> ClientConnectionConfig:
+    where = "clientConnection"
+    client = mapping(data, where, optional=True)
+    check_keys(client, keys(where), where)
+    content_type = read_str(client, "contentType", where, "") or JSON_CONTENT_TYPE
+    if content_type == PROTOBUF_CONTENT_TYPE:
+        warnings.warn(f"{where}.contentType", f"only {JSON_CONTENT_TYPE} is spoken; JSON is used")
+    elif content_type != JSON_CONTENT_TYPE:
+        raise ConfigError(f"{where}.contentType", f"must be {JSON_CONTENT_TYPE} (or {PROTOBUF_CONTENT_TYPE}, read as "
+                                                  f"JSON), got {content_type!r}")
+    accept = read_str(client, "acceptContentTypes", where, "")
+    if any(t.strip() not in ("", JSON_CONTENT_TYPE) for t in accept.split(",")):
+        warnings.warn(f"{where}.acceptContentTypes", f"only {JSON_CONTENT_TYPE} is spoken; JSON is used")
+    return ClientConnectionConfig(
+        kubeconfig=read_str(client, "kubeconfig", where, ""),
+        qps=read_float(client, "qps", where, 0, minimum=0),
+        burst=read_int(client, "burst", where, 0, minimum=0),
+        watch_read_timeout=read_duration(client, "watchReadTimeout", where, 60,
+                                         minimum=WATCH_READ_TIMEOUT[0], maximum=WATCH_READ_TIMEOUT[1]),
+    )
+
+
+def _bind_workers(data: Mapping[str, Any]) -> int:
+    """bindWorkers, or upstream's `parallelism` (the same knob here: how many binds run at once)."""
+    workers = read_int(data, "bindWorkers", "", 16, minimum=1, maximum=MAX_BIND_WORKERS)
+    if "parallelism" not in data:
+        return workers
+    parallelism = read_int(data, "parallelism", "", minimum=1, maximum=MAX_BIND_WORKERS)
+    if "bindWorkers" in data and workers != parallelism:
+        raise ConfigError("parallelism", f"is bindWorkers by another name; give one ({parallelism} != {workers})")
+    return parallelism
 
 
 def load_config(path: Path, catalog: PluginCatalog) -> SchedulerConfig:
@@ -306,6 +436,17 @@ def load_config(path: Path, catalog: PluginCatalog) -> SchedulerConfig:
 
 
 MIN_COMPARE_INTERVAL = 5.0  # each comparison LISTs every node and pod: never in a loop
+
+
+def _audit_file(data: Any) -> AuditFileConfig | None:
+    """`audit.file: {path, maxBytes, backups}`: every decision as a JSON line, rotated by size."""
+    if data is None:
+        return None
+    data = mapping(data, "audit.file")
+    check_keys(data, keys("audit", "file"), "audit.file")
+    return AuditFileConfig(path=read_str(data, "path", "audit.file", non_empty=True),
+                           max_bytes=read_int(data, "maxBytes", "audit.file", 100 * 2**20, minimum=4096),
+                           backups=read_int(data, "backups", "audit.file", 3, minimum=0, maximum=100))
 
 
 def _compare_interval(data: Mapping[str, Any]) -> float:
@@ -328,8 +469,7 @@ def parse_rebalance(data: Any) -> RebalanceConfig:
     """The `rebalance:` section; absent means disabled (the `metrics-sched rebalance` command still needs rules)."""
     where = "rebalance"
     data = mapping(data, where, optional=True)
-    check_keys(data, {"enabled", "interval", "dryRun", "rules", "margin", "limits", "podSelector", "maxPriority"},
-               where)
+    check_keys(data, keys(where), where)
     defaults = RebalanceConfig()
     enabled = read_bool(data, "enabled", where, defaults.enabled)
     rules: list[NodeRule] = []
@@ -361,7 +501,7 @@ def parse_rebalance(data: Any) -> RebalanceConfig:
 
 def _rebalance_rule(item: Any, where: str) -> NodeRule:
     item = mapping(item, where)
-    check_keys(item, {"name", "metric", "above", "aboveQuantile", "for"}, where)
+    check_keys(item, keys("rebalance", "rules"), where)
     name = read_str(item, "name", where, non_empty=True)
     if not _RULE_NAME.match(name):
         raise ConfigError(f"{where}.name", f"must be lower-case letters, digits, '-' or '_' (at most 63), got {name!r}")
@@ -385,7 +525,7 @@ def _rebalance_rule(item: Any, where: str) -> NodeRule:
 
 def _eviction_limits(data: Any, where: str) -> EvictionLimits:
     data = mapping(data, where, optional=True)
-    check_keys(data, {"perNode", "perNamespace", "cluster", "cooldown"}, where)
+    check_keys(data, keys("rebalance", "limits"), where)
     defaults = EvictionLimits()
     return EvictionLimits(
         per_node=read_int(data, "perNode", where, defaults.per_node, minimum=1, maximum=MAX_EVICTIONS_PER_INTERVAL),
@@ -398,7 +538,7 @@ def _eviction_limits(data: Any, where: str) -> EvictionLimits:
 
 def _match_labels(data: Any, where: str) -> dict[str, str]:
     data = mapping(data, where, optional=True)
-    check_keys(data, {"matchLabels"}, where)
+    check_keys(data, keys("rebalance", "podSelector"), where)
     labels = mapping(data.get("matchLabels"), f"{where}.matchLabels", optional=True)
     out: dict[str, str] = {}
     for key, value in labels.items():

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metrics_sched.config.contract import FreshnessContract
+from metrics_sched.config.upstream_fields import ConfigWarning
 
 DEFAULT_SCHEDULER_NAME = "metrics-sched"
 EXTENSION_POINT_NAMES = (
@@ -26,6 +27,8 @@ class ProfileConfig:
     scheduler_name: str
     plugins: dict[str, tuple[PluginRef, ...]]
     plugin_args: dict[str, Any] = field(default_factory=dict)  # plugin name -> its parsed (typed) Args
+    shadow: bool = False  # score this schedulerName's pods and record the decision, never bind
+    percentage_of_nodes_to_score: int = 100  # the profile's or the top-level value; see SchedulerConfig
 
     def enabled(self, point: str) -> tuple[PluginRef, ...]:
         return self.plugins.get(point, ())
@@ -43,6 +46,7 @@ class LeaderElectionConfig:
 
 @dataclass(frozen=True)
 class ClientConnectionConfig:
+    kubeconfig: str = ""  # "" = in-cluster (or the --kubeconfig flag, which wins)
     qps: float = 0.0  # 0 = no client-side limit (the apiserver's flow control still applies)
     burst: int = 0
     watch_read_timeout: float = 60.0
@@ -55,11 +59,21 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class AuditFileConfig:
+    """`audit.file`: every decision record as a JSON line in `path`, rotated past max_bytes into `backups` files."""
+
+    path: str
+    max_bytes: int = 100 * 2**20
+    backups: int = 3
+
+
+@dataclass(frozen=True)
 class AuditConfig:
     ring_size: int = 10_000
     top_candidates: int = 5
     annotate_pods: bool = True
     log_decisions: bool = True
+    file: AuditFileConfig | None = None
 
 
 class RuleKind(enum.StrEnum):
@@ -128,6 +142,13 @@ class SchedulerConfig:
     sources: tuple[dict[str, Any], ...] = ()  # validated by the source adapters at wiring time
     replaces_default_scheduler: bool = False  # a profile may be named default-scheduler (no kube-scheduler runs)
     rebalance: RebalanceConfig = RebalanceConfig()
+    # Serves /debug/pprof/* and /debug/threads (as exposed as /metrics). Upstream's default is true; here false
+    # until the HTTP endpoint is authenticated: profiles reveal code paths and cost CPU.
+    enable_profiling: bool = False
+    # As given (upstream's 0, "adaptive", reads as 100). Every feasible node is scored for now whatever the value
+    # (a value below 100 is warned): telemetry-driven scores lose most of their value on a sample of the nodes.
+    percentage_of_nodes_to_score: int = 100
+    warnings: tuple[ConfigWarning, ...] = ()  # accepted fields without effect, one per field (logged at load)
     config_hash: str = ""
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:

@@ -129,6 +129,9 @@ class WhatIf:
     rejections: Counter[str]  # reason -> nodes, as in CycleResult
 
 
+# kube-scheduler's minFeasibleNodesToFind: below this many nodes every node is scored, whatever the percentage.
+_MIN_FEASIBLE_TO_FIND = 100
+
 # The codes each extension point may return; anything else is a plugin bug, turned into an Error.
 _REJECTIONS = frozenset({Code.UNSCHEDULABLE, Code.UNRESOLVABLE})
 _PRE = frozenset({Code.SUCCESS, Code.SKIP, Code.ERROR}) | _REJECTIONS
@@ -175,6 +178,24 @@ class Framework:
         self.post_binds = self._at("postBind", PostBindPlugin)
         self.metric_aware = [p for p in self.filters if isinstance(p, MetricAwarePlugin)]
         self.random = random.Random()
+        self.percentage = profile.percentage_of_nodes_to_score
+        self._next_start = 0  # where the next sample of feasible nodes starts (round-robin, as upstream)
+
+    def _sample(self, rows: IntArray, all_nodes: int) -> IntArray:
+        """percentageOfNodesToScore below 100: only that share of the nodes (at least 100) goes on to scoring,
+        taken round-robin from where the last cycle stopped (kube-scheduler's numFeasibleNodesToFind and
+        nextStartNodeIndex). The filters have already run over every node (one vector pass each), so what is
+        saved is scoring; the default, 100, scores every feasible node."""
+        if self.percentage >= 100 or all_nodes < _MIN_FEASIBLE_TO_FIND:
+            return rows
+        wanted = max(all_nodes * self.percentage // 100, _MIN_FEASIBLE_TO_FIND)
+        if rows.size <= wanted:
+            return rows
+        start = int(np.searchsorted(rows, self._next_start % max(int(rows[-1]) + 1, 1)))
+        order = np.concatenate([rows[start:], rows[:start]])
+        taken = np.sort(order[:wanted])
+        self._next_start = int(order[wanted - 1]) + 1
+        return taken
 
     def _typed(self, name: str, interface: type[P]) -> P:
         plugin = self.instances[name]
@@ -252,12 +273,14 @@ class Framework:
             return result
 
         rows: IntArray = np.flatnonzero(self._filter(result.cycle, pod, table, result).feasible).astype(np.int64)
-        result.feasible_rows = rows
         if rows.size == 0:
+            result.feasible_rows = rows
             result.status = Status(Code.UNSCHEDULABLE, "no node fits" if not result.rejections else "",
                                    ",".join(sorted(result.rejected_by)))
             self._post_filter(result, table)
             return result
+        rows = self._sample(rows, len(table))
+        result.feasible_rows = rows
 
         if not self._score(result, table, rows):
             return result

@@ -120,7 +120,9 @@ class SchedulerMetrics:
         if self._decisions <= 100 or self._random.random() < PLUGIN_SAMPLE_RATE:
             for plugin, point, seconds, status in result.timings:
                 self.plugin_duration.labels(plugin, point, status).observe(seconds)
-        if record.node and record.candidates:
+        # A shadow profile's pick is not a placement: the winners' score, margin and value histograms are about
+        # the pods this scheduler places (its attempts are counted above, under result="shadow").
+        if record.node and record.candidates and record.result != "shadow":
             winner = record.candidates[0]
             self.decision_score.observe(winner.total)
             if record.margin is not None:

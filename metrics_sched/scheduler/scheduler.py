@@ -3,6 +3,11 @@
 The loop pops a pod, lets its profile's Framework run the scheduling cycle (which assumes the pod and
 runs Reserve and Permit), and hands the binding cycle to the binder's workers. It holds no
 extension-point logic of its own: it only turns the cycle's Status into a queue action and a report.
+
+A shadow profile (`shadow: true`) observes the pods of its schedulerName (e.g. default-scheduler's, which
+kube-scheduler binds): PreFilter → Filter → PreScore → Score pick where the pod would go, the cycle observers
+record it, and nothing else happens: no assume, Reserve, Permit, bind, event or condition, and no PostFilter
+(nothing is nominated or preempted). A pod is scored again only when the watch shows it changed, still pending.
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ class Scheduler:
                             volume_writer=volume_writer)
         self.waiting_pods = services.waiting_pods
         self.frameworks = {p.scheduler_name: Framework(p, plugins, services) for p in config.profiles}
+        for framework in self.frameworks.values():
+            if framework.profile.shadow:
+                framework.post_filters = []  # a shadow nominates and preempts nothing
         first = next(iter(self.frameworks.values()))
         self.queue = SchedulingQueue(
             first.queue_sort.sort_key,
@@ -116,7 +124,8 @@ class Scheduler:
             self.queue.move_all(ClusterEvent.METRIC_CHANGED, metrics)
 
     def node_directory(self) -> NodeDirectory:
-        """Node names, InternalIPs and allocatable cpu/memory, for the metric sources (built off the hot path)."""
+        """Node names, InternalIPs, hostname labels and allocatable cpu/memory, for the metric sources (built off
+        the hot path)."""
         with self.state.lock:
             table = self.state.table
             records = [r for r in table.records if r is not None]
@@ -125,6 +134,7 @@ class Scheduler:
             by_internal_ip={r.addresses["InternalIP"]: r.name for r in records if r.addresses.get("InternalIP")},
             cpu_allocatable={r.name: r.allocatable.get("cpu", 0) / 1000.0 for r in records},
             memory_allocatable={r.name: float(r.allocatable.get("memory", 0)) for r in records},
+            hostnames={h: r.name for r in records if (h := r.labels.get("kubernetes.io/hostname"))},
         )
 
     # -- the loop --------------------------------------------------------------------------------
@@ -142,11 +152,17 @@ class Scheduler:
             if pod.parse_error:
                 result = CycleResult(pod=pod, profile=framework.name,
                                      status=Status.error(pod.parse_error, "PodInfo"))
+                if framework.profile.shadow:  # recorded, never reported: the pod is not ours
+                    self.queue.done(pod.uid)
+                    self._observe(result)
+                    return result
                 # Retrying cannot fix the pod: park it until it is updated (or the periodic flush).
                 self.queue.unschedulable(pod.uid, {"PodInfo"})
                 self.reporter.failed(pod, pod.parse_error, reason="SchedulerError")
                 self._observe(result)
                 return result
+            if framework.profile.shadow:
+                return self._shadow(pod, framework)
             cycle = framework.run_scheduling_cycle(pod, self._permit_resolved)
             if cycle is None:
                 self.queue.done(pod.uid)  # already assumed or bound; the watch was behind
@@ -162,6 +178,17 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
             return self._recover(pod, framework, cycle, exc)
 
+    def _shadow(self, pod: PodInfo, framework: Framework) -> CycleResult | None:
+        """Where the pod would go, recorded and nothing else: the pod is not assumed (the real scheduler's
+        placement is what the state counts, once the watch shows it), nor reported, nor retried."""
+        with self.state.lock:
+            placed = self.state.is_placed(pod.uid)
+            result = None if placed else framework.schedule(pod, self.state.table)
+        self.queue.done(pod.uid)
+        if result is not None:
+            self._observe(result)
+        return result
+
     def _recover(self, pod: PodInfo, framework: Framework | None, cycle: CycleResult | None,
                  exc: Exception) -> CycleResult:
         """An unexpected exception while handling `pod` (a bug, or a failure outside the plugins' own
@@ -169,6 +196,9 @@ class Scheduler:
         loop goes on with the next pod and this one is not lost nor left occupying its node."""
         self.supervisor.failed(Worker.SCHEDULING_LOOP, exc, pod=pod.key)
         profile = framework.name if framework is not None else pod.scheduler_name
+        if framework is not None and framework.profile.shadow:  # nothing to undo, nothing to report: not ours
+            self.queue.done(pod.uid)
+            return cycle or CycleResult(pod=pod, profile=profile, status=Status.error(f"scheduler error: {exc!r}"))
         result = cycle or CycleResult(pod=pod, profile=profile)
         waiting = cycle.waiting if cycle is not None else None
         if waiting is not None and self.waiting_pods.get(pod.uid) is waiting:

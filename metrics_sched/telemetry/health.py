@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from metrics_sched.ports import FetchResult
+from metrics_sched.ports import FetchResult, SeriesMatching
 
 BreakerState = Literal["closed", "open", "half_open"]
 ERROR_TEXT_LIMIT = 500
@@ -46,6 +46,8 @@ class SourceHealth:
     unmatched_series: int = 0
     clamped: int = 0  # samples stamped after they were fetched (clock skew): the cache used the fetch time
     coverage: dict[str, float] = field(default_factory=dict)  # metric -> share of nodes with a fresh value
+    # metric -> how its series found their nodes in its latest answered query (rule counts, unmatched label sets)
+    series_matching: dict[str, SeriesMatching] = field(default_factory=dict)
     breaker: BreakerStatus | None = None  # set by a source with a circuit breaker
     extra: dict[str, Any] = field(default_factory=dict)  # source-specific facts (pages read, truncated, ...)
 
@@ -64,6 +66,8 @@ class SourceHealth:
         """A refresh that returned; it counts as a success unless every metric failed. Returns that."""
         self.queries += result.queries
         self.unmatched_series = result.unmatched_series
+        # A metric whose query failed this round keeps its last report: the failure shows in last_error.
+        self.series_matching.update(result.series_matching)
         for reason, count in result.dropped.items():
             self.dropped[reason] = self.dropped.get(reason, 0) + count
         for _ in result.errors:
@@ -93,4 +97,9 @@ class SourceHealth:
             if breaker_dict is not None and breaker is not None and breaker.reopens_at is not None:
                 breaker_dict["reopens_in"] = round(max(0.0, breaker.reopens_at - now), 3)
         out["breaker"] = breaker_dict
+        out["series_matching"] = {
+            metric: {"matched": dict(m.matched), "unmatched": m.unmatched,
+                     "unmatched_examples": [dict(labels) for labels in m.unmatched_examples]}
+            for metric, m in out["series_matching"].items()
+        }
         return out

@@ -152,7 +152,7 @@ def test_check_config_names_a_bad_source_field(tmp_path: Path, capsys: pytest.Ca
     [line] = capsys.readouterr().err.strip().splitlines()
     assert f": {field}: " in line
     if field.endswith(".type"):
-        assert "cmdb, metrics-server, prometheus" in line  # the known types, from the entry points
+        assert "cmdb, custom-metrics, metrics-server, prometheus" in line  # the known types, from the entry points
 
 
 def test_check_config_accepts_every_built_in_source_type(tmp_path: Path) -> None:

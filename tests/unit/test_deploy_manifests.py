@@ -125,7 +125,7 @@ def test_the_kustomization_lists_every_manifest_and_only_existing_files() -> Non
     for name in resources:
         assert (DEPLOY / name).is_file(), f"kustomization.yaml lists {name}, which does not exist"
     top_level = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(resources) == top_level - {SECRET_EXAMPLE, REBALANCE_RBAC}, \
+    assert set(resources) == top_level - {SECRET_EXAMPLE, REBALANCE_RBAC, "rbac-custom-metrics.yaml"}, \
         "a manifest of deploy/ is missing from the kustomization"
     assert SECRET_EXAMPLE not in resources, "the example Secret (a placeholder token) must never be deployed"
     assert REBALANCE_RBAC not in resources, "evictions are granted only where the rebalancer runs"
@@ -408,3 +408,17 @@ def test_examples_select_metrics_sched_and_request_gpus() -> None:
                 assert int(resources["requests"]["nvidia.com/gpu"]) >= 1, path
                 assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"], path
     assert {"Pod", "Deployment"} <= kinds
+
+
+def test_the_custom_metrics_role_reads_named_metrics_only_and_is_not_in_the_base_install() -> None:
+    docs = {doc["kind"]: doc for doc in load_docs(DEPLOY / "rbac-custom-metrics.yaml")}
+    assert set(docs) == {"ClusterRole", "ClusterRoleBinding"}
+    role, binding = docs["ClusterRole"], docs["ClusterRoleBinding"]
+    for rule in role["rules"]:
+        assert rule["verbs"] == ["get"]
+        assert rule["apiGroups"] in (["custom.metrics.k8s.io"], ["external.metrics.k8s.io"])
+        assert not any("*" in r for r in rule["resources"]), "each metric is named"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
+    resources = load_docs(DEPLOY / "kustomization.yaml")[0]["resources"]
+    assert "rbac-custom-metrics.yaml" not in resources

@@ -536,3 +536,38 @@ def test_skip_at_prefilter_and_prescore_skips_that_plugins_filter_and_score(skip
     assert result is not None
     assert (result.node == "n0") is skip
     assert "Picky" not in {t.plugin for t in result.terms}
+
+
+def test_percentage_of_nodes_to_score_samples_round_robin_at_least_100_nodes() -> None:
+    """kube-scheduler's numFeasibleNodesToFind / nextStartNodeIndex: 10 % of 2,000 nodes = 200 scored per cycle,
+    each cycle starting where the last stopped; below 100 nodes, or at 100 %, every feasible node."""
+    from metrics_sched.config import parse_config
+    from metrics_sched.framework.handle import Services
+    from metrics_sched.framework.registry import Registry
+    from metrics_sched.framework.runtime import Framework
+    from metrics_sched.state.cluster_state import ClusterState
+    from metrics_sched.telemetry.cache import MetricCache
+    from metrics_sched.telemetry.ledger import InFlightLedgerStore
+    from tests.unit.fakes import FakeAPI, node
+
+    registry = Registry.default(third_party=False)
+    config = parse_config({"percentageOfNodesToScore": 10}, registry.catalog())
+    state = ClusterState()
+    framework = Framework(config.profiles[0], registry.plugins,
+                          Services(state, MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    for i in range(2000):
+        state.upsert_node(node(f"n{i:04d}"))
+    from metrics_sched.model.podinfo import parse_pod
+    from tests.unit.fakes import pod
+    first = framework.schedule(parse_pod(pod("a")), state.table)
+    second = framework.schedule(parse_pod(pod("b")), state.table)
+    assert first.feasible_rows.size == second.feasible_rows.size == 200
+    assert first.feasible_rows.tolist() == list(range(200))
+    assert second.feasible_rows.tolist() == list(range(200, 400))
+    assert first.node in {state.table.name(r) for r in first.feasible_rows.tolist()}
+    small = ClusterState()
+    framework = Framework(config.profiles[0], registry.plugins,
+                          Services(small, MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    for i in range(99):
+        small.upsert_node(node(f"s{i:02d}"))
+    assert framework.schedule(parse_pod(pod("c")), small.table).feasible_rows.size == 99

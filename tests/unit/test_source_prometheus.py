@@ -417,7 +417,7 @@ def test_config_defaults_and_durations() -> None:
                       SourceContext(Path(".")))
     assert (src.name, src.interval, src.metrics()) == ("prom", 15.0, ["t"])
     assert src.config.url == "http://prom:9090" and src.config.timeout == 2.0
-    assert src.config.node_labels == ("node", "hostname", "Hostname", "nodename", "instance")
+    assert src.config.node_labels == ()  # only the built-in order (adapters/prometheus/node_names.py)
     metric = src.config.metrics[0]
     assert (metric.aggregation, metric.scale, metric.allow_negative) == ("max", 1.0, False)
     custom = from_config("p", {"url": "http://p", "interval": 30, "metrics": [{"name": "c", "query": "up"}]},
@@ -431,7 +431,7 @@ def test_config_defaults_and_durations() -> None:
     ({"url": "ftp://x", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "url"),
     ({"url": "http://user:pw@prom", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "url"),
     ({"url": "http://p", "metrics": []}, "metrics"),
-    ({"url": "http://p", "timeout": 5, "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "timeout"),
+    ({"url": "http://p", "timeout": 31, "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "timeout"),
     ({"url": "http://p", "interval": "soon", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"}]}, "interval"),
     ({"url": "http://p", "metrics": [{"name": "a", "preset": "dcgm_gpu_temp"},
                                      {"name": "b", "preset": "dcgm_gpu_util", "aggregation": "median"}]},

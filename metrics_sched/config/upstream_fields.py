@@ -1,0 +1,50 @@
+"""What kube-scheduler's KubeSchedulerConfiguration v1 has that metrics-sched accepts without honouring,
+and the warnings that say so: a file written for kube-scheduler loads, and every field that does nothing
+here is named once (logged at load, printed by `check-config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Extension points of upstream v1 (pod-group scheduling) that metrics-sched has no plugins for.
+NO_EFFECT_POINTS = ("placementGenerate", "placementScore")
+
+# kube-scheduler's in-tree plugins (k8s.io/kubernetes pkg/scheduler/framework/plugins/names, v1.36). Those of
+# them metrics-sched lacks (DefaultPreemption, SchedulingGates, ...) are ignored with a warning where a file
+# names them; any other unknown name is still an error (a typo must not pass).
+UPSTREAM_PLUGINS = frozenset({
+    "PrioritySort", "DefaultBinder", "DefaultPreemption", "DynamicResources", "GangScheduling", "ImageLocality",
+    "InterPodAffinity", "NodeAffinity", "NodeDeclaredFeatures", "NodeName", "NodePorts",
+    "NodeResourcesBalancedAllocation", "NodeResourcesFit", "NodeUnschedulable", "NodeVolumeLimits",
+    "PodTopologySpread", "SchedulingGates", "TaintToleration", "VolumeBinding", "VolumeRestrictions", "VolumeZone",
+    "TopologyPlacementGenerator", "PodGroupPodsCount",
+})
+
+# The only wire format the API client speaks; upstream's protobuf is accepted and JSON used instead.
+JSON_CONTENT_TYPE = "application/json"
+PROTOBUF_CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
+
+
+@dataclass(frozen=True)
+class ConfigWarning:
+    """An accepted field that has no (or a different) effect here; `field` is its full path."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class WarningLog:
+    """Collects the warnings of one load, one per field."""
+
+    def __init__(self) -> None:
+        self._by_field: dict[str, ConfigWarning] = {}
+
+    def warn(self, field: str, message: str) -> None:
+        self._by_field.setdefault(field, ConfigWarning(field, message))
+
+    def collected(self) -> tuple[ConfigWarning, ...]:
+        return tuple(self._by_field.values())
