@@ -40,8 +40,11 @@ def test_prometheus_has_one_gpu_temperature_series_per_gpu(cluster: DevCluster) 
     names = {n.name for n in cluster.nodes}
 
     def counts() -> dict[str, int] | None:
+        # The session's nodes only: other tests' pools come and go, and a Prometheus restarted by one of them
+        # keeps their last series for the 5-minute lookback (no staleness markers for targets it never re-saw).
         result = prom.query(url, "count by (hostname) (DCGM_FI_DEV_GPU_TEMP)")
-        by_node = {r["metric"]["hostname"]: int(float(r["value"][1])) for r in result}
+        by_node = {r["metric"]["hostname"]: int(float(r["value"][1])) for r in result
+                   if r["metric"].get("hostname") in names}
         return by_node if set(by_node) == names else None
 
     by_node = kube.poll(counts, 30, "a DCGM_FI_DEV_GPU_TEMP series for every node", interval=0.5)
