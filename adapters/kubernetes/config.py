@@ -164,8 +164,8 @@ def load_in_cluster(*, environ: Mapping[str, str] | None = None,
     env = os.environ if environ is None else environ
     host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
-        raise KubeConfigError("not running in a cluster: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT "
-                              "are not set (pass a kubeconfig instead)")
+        raise KubeConfigError("not running in a cluster (KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT "
+                              "are not set): pass --kubeconfig FILE or set clientConnection.kubeconfig")
     origin = f"in-cluster service account ({service_account_dir})"
     ca_path = service_account_dir / "ca.crt"
     if not ca_path.is_file():
@@ -183,7 +183,10 @@ def load_in_cluster(*, environ: Mapping[str, str] | None = None,
 
 
 def _named(doc: Mapping[str, Any], section: str, key: str, name: object, origin: str) -> Mapping[str, Any]:
-    for entry in doc.get(section) or ():
+    entries = doc.get(section) or ()
+    if not isinstance(entries, list):
+        raise KubeConfigError(f"{origin}: {section} is not a list")
+    for entry in entries:
         if isinstance(entry, Mapping) and entry.get("name") == name:
             value = entry.get(key) or {}
             if not isinstance(value, Mapping):

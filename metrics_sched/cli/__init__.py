@@ -3,6 +3,9 @@
 Built-in commands (`run`, `check-config`, `explain`, `rebalance`, ...) are registered here; further commands
 come from the entry-point group `metrics_sched.cli` (the dev tooling's `demo` and `devcluster` verbs, which a
 product install does not have). Each entry point names a callable `register(subparsers)`.
+
+Every user error (a bad flag value, a missing or invalid kubeconfig, an unreachable API server) ends as one
+line on stderr and exit 2 (cli/errors.py), never a traceback.
 """
 
 from __future__ import annotations
@@ -12,18 +15,29 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, NoReturn
 
+from metrics_sched import __version__
 from metrics_sched.cli import config_cmd, explain_cmd, rebalance_cmd, replay_cmd, run_cmd
+from metrics_sched.cli.errors import EXIT_USER_ERROR, UserError
 
 CLI_GROUP = "metrics_sched.cli"
 
 log = logging.getLogger("metrics_sched.cli")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: the usage block it prints by default is what `--help` is for.
+    Subcommand parsers are of this class too (add_subparsers uses the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser(commands: Iterable[EntryPoint] | None = None) -> argparse.ArgumentParser:
     """`commands` defaults to the installed entry points of the group `metrics_sched.cli`."""
-    parser = argparse.ArgumentParser(prog="metrics-sched", description=__doc__.splitlines()[0])
+    parser = Parser(prog="metrics-sched", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_cmd.register(sub)
     config_cmd.register(sub)
@@ -75,7 +89,11 @@ def load_commands(sub: Any, commands: Iterable[EntryPoint]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except UserError as exc:
+        print(f"metrics-sched {args.command}: error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_USER_ERROR
     return code
 
 

@@ -5,6 +5,10 @@ HTTP endpoints, and runs them until SIGTERM (drain binds in flight, release the 
 until leadership is lost (stop binding at once, exit 1). With `rebalance.enabled` the leader also runs
 the rebalancer. `build_core`, `start_caches` and `build_rebalancer` are what `metrics-sched rebalance`
 reuses: the same watches, telemetry and rebalancer, without the scheduling loop.
+
+What the user can fix fails before anything starts, as a UserError (one line, exit 2): a missing or invalid
+kubeconfig, and an API server that cannot be reached within the startup timeout, fails TLS verification or
+refuses the credentials (check_api_server).
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import json
 import logging
 import signal
 import socket
+import ssl
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -26,6 +32,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
 from metrics_sched.audit.endpoint import decisions as decisions_endpoint
+from metrics_sched.cli.errors import UserError
+from metrics_sched.cli.lease_namespace import resolve_lease_namespace
 from metrics_sched.cli.sources import build_sources
 from metrics_sched.config import SchedulerConfig
 from metrics_sched.framework.registry import Registry
@@ -40,11 +48,16 @@ from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.comparer import CacheComparer
 from metrics_sched.supervision import Worker
 
+if TYPE_CHECKING:
+    from adapters.kubernetes import KubeConfig
+
 log = logging.getLogger("metrics_sched.app")
 
 EXIT_LOST_LEADERSHIP = 1
 MAX_VALUES_NODES = 100  # /values?node=...: the answer stays small
 EXIT_UNHEALTHY = 1
+DEFAULT_STARTUP_TIMEOUT = 30.0  # how long an unreachable API server is retried at start before exit 2
+_PROBE = "/api/v1/nodes"  # what the scheduler needs first: reachability, TLS, credentials and RBAC in one GET
 
 
 @dataclass
@@ -125,18 +138,21 @@ class Core:
 
 
 def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, identity: str | None = None,
-               config_dir: Path | None = None, leader_election: bool = True) -> Core:
+               config_dir: Path | None = None, leader_election: bool = True,
+               startup_timeout: float = DEFAULT_STARTUP_TIMEOUT) -> Core:
     """The Kubernetes adapter (watches, writes, and with `leader_election` and leaderElect the lease) and the
-    scheduler core with its telemetry sources."""
+    scheduler core with its telemetry sources. UserError when the kubeconfig or the API server cannot be used."""
     from adapters.kubernetes import (
         KubeClient,
         KubeClusterLister,
         KubeClusterSource,
+        KubeConfigError,
         KubeEvictor,
         KubeLeaseStore,
         KubePodWriter,
         KubeVolumeWriter,
         ReflectorOptions,
+        TokenError,
         WriteFence,
         lease_client,
         load,
@@ -144,13 +160,17 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
 
     # --kubeconfig wins over clientConnection.kubeconfig; neither: the in-cluster service account.
     configured = config.client_connection.kubeconfig
-    kube = load(kubeconfig if kubeconfig is not None else Path(configured) if configured else None)
+    try:
+        kube = load(kubeconfig if kubeconfig is not None else Path(configured) if configured else None)
+        check_api_server(kube, startup_timeout)
+    except (KubeConfigError, TokenError) as exc:  # their messages name the file and field, never a credential
+        raise UserError(str(exc)) from None
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     elector = None
     fence = None
     if leader_election and config.leader_election.leader_elect:
         # Its own client: a renewal never waits behind binds and reports; GET and PUT fit in renewDeadline.
-        le = config.leader_election
+        le = resolve_lease_namespace(config.leader_election)
         margin = bind_timeout(le)
         elector = LeaderElector(KubeLeaseStore(lease_client(kube, request_timeout=le.renew_deadline / 2)), le,
                                 identity, fence_margin=margin)
@@ -172,6 +192,59 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
     return Core(scheduler=scheduler, source=KubeClusterSource(client, options=options), writer=writer,
                 evictor=KubeEvictor(client), lister=KubeClusterLister(client), elector=elector, identity=identity)
+
+
+def check_api_server(kube: KubeConfig, timeout: float, *, retry_interval: float = 1.0,
+                     transport: httpx.BaseTransport | None = None) -> None:
+    """Returns once the API server answers the scheduler's first request; UserError when it cannot be used.
+
+    Connection failures and 5xx/429 are retried until `timeout` (an API server restarting with the pod); a TLS
+    failure (an unknown CA, a name mismatch, not TLS at all), 401 and 403 are not (they do not heal by waiting).
+    """
+    deadline = time.monotonic() + timeout
+    where = f"API server {kube.server} ({kube.origin})"
+    last, warned = "", False
+    with httpx.Client(base_url=kube.server, verify=kube.ssl_context(), auth=kube.auth(), timeout=5.0,
+                      trust_env=False, transport=transport) as http:
+        while True:
+            try:
+                resp = http.get(_PROBE, params={"limit": "1"})
+            except httpx.TransportError as exc:
+                if _tls_failure(exc):
+                    raise UserError(f"{where}: TLS failed: {exc}") from None
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code == 401:
+                    raise UserError(f"{where}: the credentials were rejected (401 Unauthorized)")
+                if resp.status_code == 403:
+                    raise UserError(f"{where}: forbidden to list nodes (403): {_status_message(resp)}")
+                if resp.status_code < 500 and resp.status_code != 429:
+                    return
+                last = f"HTTP {resp.status_code}: {_status_message(resp)}"
+            if time.monotonic() >= deadline:
+                raise UserError(f"{where}: not reachable within {timeout:g}s ({last})")
+            if not warned:
+                log.warning("%s: not reachable yet (%s); retrying for up to %gs", where, last, timeout)
+                warned = True
+            time.sleep(min(retry_interval, max(0.0, deadline - time.monotonic())))
+
+
+def _tls_failure(exc: BaseException) -> bool:
+    # httpx wraps the ssl error (as __context__/__cause__) or only quotes it.
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
+
+
+def _status_message(resp: httpx.Response) -> str:
+    try:
+        message = resp.json().get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message) if message else resp.text[:200] or resp.reason_phrase
 
 
 def start_caches(scheduler: Scheduler, source: ClusterSource, stop: threading.Event) -> bool:
@@ -207,8 +280,10 @@ def build_rebalancer(config: SchedulerConfig, core: Core, ring: DecisionRing, me
 
 
 def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, port: int | None = None,
-          identity: str | None = None, config_dir: Path | None = None) -> App:
-    core = build_core(config, registry, kubeconfig, identity=identity, config_dir=config_dir)
+          identity: str | None = None, config_dir: Path | None = None,
+          startup_timeout: float = DEFAULT_STARTUP_TIMEOUT) -> App:
+    core = build_core(config, registry, kubeconfig, identity=identity, config_dir=config_dir,
+                      startup_timeout=startup_timeout)
     scheduler, elector = core.scheduler, core.elector
     ring = DecisionRing(config.audit.ring_size)
     auditor = Auditor(scheduler.state, ring, config_hash=config.config_hash,
@@ -227,7 +302,11 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
         auditor.record_observers.append(JsonlFileSink((config_dir or Path.cwd()) / file.path, max_bytes=file.max_bytes,
                                                       backups=file.backups).on_record)
     scheduler.node_deleted_observers.append(metrics.forget_node)
-    server = HTTPServer(config.server.bind_address, config.server.port if port is None else port)
+    host, port = config.server.bind_address, config.server.port if port is None else port
+    try:
+        server = HTTPServer(host, port)
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        raise UserError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     comparer = CacheComparer(scheduler.state, core.lister)
     comparer.observers.append(metrics.on_compare)
     rebalancer = None

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from metrics_sched.cli.errors import UserError
 from metrics_sched.cli.sources import render_series_matching
 
 DEFAULT_URL = os.environ.get("METRICS_SCHED_URL", "http://127.0.0.1:10260")
@@ -40,7 +41,9 @@ def _get(url: str, path: str, **params: str) -> Any:
         resp.raise_for_status()
         return resp.json()
     except httpx.HTTPError as exc:
-        raise SystemExit(f"error: cannot read {path} from {url}: {exc}") from None
+        raise UserError(f"cannot read {path} from {url}: {exc}") from None
+    except ValueError:  # an answer that is not JSON: something else listens there
+        raise UserError(f"cannot read {path} from {url}: the answer is not JSON (is it metrics-sched?)") from None
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

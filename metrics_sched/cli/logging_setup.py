@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -23,6 +24,16 @@ class JSONFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def log_level(value: str) -> str:
+    """argparse type of --log-level: a bad value is a one-line usage error, not a ValueError at setup."""
+    if value.lower() not in LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(LEVELS)}")
+    return value.lower()
 
 
 def setup_logging(fmt: str = "json", level: str = "info") -> None:

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from metrics_sched.audit import DecisionRing
 from metrics_sched.cli.config_cmd import EXIT_INVALID_CONFIG, load_or_exit
 from metrics_sched.cli.explain_cmd import table
-from metrics_sched.cli.logging_setup import setup_logging
+from metrics_sched.cli.logging_setup import LEVELS, log_level, setup_logging
 from metrics_sched.framework.registry import Registry
 from metrics_sched.rebalance.model import EvictionVerdict
 from metrics_sched.telemetry import MetricCache
@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--kubeconfig", type=Path, default=None,
                         help="kubeconfig file; without it the in-cluster service account is used")
     parser.add_argument("--log-format", choices=("json", "text"), default="text")
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--log-level", type=log_level, default="warning", help=f"one of {', '.join(LEVELS)}")
     parser.set_defaults(handler=_rebalance)
 
 

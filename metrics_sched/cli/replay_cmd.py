@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 
 from metrics_sched.audit.replay import ReplayReport, plans_of, read_jsonl, replay
+from metrics_sched.cli.errors import UserError
 from metrics_sched.config import ConfigError, load_config
 from metrics_sched.framework.registry import Registry
 
@@ -49,12 +50,12 @@ def _lines(source: str) -> list[str]:
             resp = httpx.get(export_url(source), timeout=60)
             resp.raise_for_status()
         except httpx.HTTPError as exc:
-            raise SystemExit(f"error: cannot read decisions from {source}: {exc}") from None
+            raise UserError(f"cannot read decisions from {source}: {exc}") from None
         return resp.text.splitlines()
     try:
         return Path(source).read_text().splitlines()
     except OSError as exc:
-        raise SystemExit(f"error: cannot read {source}: {exc.strerror}") from None
+        raise UserError(f"cannot read {source}: {exc.strerror or exc}") from None
 
 
 def _replay(args: argparse.Namespace) -> int:

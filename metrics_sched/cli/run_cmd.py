@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
 from metrics_sched.cli.config_cmd import load_or_exit
-from metrics_sched.cli.logging_setup import setup_logging
+from metrics_sched.cli.logging_setup import LEVELS, log_level, setup_logging
 from metrics_sched.framework.registry import Registry
 
 
@@ -16,11 +17,36 @@ def register(sub: Any) -> None:
     parser.add_argument("--config", type=Path, required=True, help="scheduler config (YAML)")
     parser.add_argument("--kubeconfig", type=Path, default=None,
                         help="kubeconfig file; without it the in-cluster service account is used")
-    parser.add_argument("--port", type=int, default=None, help="override server.port (0 = any free port)")
+    parser.add_argument("--port", type=port, default=None, help="override server.port (0 = any free port)")
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host + random)")
+    parser.add_argument("--startup-timeout", type=seconds, default=None, metavar="SECONDS",
+                        help="how long an unreachable API server is retried at start before exiting 2 "
+                             "(default 30)")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-level", type=log_level, default="info", help=f"one of {', '.join(LEVELS)}")
     parser.set_defaults(handler=_run)
+
+
+def port(value: str) -> int:
+    """argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {number}")
+    return number
+
+
+def seconds(value: str) -> float:
+    """argparse type: a finite number of seconds >= 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value!r}")
+    return number
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -30,4 +56,6 @@ def _run(args: argparse.Namespace) -> int:
     from metrics_sched.cli import app
 
     return app.run(app.build(config, registry, args.kubeconfig, port=args.port, identity=args.identity,
-                             config_dir=args.config.resolve().parent))
+                             config_dir=args.config.resolve().parent,
+                             startup_timeout=app.DEFAULT_STARTUP_TIMEOUT if args.startup_timeout is None
+                             else args.startup_timeout))

@@ -25,6 +25,7 @@ from metrics_sched.config.errors import ArgsError, ConfigError
 from metrics_sched.config.model import (
     DEFAULT_SCHEDULER_NAME,
     EXTENSION_POINT_NAMES,
+    LEASE_NAMESPACE_UNSET,
     AuditConfig,
     AuditFileConfig,
     ClientConnectionConfig,
@@ -294,7 +295,9 @@ def _leader_election(data: Any) -> LeaderElectionConfig:
     return LeaderElectionConfig(
         leader_elect=leader_elect, lease_duration=lease, renew_deadline=renew, retry_period=retry,
         resource_name=read_str(data, "resourceName", where, defaults.resource_name, non_empty=True),
-        resource_namespace=read_str(data, "resourceNamespace", where, defaults.resource_namespace, non_empty=True),
+        # Absent: decided at start (the pod's own namespace in a cluster); given, it must name a namespace.
+        resource_namespace=(read_str(data, "resourceNamespace", where, non_empty=True) if "resourceNamespace" in data
+                            else LEASE_NAMESPACE_UNSET),
     )
 
 

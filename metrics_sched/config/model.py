@@ -34,6 +34,9 @@ class ProfileConfig:
         return self.plugins.get(point, ())
 
 
+LEASE_NAMESPACE_UNSET = ""
+
+
 @dataclass(frozen=True)
 class LeaderElectionConfig:
     leader_elect: bool = True
@@ -41,6 +44,9 @@ class LeaderElectionConfig:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     resource_name: str = "metrics-sched"
+    # Upstream's default. A config file that does not set it loads as LEASE_NAMESPACE_UNSET instead: the pod's
+    # own namespace in a cluster, else this, decided at wiring time (cli/lease_namespace.py), since the file
+    # alone cannot know where it runs.
     resource_namespace: str = "kube-system"
 
 

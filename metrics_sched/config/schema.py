@@ -120,7 +120,7 @@ _LEADER_ELECTION = _obj({
     "retryPeriod": _duration("Wait between attempts.", "2s"),
     "resourceLock": _str("Only leases.", "leases", enum=("leases",)),
     "resourceName": _str("The Lease's name.", "metrics-sched"),
-    "resourceNamespace": _str("The Lease's namespace.", "kube-system"),
+    "resourceNamespace": _str("The Lease's namespace; unset: the pod's own namespace in a cluster, else kube-system."),
 }, "Leader election (component-base LeaderElectionConfiguration).")
 _CLIENT_CONNECTION = _obj({
     "kubeconfig": _str("kubeconfig file (the --kubeconfig flag wins); empty: the in-cluster service account.", ""),

@@ -27,6 +27,9 @@ PORT = 10260
 SECRET_EXAMPLE = "secret-cmdb-token.example.yaml"
 REBALANCE_RBAC = "rbac-rebalance.yaml"  # applied on its own, only when the rebalancer is enabled
 TOKEN_FILE = "/var/run/secrets/metrics-sched/cmdb/token"
+README = DEPLOY.parent / "README.md"
+# Where the alerts' runbook_url point: README.md's Runbooks section, one `### <alert>` entry per alert.
+RUNBOOK_BASE = "https://github.com/metrics-sched/metrics-sched/blob/main/README.md"
 
 
 
@@ -185,6 +188,21 @@ def test_two_replicas_spread_over_nodes() -> None:
     terms += anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
     assert any(t["topologyKey"] == "kubernetes.io/hostname" and t["labelSelector"]["matchLabels"].items()
                <= labels.items() for t in terms)
+
+
+def test_the_pods_are_system_cluster_critical_and_the_comment_says_how_to_drop_it() -> None:
+    """Like kube-scheduler's: not preempted when nodes are full. The comment's kustomize patch must name the
+    field's real path, and say why the field may have to go."""
+    assert pod_spec()["priorityClassName"] == "system-cluster-critical"
+    text = (DEPLOY / "deployment.yaml").read_text()
+    above = text[:text.index("      priorityClassName:")].splitlines()
+    comment = "\n".join(itertools.takewhile(lambda line: line.lstrip().startswith("#"), reversed(above)))
+    [path] = re.findall(r"op: remove, path: (/[\w/]+)", comment)
+    node: Any = deployment()
+    for key in path.strip("/").split("/"):
+        node = node[key]
+    assert node == "system-cluster-critical"
+    assert "ResourceQuota" in comment and "kube-system" in comment
 
 
 def test_the_container_runs_the_scheduler_with_the_mounted_config() -> None:
@@ -380,6 +398,28 @@ def test_the_prometheus_rule_has_the_four_alerts() -> None:
     for alert in alerts.values():
         assert alert["labels"]["severity"] in ("warning", "critical")
         assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a Markdown heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_alert_links_its_runbook_entry_in_the_readme() -> None:
+    rule = one("PrometheusRule")
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r]
+    readme = README.read_text()
+    assert "## Runbooks\n" in readme
+    section = readme.split("## Runbooks\n", 1)[1].split("\n## ", 1)[0]
+    entries = dict(re.findall(r"^### ([^\n]+)\n(.*?)(?=^### |\Z)", section, flags=re.M | re.S))
+    assert set(entries) == {a["alert"] for a in alerts}, "one Runbooks entry per alert, and no other"
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"{RUNBOOK_BASE}#{github_anchor(alert['alert'])}", alert["alert"]
+        body = entries[alert["alert"]]
+        for part in ("**Means**", "**Check**", "**Do**"):
+            assert part in body, f"{alert['alert']}'s runbook lacks {part}"
+    assert github_anchor("Runbooks") in readme.split("## Runbooks", 1)[0]  # the deploy section links it
 
 
 def test_the_network_policy_opens_only_the_metrics_port_and_the_needed_egress() -> None:

@@ -84,6 +84,12 @@ METRIC_VARIABLE_QUERY = f'label_values({DECISION_VALUE}{{job=~"$job"}}, metric)'
 METRIC_MATCHER = ("metric", "=~", "$metric")
 # Template variables a dashboard may define and use (besides Grafana's built-in $__ ones).
 ALLOWED_VARIABLES = {"datasource", "job", "metric"}
+# Gauges both replicas report (the standby keeps warm queues and caches): a panel reads the leader's only, by
+# this join, or it would count every pending pod twice. Counters need no filter (the standby never schedules,
+# binds or evicts: its rates are 0), and per-source health is both replicas' own (both refresh).
+LEADER_FILTER = 'and on (job, instance) (metrics_sched_leader{job=~"$job"} == 1)'
+LEADER_ONLY_GAUGES = {"scheduler_pending_pods", "metrics_sched_cluster_metric_quantile"}
+ADDING_AGGREGATIONS = {"sum", "count", "avg"}  # these add the replicas' values up (or weigh them)
 _VARIABLE_USE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 
 # ---------------------------------------------------------------------------------------------
@@ -427,6 +433,8 @@ def test_metric_variable_and_the_repeated_panel(dashboard: dict[str, Any]) -> No
         quantiles = []
         for target in panel["targets"]:
             for selector in parse_promql(target["expr"]).selectors:
+                if selector.metric == "metrics_sched_leader":
+                    continue  # the leader join (LEADER_FILTER): one series per replica, no metric label
                 assert METRIC_MATCHER in selector.matchers, f"{panel['title']}: {selector.metric} lacks $metric"
             if DECISION_VALUE in target["expr"]:
                 quantiles.extend(re.findall(r"^histogram_quantile\(([0-9.]+),", target["expr"]))
@@ -514,6 +522,16 @@ def test_no_pod_labels(dashboard: dict[str, Any]) -> None:
     for panel, target in _targets(dashboard):
         assert not re.search(r"\{\{\s*(?:pod|pod_name|exported_pod)\s*\}\}", target.get("legendFormat", "")), (
             panel["title"])
+
+
+@per_dashboard
+def test_gauges_of_both_replicas_count_the_leader_only(dashboard: dict[str, Any]) -> None:
+    for where, expr in _expressions(dashboard):
+        must = [s.metric for s in parse_promql(expr).selectors
+                if s.metric != "metrics_sched_leader" and not s.metric.endswith(COUNTER_SUFFIXES)
+                and (s.metric in LEADER_ONLY_GAUGES or s.enclosing_call in ADDING_AGGREGATIONS)]
+        assert re.sub(r"\s+", " ", expr).count(LEADER_FILTER) == len(must), (
+            f"{where}: {must} must read the leader only, each joined by `{LEADER_FILTER}`")
 
 
 def test_metric_names_are_the_known_list() -> None:
@@ -631,3 +649,12 @@ def test_datasource_yaml() -> None:
     assert source["type"] == "prometheus"
     assert source["url"].startswith("http")
     assert re.fullmatch(r"\d+s", source["jsonData"]["timeInterval"])
+
+
+def test_datasource_time_interval_is_the_service_monitor_scrape_interval() -> None:
+    """$__rate_interval is derived from timeInterval: it must be the interval Prometheus really scrapes at."""
+    config = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yaml").read_text())
+    [source] = config["datasources"]
+    monitor = yaml.safe_load((GRAFANA.parent / "deploy" / "servicemonitor.yaml").read_text())
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert source["jsonData"]["timeInterval"] == endpoint["interval"]
