@@ -150,9 +150,11 @@ class VolumeWriter(Protocol):
     """The writes VolumeBinding's PreBind makes (kube-scheduler's BindPodVolumes). Each is conditional on the
     resourceVersion the scheduler decided on: the API answers 409 if the object changed since. Raise ApiError."""
 
-    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str) -> str:
-        """Pre-binds the PersistentVolume to the claim (spec.claimRef, and the bound-by-controller annotation);
-        the PV controller completes the binding on the claim. Returns the PV's new resourceVersion."""
+    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str, *,
+                    bound_by_controller: bool = True) -> str:
+        """Pre-binds the PersistentVolume to the claim (spec.claimRef, and the bound-by-controller annotation
+        unless the user pre-bound it); the PV controller completes the binding on the claim. Returns the PV's new
+        resourceVersion."""
         ...
 
     def select_node(self, namespace: str, claim: str, resource_version: str, node: str) -> str:

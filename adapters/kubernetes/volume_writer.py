@@ -21,9 +21,13 @@ class KubeVolumeWriter:
     def __init__(self, client: KubeClient) -> None:
         self._client = client
 
-    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str) -> str:
+    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str, *,
+                    bound_by_controller: bool = True) -> str:
+        metadata: dict[str, Any] = {"resourceVersion": resource_version}
+        if bound_by_controller:
+            metadata["annotations"] = {ANN_BOUND_BY_CONTROLLER: "yes"}
         patch = {
-            "metadata": {"resourceVersion": resource_version, "annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}},
+            "metadata": metadata,
             "spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace,
                                   "name": claim, "uid": claim_uid}},
         }

@@ -191,7 +191,8 @@ class Framework:
         wanted = max(all_nodes * self.percentage // 100, _MIN_FEASIBLE_TO_FIND)
         if rows.size <= wanted:
             return rows
-        start = int(np.searchsorted(rows, self._next_start % max(int(rows[-1]) + 1, 1)))
+        # Past the last feasible row, searchsorted answers rows.size: the order then wraps to the first row.
+        start = int(np.searchsorted(rows, self._next_start))
         order = np.concatenate([rows[start:], rows[:start]])
         taken = np.sort(order[:wanted])
         self._next_start = int(order[wanted - 1]) + 1

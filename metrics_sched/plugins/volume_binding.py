@@ -24,7 +24,6 @@ own nodeAffinity is what counts.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +65,7 @@ from metrics_sched.model.volumes import (
 from metrics_sched.plugins.node_selector import term_mask
 from metrics_sched.ports import ApiError
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeTable
-from metrics_sched.state.volumes import VolumeStore
+from metrics_sched.state.volumes import AssumeConflict, VolumeStore
 
 __all__ = [
     "ERR_BIND_CONFLICT",
@@ -85,7 +84,9 @@ ERR_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
 ERR_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 ERR_UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 
-_MASK_CACHE = 1024  # PV node-affinity masks kept across cycles (a PV's mask changes only with node labels)
+# PV node-affinity masks are kept per PV version until node labels change: every PV of a class is read each cycle,
+# so an LRU smaller than the class would miss every time. The cap only bounds a churn of PV versions.
+_MASK_CACHE = 65536
 
 
 def fully_bound(claim: PersistentVolumeClaim) -> bool:
@@ -176,6 +177,7 @@ class _Plan:
 _CLAIMS = StateKey[_PodClaims]("VolumeBinding/claims")
 _CHOICES = StateKey[_NodeChoices]("VolumeBinding/choices")
 _PLAN = StateKey[_Plan]("VolumeBinding/plan")
+_SENT = StateKey[frozenset[tuple[str, str]]]("VolumeBinding/sent")  # ("pv", name) / ("pvc", key) PreBind wrote
 
 
 class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin):
@@ -194,7 +196,8 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
 
     def __init__(self, args: Args, handle: Handle) -> None:
         super().__init__(args, handle)
-        self._masks: OrderedDict[tuple[str, str, int, int], BoolArray] = OrderedDict()
+        self._masks: dict[tuple[str, str], BoolArray] = {}
+        self._masks_for: tuple[int, int] = (-1, -1)  # (labels generation, capacity) the masks were computed at
 
     # -- queueing ---------------------------------------------------------------------------------
     def events_to_register(self) -> list[EventHint]:
@@ -252,14 +255,14 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
 
     # -- Filter -----------------------------------------------------------------------------------
     def _pv_mask(self, table: NodeTable, pv: PersistentVolume) -> BoolArray:
-        key = (pv.name, pv.resource_version, table.labels_generation, table.capacity)
+        generation = (table.labels_generation, table.capacity)
+        if generation != self._masks_for or len(self._masks) > _MASK_CACHE:
+            self._masks.clear()
+            self._masks_for = generation
+        key = (pv.name, pv.resource_version)
         mask = self._masks.get(key)
         if mask is None:
             mask = self._masks[key] = pv_node_mask(table, pv)
-            if len(self._masks) > _MASK_CACHE:
-                self._masks.popitem(last=False)
-        else:
-            self._masks.move_to_end(key)
         return mask
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
@@ -438,20 +441,20 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
                 if not was_bound:
                     annotations.setdefault(ANN_BOUND_BY_CONTROLLER, "yes")
                 new_pv = dataclasses.replace(pv, claim_ref=ref, annotations=annotations)
-                _assume(store.watched_volume(pv.name), pv.resource_version, pv.name)
-                store.assume_volume(new_pv)
+                store.assume_volume(new_pv, pv.resource_version)
                 assumed_volumes.append(pv.name)
                 written.append((new_pv, claim))
             for claim in provisions:
-                _assume(store.watched_claim(claim.key), claim.resource_version, claim.key)
                 store.assume_claim(dataclasses.replace(
-                    claim, annotations={**claim.annotations, ANN_SELECTED_NODE: node}))
+                    claim, annotations={**claim.annotations, ANN_SELECTED_NODE: node}), claim.resource_version)
                 assumed_claims.append(claim.key)
-        except _OutOfSync as exc:
+        except Exception as exc:  # AssumeConflict, or a bug: nothing this Reserve assumed may stay behind
             for name in assumed_volumes:
                 store.restore_volume(name)
             for key in assumed_claims:
                 store.restore_claim(key)
+            if not isinstance(exc, AssumeConflict):
+                raise
             return Status.error(str(exc))
         for pv, claim in written:
             explain(cycle, f"pvc {claim.name}: binds PV {pv.name} on {node}")
@@ -466,10 +469,15 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
         if plan is None:
             return
         store = self.handle.cluster.volumes
+        # What PreBind wrote stays assumed: the watch will deliver the written version (dropping the assumption);
+        # restoring it now would show the PV Available again until then, to be picked and fail the next pod.
+        sent = cycle.get(_SENT, frozenset())
         for name in plan.assumed_volumes:
-            store.restore_volume(name)
+            if ("pv", name) not in sent:
+                store.restore_volume(name)
         for key in plan.assumed_claims:
-            store.restore_claim(key)
+            if ("pvc", key) not in sent:
+                store.restore_claim(key)
 
     # -- PreBind ----------------------------------------------------------------------------------
     def pre_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
@@ -487,7 +495,8 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
                 watched = store.watched_volume(pv.name)
                 if watched is not None and watched.claim_ref == ClaimRef(claim.namespace, claim.name, claim.uid):
                     continue  # already ours (a retried PreBind, or pre-bound by the user)
-                version = writer.bind_volume(pv.name, pv.resource_version, claim.namespace, claim.name, claim.uid)
+                version = writer.bind_volume(pv.name, pv.resource_version, claim.namespace, claim.name, claim.uid,
+                                             bound_by_controller=ANN_BOUND_BY_CONTROLLER in pv.annotations)
                 sent_volumes[pv.name] = _rv(version)
             for claim in plan.provisions:
                 watched_claim = store.watched_claim(claim.key)
@@ -497,6 +506,8 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
                 sent_claims[claim.key] = _rv(version)
         except ApiError as exc:
             return Status.error(f"binding volumes: {exc}")
+        finally:
+            cycle.write(_SENT, frozenset({("pv", n) for n in sent_volumes} | {("pvc", k) for k in sent_claims}))
         uid = pod.uid
 
         def check() -> Status | None:
@@ -526,6 +537,10 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
         row = table.index.get(node)
         if row is None:
             return Status.error(f'binding volumes: node "{node}" is gone')
+        record = table.records[row]
+        if record is None:
+            return Status.error(f'binding volumes: node "{node}" is gone')
+        labels = record.labels  # one node: its labels, not a mask over the table
         pending = False
         for pv, claim in plan.bindings:
             watched = store.watched_volume(pv.name)
@@ -535,7 +550,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
             if _rv(watched.resource_version) < sent_volumes.get(pv.name, 0):
                 pending = True
                 continue
-            if not pv_node_mask(table, watched)[row]:
+            if not _reachable(watched, labels):
                 return Status.error(f'binding volumes: pv "{pv.name}" node affinity doesn\'t match node "{node}": '
                                     "no matching NodeSelectorTerms")
             if watched.claim_ref is None or not watched.claim_ref.uid:
@@ -560,7 +575,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
                 if provisioned is None:
                     pending = True
                     continue
-                if not pv_node_mask(table, provisioned)[row]:
+                if not _reachable(provisioned, labels):
                     return Status.error(f'binding volumes: pv "{provisioned.name}" node affinity doesn\'t match node '
                                         f'"{node}": no matching NodeSelectorTerms')
             if not fully_bound(watched_claim):
@@ -568,16 +583,39 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
         return None if pending else SUCCESS
 
 
-class _OutOfSync(Exception):
-    pass
+def _reachable(pv: PersistentVolume, labels: Mapping[str, str]) -> bool:
+    """CheckNodeAffinity for one node's labels (PreBind's check: no mask over the whole table)."""
+    if pv.node_terms is None:
+        return True
+    return any(not term.get("matchFields") and _term_matches(term, labels) for term in pv.node_terms)
 
 
-def _assume(watched: PersistentVolume | PersistentVolumeClaim | None, version: str, key: str) -> None:
-    """The assume cache's check: the object decided on is still the watched one."""
-    if watched is None:
-        raise _OutOfSync(f'"{key}" is gone')
-    if watched.resource_version != version:
-        raise _OutOfSync(f'"{key}" is out of sync (stored: {watched.resource_version}, assume: {version})')
+def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    expressions = term.get("matchExpressions") or []
+    if not expressions:
+        return False  # an empty term matches nothing
+    for expr in expressions:
+        key, operator = str(expr.get("key", "")), expr.get("operator")
+        values = [str(v) for v in expr.get("values") or ()]
+        value = labels.get(key)
+        if operator == "In":
+            ok = value in values
+        elif operator == "NotIn":
+            ok = value not in values
+        elif operator == "Exists":
+            ok = value is not None
+        elif operator == "DoesNotExist":
+            ok = value is None
+        elif operator in ("Gt", "Lt") and len(values) == 1 and value is not None:
+            try:
+                ok = int(value) > int(values[0]) if operator == "Gt" else int(value) < int(values[0])
+            except ValueError:
+                ok = False
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
 
 
 def _bound_to(ref: ClaimRef, claim: ClaimRef) -> bool:

@@ -35,9 +35,13 @@ from metrics_sched.model.volumes import (
     parse_volume,
 )
 
-__all__ = ["VolumeStore"]
+__all__ = ["AssumeConflict", "VolumeStore"]
 
 T = TypeVar("T")
+
+
+class AssumeConflict(ValueError):
+    """The object to assume is gone, or the watch has delivered another version than the one decided on."""
 
 
 class VolumeStore:
@@ -228,11 +232,13 @@ class VolumeStore:
                     "assumed": len(self._assumed_volumes) + len(self._assumed_claims)}
 
     # -- assume cache ----------------------------------------------------------------------------
-    def assume_volume(self, pv: PersistentVolume) -> None:
-        """Records `pv` (e.g. with a claimRef) until its write is seen or restore_volume; KeyError if unknown."""
+    def assume_volume(self, pv: PersistentVolume, decided_on: str) -> None:
+        """Records `pv` (e.g. with a claimRef) until its write is seen or restore_volume. `decided_on` is the
+        resourceVersion the decision read: checked against the watched one in the same step (AssumeConflict)."""
         with self._lock:
-            watched = self._volumes[pv.name]
-            self._assumed_volumes[pv.name] = (pv, watched.resource_version)
+            watched = self._volumes.get(pv.name)
+            _check_version(pv.name, watched.resource_version if watched else None, decided_on)
+            self._assumed_volumes[pv.name] = (pv, decided_on)
             self._bump()
 
     def restore_volume(self, name: str) -> None:
@@ -240,10 +246,11 @@ class VolumeStore:
             if self._assumed_volumes.pop(name, None) is not None:
                 self._bump()
 
-    def assume_claim(self, claim: PersistentVolumeClaim) -> None:
+    def assume_claim(self, claim: PersistentVolumeClaim, decided_on: str) -> None:
         with self._lock:
-            watched = self._claims[claim.key]
-            self._assumed_claims[claim.key] = (claim, watched.resource_version)
+            watched = self._claims.get(claim.key)
+            _check_version(claim.key, watched.resource_version if watched else None, decided_on)
+            self._assumed_claims[claim.key] = (claim, decided_on)
             self._bump()
 
     def restore_claim(self, key: str) -> None:
@@ -285,3 +292,10 @@ class VolumeStore:
                     # Bounded so `stop` is looked at even when nothing changes.
                     self._changed.wait(min(left, 1.0))
 
+
+def _check_version(key: str, watched: str | None, decided_on: str) -> None:
+    """The assume cache's check (upstream: "is out of sync"), under the store's lock with the assume itself."""
+    if watched is None:
+        raise AssumeConflict(f'"{key}" is gone')
+    if watched != decided_on:
+        raise AssumeConflict(f'"{key}" is out of sync (stored: {watched}, assume: {decided_on})')

@@ -571,3 +571,26 @@ def test_percentage_of_nodes_to_score_samples_round_robin_at_least_100_nodes() -
     for i in range(99):
         small.upsert_node(node(f"s{i:02d}"))
     assert framework.schedule(parse_pod(pod("c")), small.table).feasible_rows.size == 99
+
+
+def test_the_sample_wraps_to_the_first_feasible_node_past_the_last() -> None:
+    """nextStartNodeIndex past every feasible node: the next sample starts again from the first one."""
+    import numpy as np
+
+    from metrics_sched.config import parse_config
+    from metrics_sched.framework.handle import Services
+    from metrics_sched.framework.registry import Registry
+    from metrics_sched.framework.runtime import Framework
+    from metrics_sched.state.cluster_state import ClusterState
+    from metrics_sched.telemetry.cache import MetricCache
+    from metrics_sched.telemetry.ledger import InFlightLedgerStore
+    from tests.unit.fakes import FakeAPI
+
+    registry = Registry.default(third_party=False)
+    config = parse_config({"percentageOfNodesToScore": 10}, registry.catalog())
+    framework = Framework(config.profiles[0], registry.plugins,
+                          Services(ClusterState(), MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    framework._next_start = 800
+    feasible = np.arange(500, dtype=np.int64)  # of 2,000 nodes, only the first 500 fit
+    assert framework._sample(feasible, 2000).tolist() == list(range(200))
+    assert framework._sample(feasible, 2000).tolist() == list(range(200, 400))

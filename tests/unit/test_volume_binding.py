@@ -269,12 +269,14 @@ class FakeVolumeWriter:
         self.written = threading.Event()
         self.gate: threading.Event | None = None  # when set up, a write waits for it (a PreBind held in flight)
 
-    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str) -> str:
+    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str, *,
+                    bound_by_controller: bool = True) -> str:
         self.calls.append(("bind_volume", name, resource_version, f"{namespace}/{claim}", claim_uid))
         body = self._current("PersistentVolume", name, resource_version)
         body["spec"]["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace,
                                     "name": claim, "uid": claim_uid}
-        body["metadata"].setdefault("annotations", {})[ANN_BOUND_BY_CONTROLLER] = "yes"
+        if bound_by_controller:
+            body["metadata"].setdefault("annotations", {})[ANN_BOUND_BY_CONTROLLER] = "yes"
         return self._write(body)
 
     def select_node(self, namespace: str, claim: str, resource_version: str, node: str) -> str:
@@ -1089,8 +1091,48 @@ class _LateWriter:
     def __init__(self, box: list[FakeVolumeWriter]) -> None:
         self._box = box
 
-    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str) -> str:
-        return self._box[0].bind_volume(name, resource_version, namespace, claim, claim_uid)
+    def bind_volume(self, name: str, resource_version: str, namespace: str, claim: str, claim_uid: str, *,
+                    bound_by_controller: bool = True) -> str:
+        return self._box[0].bind_volume(name, resource_version, namespace, claim, claim_uid,
+                                        bound_by_controller=bound_by_controller)
 
     def select_node(self, namespace: str, claim: str, resource_version: str, node: str) -> str:
         return self._box[0].select_node(namespace, claim, resource_version, node)
+
+
+def test_assume_of_an_object_deleted_meanwhile_reverts_what_it_assumed() -> None:
+    """The version check and the assumption are one step: a claim the watch removed after Filter is an error,
+    and the PV already assumed for the pod's other claim is restored (no PV left claimed by nobody)."""
+    h = Harness([pvc("unbound-pvc"), pv_node1a(), pvc("provisioned-pvc", size="1Gi", sc=PROVISIONING)])
+    incoming = claim_pod("unbound-pvc", "provisioned-pvc")
+    status, verdicts, cycle, info = h.filter(incoming)
+    assert status.ok and verdicts["node1"] == []
+    h.store.remove_claim("default/provisioned-pvc")
+    assert h.plugin.reserve(cycle, info, "node1") == Status.error('"default/provisioned-pvc" is gone')
+    assert h.store.assumed() == ([], [])
+
+
+def test_a_pv_the_user_pre_bound_is_written_without_the_bound_by_controller_annotation() -> None:
+    """The PV controller unbinds a controller-bound PV by clearing its whole claimRef: a user's pre-binding must
+    not be turned into one (upstream's GetBindVolumeToClaim sets the annotation only when it binds)."""
+    h = Harness([pvc("unbound-pvc"), pv("pv-node1a", node="node1", size="5G", claim="unbound-pvc", claim_uid="")],
+                timeout=0)
+    cycle, info = h.reserve(claim_pod("unbound-pvc"))
+    h.writer.deliver = False
+    h.plugin.pre_bind(cycle, info, "node1")  # looks once (timeout 0): only the write matters
+    written = h.cluster.raw[("PersistentVolume", "pv-node1a")]
+    assert h.writer.calls[0][0] == "bind_volume"
+    assert ANN_BOUND_BY_CONTROLLER not in (written["metadata"].get("annotations") or {})
+
+
+def test_a_pre_bind_failing_half_way_keeps_what_it_wrote_assumed() -> None:
+    """The PV's claimRef was written, the claim's selected-node answered 409: Unreserve restores only the claim;
+    the PV stays assumed until the watch delivers the written version, so no other pod takes it meanwhile."""
+    h = Harness([pvc("unbound-pvc"), pv_node1a(), pvc("provisioned-pvc", size="1Gi", sc=PROVISIONING)], timeout=0)
+    cycle, info = h.reserve(claim_pod("unbound-pvc", "provisioned-pvc"))
+    h.writer.deliver = False
+    h.cluster.put(pvc("provisioned-pvc", size="1Gi", sc=PROVISIONING, rv="7"), deliver=False)
+    status = h.plugin.pre_bind(cycle, info, "node1")
+    assert status.code == ERROR and [c[0] for c in h.writer.calls] == ["bind_volume", "select_node"]
+    h.plugin.unreserve(cycle, info, "node1")
+    assert h.store.assumed() == (["pv-node1a"], [])
