@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from metrics_sched.model.resources import Resources, pod_requests
+from metrics_sched.model.volumes import PodVolumes, parse_pod_volumes
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,12 @@ class PodInfo:
     @property
     def terminal(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @functools.cached_property
+    def volumes(self) -> PodVolumes:
+        """spec.volumes as the volume plugins read them, parsed once per pod version (four plugins, their queueing
+        hints and the cluster state read it; the spec's volumes are immutable)."""
+        return parse_pod_volumes(self.raw)
 
 
 def _timestamp(value: str | None) -> float:

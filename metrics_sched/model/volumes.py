@@ -308,10 +308,12 @@ class ClaimVolume:
 
 @dataclass(frozen=True)
 class InlineDisk:
-    """An in-line disk a node can attach only once read-write (VolumeRestrictions' disk conflicts)."""
+    """An in-line in-tree disk: VolumeRestrictions' conflicts (GCE PD, EBS, RBD, iSCSI: attached read-write once per
+    node) and NodeVolumeLimits' count (the kinds that migrate to a CSI driver: EBS, GCE PD, Azure Disk, Cinder,
+    Portworx)."""
 
-    kind: str  # gcePersistentDisk | awsElasticBlockStore | rbd | iscsi
-    identity: tuple[str, ...]  # pdName | volumeID | (pool, image) | iqn
+    kind: str  # gcePersistentDisk | awsElasticBlockStore | rbd | iscsi | azureDisk | cinder | portworxVolume
+    identity: tuple[str, ...]  # pdName | volumeID | (pool, image) | iqn | diskURI | volumeID | volumeID
     read_only: bool
     monitors: frozenset[str] = frozenset()  # rbd: two disks conflict when their monitors overlap
 
@@ -320,10 +322,9 @@ class InlineDisk:
 class PodVolumes:
     claims: tuple[ClaimVolume, ...] = ()
     disks: tuple[InlineDisk, ...] = ()
-    inline_csi: tuple[tuple[str, str], ...] = ()  # (driver, volume name) of in-line CSI volumes
 
     def __bool__(self) -> bool:
-        return bool(self.claims or self.disks or self.inline_csi)
+        return bool(self.claims or self.disks)
 
     def claim_keys(self, namespace: str) -> tuple[str, ...]:
         return tuple(claim_key(namespace, c.claim) for c in self.claims)
@@ -343,7 +344,16 @@ def _disk(kind: str, source: Mapping[str, Any]) -> InlineDisk | None:
                           frozenset(str(m) for m in source.get("monitors") or ()))
     if kind == "iscsi":
         return InlineDisk(kind, (str(source.get("iqn", "")),), read_only)
+    if kind == "azureDisk":
+        return InlineDisk(kind, (str(source.get("diskURI", "")),), read_only)
+    if kind in ("cinder", "portworxVolume"):
+        return InlineDisk(kind, (str(source.get("volumeID", "")),), read_only)
     return None
+
+
+# In-line volume kinds the volume plugins read (an in-line CSI volume counts nowhere upstream: not against a
+# node's limit, nor as a disk conflict; nor do the other in-line kinds).
+_DISK_KINDS = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi", "azureDisk", "cinder", "portworxVolume")
 
 
 def parse_pod_volumes(pod: Mapping[str, Any]) -> PodVolumes:
@@ -351,7 +361,6 @@ def parse_pod_volumes(pod: Mapping[str, Any]) -> PodVolumes:
     name = str(_meta(pod).get("name", ""))
     claims: list[ClaimVolume] = []
     disks: list[InlineDisk] = []
-    inline: list[tuple[str, str]] = []
     for volume in spec.get("volumes") or ():
         if not isinstance(volume, Mapping):
             continue
@@ -363,18 +372,14 @@ def parse_pod_volumes(pod: Mapping[str, Any]) -> PodVolumes:
         if isinstance(volume.get("ephemeral"), Mapping):
             claims.append(ClaimVolume(vname, f"{name}-{vname}", ephemeral=True))
             continue
-        csi = volume.get("csi")
-        if isinstance(csi, Mapping):
-            inline.append((str(csi.get("driver", "")), vname))
-            continue
-        for kind in ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi"):
+        for kind in _DISK_KINDS:
             source = volume.get(kind)
             if isinstance(source, Mapping):
                 disk = _disk(kind, source)
                 if disk is not None:
                     disks.append(disk)
                 break
-    if not (claims or disks or inline):
+    if not (claims or disks):
         return NO_VOLUMES
-    return PodVolumes(tuple(claims), tuple(disks), tuple(inline))
+    return PodVolumes(tuple(claims), tuple(disks))
 

@@ -53,7 +53,6 @@ from metrics_sched.model.volumes import (
     AttachmentInfo,
     PersistentVolumeClaim,
     claim_key,
-    parse_pod_volumes,
 )
 from metrics_sched.state.cluster_state import PodRecord
 
@@ -160,7 +159,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             return QueueingHint.QUEUE
         if claim.namespace != pod.namespace:
             return QueueingHint.SKIP
-        names = {c.claim for c in parse_pod_volumes(pod.raw).claims}
+        names = {c.claim for c in pod.volumes.claims}
         return QueueingHint.QUEUE if claim.name in names else QueueingHint.SKIP
 
     @staticmethod
@@ -204,7 +203,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
 
     def _new_volumes(self, pod: PodInfo) -> dict[str, str] | str:
         """The pod's counted volumes (unique name -> driver), or the reason it is rejected on every node."""
-        volumes = parse_pod_volumes(pod.raw)
+        volumes = pod.volumes
         store = self.handle.cluster.volumes
         found: dict[str, str] = {}
         for volume in volumes.claims:

@@ -60,7 +60,6 @@ from metrics_sched.model.volumes import (
     PersistentVolumeClaim,
     StorageClass,
     claim_key,
-    parse_pod_volumes,
 )
 from metrics_sched.plugins.node_selector import term_mask
 from metrics_sched.ports import ApiError
@@ -211,7 +210,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin)
 
     # -- PreFilter --------------------------------------------------------------------------------
     def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
-        volumes = parse_pod_volumes(pod.raw)
+        volumes = pod.volumes
         if not volumes.claims:
             return Status(Code.SKIP)
         store = self.handle.cluster.volumes
@@ -653,5 +652,5 @@ def _claim_of_pod(pod: PodInfo, claim: Any) -> QueueingHint:
     """A claim added or updated helps only the pods that use it (by name in the pod's namespace)."""
     if not isinstance(claim, PersistentVolumeClaim) or claim.namespace != pod.namespace:
         return QueueingHint.SKIP
-    names = {c.claim for c in parse_pod_volumes(pod.raw).claims}
+    names = {c.claim for c in pod.volumes.claims}
     return QueueingHint.QUEUE if claim.name in names else QueueingHint.SKIP

@@ -34,7 +34,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
-from metrics_sched.model.volumes import PersistentVolumeClaim, PodVolumes, claim_key, parse_pod_volumes
+from metrics_sched.model.volumes import PersistentVolumeClaim, PodVolumes, claim_key
 from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.volume_usage import disks_conflict
 
@@ -76,7 +76,7 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
             return QueueingHint.QUEUE
         if released.namespace != pod.namespace:
             return QueueingHint.SKIP
-        wanted = parse_pod_volumes(pod.raw)
+        wanted = pod.volumes
         if any(disks_conflict(disk, held) for disk in wanted.disks for held in released.volumes.disks):
             return QueueingHint.QUEUE
         if _claim_names(wanted) & _claim_names(released.volumes):
@@ -87,12 +87,12 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
     def _after_claim_added(pod: PodInfo, claim: object) -> QueueingHint:
         if not isinstance(claim, PersistentVolumeClaim):
             return QueueingHint.QUEUE
-        if claim.namespace == pod.namespace and claim.name in _claim_names(parse_pod_volumes(pod.raw)):
+        if claim.namespace == pod.namespace and claim.name in _claim_names(pod.volumes):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
 
     def _state(self, pod: PodInfo) -> _State | Status:
-        volumes = parse_pod_volumes(pod.raw)
+        volumes = pod.volumes
         store = self.handle.cluster.volumes
         rwop: set[str] = set()
         for volume in volumes.claims:
@@ -104,6 +104,8 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
             if READ_WRITE_ONCE_POD in claim.access_modes:
                 rwop.add(claim.name)
         cluster = self.handle.cluster
+        if not rwop:  # nothing to count: no lock taken for the pods without such a claim (almost every pod)
+            return _State(volumes, frozenset(), 0)
         with cluster.lock:
             conflicting = sum(1 for name in rwop
                               if cluster.volume_usage.claim_referenced(claim_key(pod.namespace, name)))

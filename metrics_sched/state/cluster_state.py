@@ -23,7 +23,7 @@ from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resize import ResourceFields, occupied_requests, resource_fields
 from metrics_sched.model.resources import CPU, MEMORY
 from metrics_sched.model.selectors import SelectorError
-from metrics_sched.model.volumes import NO_VOLUMES, PodVolumes, parse_pod_volumes
+from metrics_sched.model.volumes import NO_VOLUMES, PodVolumes
 from metrics_sched.state.namespaces import NamespaceIndex
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, NodeTable, parse_node
 from metrics_sched.state.pod_index import PodIndex, PodQuery
@@ -195,7 +195,7 @@ class ClusterState:
                         if pod.host_ports:
                             self._count_ports(pod.host_ports, pod.row, -1)
                         self.pod_index.account(pod, pod.row, -1)
-                        self.volume_usage.account(pod.uid, pod.namespace, pod.volumes, pod.row, -1)
+                        self.volume_usage.account(pod.namespace, pod.volumes, pod.row, -1)
                     pod.row = None
                     self._waiting.setdefault(name, set()).add(pod.uid)
                     if pod.assumed:
@@ -216,7 +216,7 @@ class ClusterState:
         if pod.host_ports:
             self._count_ports(pod.host_ports, row, sign)
         self.pod_index.account(pod, row, sign)
-        self.volume_usage.account(pod.uid, pod.namespace, pod.volumes, row, sign)
+        self.volume_usage.account(pod.namespace, pod.volumes, row, sign)
 
     def _count_owner(self, owner: str, row: int, sign: int) -> None:
         total = self._owner_totals.get(owner, 0) + sign
@@ -259,7 +259,7 @@ class ClusterState:
             nonzero=(non_zero.get(CPU, 0), non_zero.get(MEMORY, 0)),
             owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
             labels=dict(info.labels), terminating=info.deleting, affinity=_affinity(info),
-            resources=resource_fields(info.raw), volumes=parse_pod_volumes(info.raw),
+            resources=resource_fields(info.raw), volumes=info.volumes,
             priority=info.priority, scheduler_name=sys.intern(info.scheduler_name), controller=facts.controller,
             mirror=facts.mirror, evictable=facts.evictable,
         )

@@ -1,4 +1,4 @@
-"""VolumeUsage: which claims, in-line disks and in-line CSI volumes the placed (and assumed) pods use, per node row.
+"""VolumeUsage: which claims and in-line disks the placed (and assumed) pods use, per node row.
 
 VolumeRestrictions reads it (a ReadWriteOncePod claim already in use; an in-line disk another pod holds
 read-write on a node), NodeVolumeLimits counts a node's attached volumes per CSI driver from it. It is kept by
@@ -55,7 +55,6 @@ class VolumeUsage:
         # kube-scheduler's snapshot usedPVCSet, which ReadWriteOncePod conflicts are checked against.
         self._referenced: dict[str, int] = {}
         self._disks: dict[tuple[str, tuple[str, ...]], dict[int, DiskUse]] = {}
-        self._inline_csi: dict[tuple[str, str, str], int] = {}  # (driver, pod uid, volume) -> row
         self._generation = 0
 
     @property
@@ -63,7 +62,7 @@ class VolumeUsage:
         """Bumped whenever a pod with volumes is accounted on or off a row."""
         return self._generation
 
-    def account(self, uid: str, namespace: str, volumes: PodVolumes, row: int, sign: int) -> None:
+    def account(self, namespace: str, volumes: PodVolumes, row: int, sign: int) -> None:
         if not volumes:
             return
         self._generation += 1
@@ -85,11 +84,6 @@ class VolumeUsage:
                     self._referenced.pop(key, None)
         for disk in volumes.disks:
             self._account_disk(disk, row, sign)
-        for driver, volume in volumes.inline_csi:
-            if sign > 0:
-                self._inline_csi[(driver, uid, volume)] = row
-            else:
-                self._inline_csi.pop((driver, uid, volume), None)
 
     def _account_disk(self, disk: InlineDisk, row: int, sign: int) -> None:
         key = (disk.kind, disk.identity)
@@ -105,13 +99,6 @@ class VolumeUsage:
             if not rows:
                 del self._disks[key]
 
-    def claim_rows(self, key: str) -> dict[int, int]:
-        """Row -> pods placed there that use the claim (a copy)."""
-        return dict(self._claims.get(key, {}))
-
-    def claim_users(self, key: str) -> int:
-        return sum(self._claims.get(key, {}).values())
-
     def claim_referenced(self, key: str) -> bool:
         """Some placed pod names the claim in a persistentVolumeClaim volume (generic ephemeral ones excluded)."""
         return key in self._referenced
@@ -119,9 +106,6 @@ class VolumeUsage:
     def claims(self) -> Iterator[tuple[str, dict[int, int]]]:
         """Every claim in use, with its rows (live views: do not keep them past the lock)."""
         return iter(self._claims.items())
-
-    def disk_rows(self, disk: InlineDisk) -> dict[int, DiskUse]:
-        return dict(self._disks.get((disk.kind, disk.identity), {}))
 
     def conflicting_rows(self, disk: InlineDisk) -> list[int]:
         """Rows where a placed pod holds a disk that `disk` conflicts with (disks_conflict)."""
@@ -134,9 +118,5 @@ class VolumeUsage:
         """((kind, identity), row -> use) of every in-line disk in use (live views: do not keep them past the lock)."""
         return iter(self._disks.items())
 
-    def inline_csi(self) -> Iterator[tuple[tuple[str, str, str], int]]:
-        """((driver, pod uid, volume name), row) of every in-line CSI volume of a placed pod."""
-        return iter(self._inline_csi.items())
-
     def __len__(self) -> int:
-        return len(self._claims) + len(self._disks) + len(self._inline_csi)
+        return len(self._claims) + len(self._disks)

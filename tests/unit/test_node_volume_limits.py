@@ -465,3 +465,23 @@ def test_a_pod_that_only_shares_attached_volumes_passes_a_node_over_its_limit() 
     # One volume more of that driver: 2 attached + 1 > 0.
     two = pod_with(*claims("csi-ebs.csi.aws.com-0", "csi-ebs.csi.aws.com-2"))
     assert verdicts(state, plugin, two, ["n0"]) == (Code.SUCCESS, [MAX])
+
+
+@pytest.mark.parametrize(("kind", "source", "driver"), [
+    ("azureDisk", {"diskName": "d", "diskURI": "/subscriptions/s/disks/"}, "disk.csi.azure.com"),
+    ("cinder", {"volumeID": "vol-"}, "cinder.csi.openstack.org"),
+    ("portworxVolume", {"volumeID": "px-"}, "pxd.portworx.com"),
+])
+def test_in_line_azure_cinder_and_portworx_volumes_count_under_their_csi_driver(
+        kind: str, source: Obj, driver: str) -> None:
+    """IsInlineMigratable: with a CSINode, an in-line in-tree volume counts against its CSI driver's limit (the
+    pod's volume spec is read, not ignored)."""
+    key = "diskURI" if kind == "azureDisk" else "volumeID"
+    case = Case("inline", lambda: pod_with({kind: {**source, key: source[key] + "new"}}), [], limit_source="")
+    state, plugin = build(case)
+    state.volumes.upsert_csi_node(csi_node(NODE, [driver], 1))
+    held = parse_pod(pod_with({kind: {**source, key: source[key] + "held"}}, name="holder"))
+    state.observe_bound_pod(parse_pod({**held.raw, "spec": {**held.raw["spec"], "nodeName": NODE}}))
+    assert verdicts(state, plugin, case.new()) == (Code.SUCCESS, [MAX])
+    # The same volume in-line again adds nothing.
+    assert verdicts(state, plugin, pod_with({kind: {**source, key: source[key] + "held"}})) == (Code.SUCCESS, [None])
