@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import httpx
+
 from metrics_sched.config import ConfigError, reader
 from metrics_sched.config.reader import field_name, mapping, read_duration, read_str
 
@@ -255,3 +257,18 @@ def _secret(spec: Mapping[str, Any], key: str, where: str, base_dir: Path) -> Se
         return SecretFile(path)
     except SecretFileError as exc:
         raise ConfigError(field_name(where, key), str(exc)) from None
+
+
+def status_message(resp: httpx.Response) -> str:
+    """An API server's error answer in a few words: its Status `message`, else the start of the body."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200]
+    return str(body.get("message", "")) if isinstance(body, Mapping) else resp.text[:200]
+
+
+def kube_api_client(factory: Callable[[], httpx.Client] | None) -> httpx.Client:
+    """A client of the Kubernetes API from the sources' context; check-config validates without a cluster, so
+    without a factory the client points nowhere (the real one is only made when the scheduler runs)."""
+    return factory() if factory is not None else httpx.Client(base_url="https://kubernetes.invalid")

@@ -69,10 +69,9 @@ from metrics_sched.audit.endpoint import decisions as decisions_endpoint
 from metrics_sched.config import LeaderElectionConfig, parse_config
 from metrics_sched.framework.registry import Registry
 from metrics_sched.http_server import HTTPServer
-from metrics_sched.leader import LeaderElector, bind_timeout
+from metrics_sched.leader import LeaderElector, MemoryLeaseStore, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.ports import (
-    ApiError,
     EventSeries,
     FetchResult,
     KubeObject,
@@ -153,41 +152,20 @@ class RecordingWriter:
         pass
 
 
-class TimedLeaseStore:
-    """An in-memory Lease (optimistic updates on resourceVersion) that notes when each renewal is done."""
+class TimedLeaseStore(MemoryLeaseStore):
+    """The in-memory Lease, noting when each renewal is done (from its GET to its write)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.leases: dict[tuple[str, str], LeaseRecord] = {}
-        self.version = 0
+        super().__init__()
         self.done: list[tuple[float, float]] = []  # (GET started, write done), wall perf_counter
         self._started = 0.0
 
     def get(self, namespace: str, name: str) -> LeaseRecord | None:
         self._started = time.perf_counter()
-        with self.lock:
-            return self.leases.get((namespace, name))
-
-    def create(self, record: LeaseRecord) -> LeaseRecord:
-        with self.lock:
-            if (record.namespace, record.name) in self.leases:
-                raise ApiError(409, "already exists")
-            return self._store(record)
-
-    def update(self, record: LeaseRecord) -> LeaseRecord:
-        with self.lock:
-            current = self.leases.get((record.namespace, record.name))
-            if current is None:
-                raise ApiError(404, "not found")
-            if current.resource_version != record.resource_version:
-                raise ApiError(409, "the object has been modified")
-            return self._store(record)
+        return super().get(namespace, name)
 
     def _store(self, record: LeaseRecord) -> LeaseRecord:
-        self.version += 1
-        stored = LeaseRecord(record.namespace, record.name, record.holder, record.lease_duration_seconds,
-                             record.acquire_time, record.renew_time, record.lease_transitions, str(self.version))
-        self.leases[(record.namespace, record.name)] = stored
+        stored = super()._store(record)
         self.done.append((self._started, time.perf_counter()))
         return stored
 

@@ -24,7 +24,14 @@ from typing import Any
 import httpx
 
 from adapters.custom_metrics.config import CustomMetricsConfig, ExternalMetric, NodeMetric, parse_config
-from adapters.http_common import SourceError, clean_message, describe_error, parse_rfc3339
+from adapters.http_common import (
+    SourceError,
+    clean_message,
+    describe_error,
+    kube_api_client,
+    parse_rfc3339,
+    status_message,
+)
 from metrics_sched.model.quantity import QuantityError, parse_quantity
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample, SeriesMatching
 from metrics_sched.telemetry import PolledSource, SourceContext
@@ -173,7 +180,7 @@ class CustomMetricsSource(PolledSource):
         except httpx.HTTPError as exc:
             raise SourceError(f"GET {path}: {describe_error(exc)}") from None
         if resp.status_code != 200:
-            raise SourceError(clean_message(f"GET {path}: HTTP {resp.status_code}: {_status(resp)}"))
+            raise SourceError(clean_message(f"GET {path}: HTTP {resp.status_code}: {status_message(resp)}"))
         try:
             body: object = resp.json()
         except ValueError:
@@ -220,22 +227,7 @@ def _value_and_time(item: Mapping[str, Any], scale: float, dropped: Counter[str]
     return float(value) * scale, observed_at
 
 
-def _status(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:200]
-    return str(body.get("message", "")) if isinstance(body, Mapping) else resp.text[:200]
-
-
 def from_config(name: str, spec: Mapping[str, Any], ctx: SourceContext) -> CustomMetricsSource:
     """Validates `spec` (see adapters.custom_metrics.config), then takes a client from the context's
     Kubernetes client factory (nothing here is a file: ctx.base_dir is not used)."""
-    config = parse_config(spec)
-    factory: Callable[[], httpx.Client] = ctx.kube_client_factory or _unavailable
-    return CustomMetricsSource(name, factory(), config, close_client=True)
-
-
-def _unavailable() -> httpx.Client:
-    # check-config validates without a cluster; the real client is only made when the scheduler runs.
-    return httpx.Client(base_url="https://kubernetes.invalid")
+    return CustomMetricsSource(name, kube_api_client(ctx.kube_client_factory), parse_config(spec), close_client=True)

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from metrics_sched.leader import MemoryLeaseStore
 from metrics_sched.ports import ApiError, EventSeries, KubeObject, LeaseRecord, SchedulingEvent
 
 
@@ -29,7 +30,7 @@ class FakeAPI:
         self.binds: list[tuple[str, str]] = []
         self.fail_next_binds: list[ApiError] = []
         self.bind_then_fail: list[ApiError] = []  # bind happens, then the caller sees this error
-        self.leases: dict[tuple[str, str], LeaseRecord] = {}
+        self.lease_store = MemoryLeaseStore()
         self._rv = 0
         self.watchers: list[Any] = []
 
@@ -144,32 +145,19 @@ class FakeAPI:
             return [e for e in self.events if f"{e.namespace}/{e.pod_name}" == key
                     and (reason is None or e.reason == reason)]
 
-    # LeaseStore
+    # LeaseStore: the core's in-memory one (optimistic concurrency as the API server)
     def get(self, namespace: str, name: str) -> LeaseRecord | None:
-        with self.lock:
-            return self.leases.get((namespace, name))
+        return self.lease_store.get(namespace, name)
 
     def create(self, record: LeaseRecord) -> LeaseRecord:
-        with self.lock:
-            if (record.namespace, record.name) in self.leases:
-                raise ApiError(409, "already exists")
-            return self._store(record)
+        return self.lease_store.create(record)
 
     def update(self, record: LeaseRecord) -> LeaseRecord:
-        with self.lock:
-            current = self.leases.get((record.namespace, record.name))
-            if current is None:
-                raise ApiError(404, "not found")
-            if current.resource_version != record.resource_version:
-                raise ApiError(409, "the object has been modified")
-            return self._store(record)
+        return self.lease_store.update(record)
 
-    def _store(self, record: LeaseRecord) -> LeaseRecord:
-        self._rv += 1
-        stored = LeaseRecord(record.namespace, record.name, record.holder, record.lease_duration_seconds,
-                             record.acquire_time, record.renew_time, record.lease_transitions, str(self._rv))
-        self.leases[(record.namespace, record.name)] = stored
-        return stored
+    @property
+    def leases(self) -> dict[tuple[str, str], LeaseRecord]:
+        return self.lease_store.leases
 
 
 def _set_condition(pod: dict[str, Any], condition: dict[str, str]) -> None:
