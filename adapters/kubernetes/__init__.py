@@ -3,7 +3,7 @@ httpx.
 
 Typical wiring:
 
-    kube = load(kubeconfig_path_or_None)
+    kube = load(kubeconfig_path_or_None)  # through the `kubernetes` package's loaders (kube_config_bridge)
     client = KubeClient(kube, max_connections=bind_concurrency, qps=..., burst=...,
                         write_fence=WriteFence(elector.may_bind, bind_timeout))
     source, writer = KubeClusterSource(client), KubePodWriter(client)
@@ -11,22 +11,24 @@ Typical wiring:
 """
 
 from adapters.kubernetes.client import Fenced, KubeClient, WatchStream, WatchTimeout, WriteFence, lease_client
-from adapters.kubernetes.config import (
-    ClientCertificate,
-    KubeConfig,
-    KubeConfigError,
-    PemSource,
-    load,
-    load_in_cluster,
-    load_kubeconfig,
-)
+from adapters.kubernetes.config import ClientCertificate, KubeConfig, KubeConfigError, PemSource
 from adapters.kubernetes.evictor import KubeEvictor
+from adapters.kubernetes.kube_config_bridge import LibraryCredentials, load, load_in_cluster, load_kubeconfig
 from adapters.kubernetes.lease_store import KubeLeaseStore
 from adapters.kubernetes.lister import KubeClusterLister
+from adapters.kubernetes.pod_group_writer import KubePodGroupStatusWriter
 from adapters.kubernetes.pod_writer import KubePodWriter
+from adapters.kubernetes.preemptor import KubePreemptor
 from adapters.kubernetes.rate_limit import TokenBucket
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
-from adapters.kubernetes.source import DEFAULT_RESOURCES, NODES, PODS, KubeClusterSource, WatchedResource
+from adapters.kubernetes.source import (
+    DEFAULT_RESOURCES,
+    NODES,
+    PODS,
+    KubeClusterSource,
+    WatchedResource,
+    pod_group_resources,
+)
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenError, TokenSource
 from adapters.kubernetes.volume_writer import KubeVolumeWriter
 
@@ -44,8 +46,11 @@ __all__ = [
     "KubeConfigError",
     "KubeEvictor",
     "KubeLeaseStore",
+    "KubePodGroupStatusWriter",
     "KubePodWriter",
+    "KubePreemptor",
     "KubeVolumeWriter",
+    "LibraryCredentials",
     "PemSource",
     "Reflector",
     "ReflectorOptions",
@@ -62,4 +67,5 @@ __all__ = [
     "load",
     "load_in_cluster",
     "load_kubeconfig",
+    "pod_group_resources",
 ]

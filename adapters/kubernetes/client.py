@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,11 @@ USER_AGENT = "metrics-sched/0.1"
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+# A write refused with 429 and a Retry-After (API Priority and Fairness sheds it before any processing, so
+# sending it again is safe) is retried after the wait, as client-go does; bounded so a bind never outlives its
+# purpose: at most this many retries, each wait capped.
+MAX_WRITE_RETRIES = 3
+MAX_RETRY_AFTER_SECONDS = 10.0
 
 
 class WatchTimeout(ApiError):
@@ -73,10 +79,14 @@ class KubeClient:
         write_fence: WriteFence | None = None,
         transport: httpx.BaseTransport | None = None,
         watch_transport: httpx.BaseTransport | None = None,
+        max_write_retries: int = MAX_WRITE_RETRIES,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """max_connections: the request pool (set it to the bind concurrency). qps/burst: client-side
         limit on that pool, unlimited when qps is None (burst defaults to 2 x qps). write_fence: see the
-        module. transport (and optionally a separate watch_transport) replaces the network, for tests."""
+        module. transport (and optionally a separate watch_transport) replaces the network, for tests.
+        max_write_retries: how often a write refused with 429 + Retry-After is sent again (rate-limited writes
+        only: a lease renewal keeps its own cadence)."""
         self.config = config
         self.write_fence = write_fence
         self.request_timeout = request_timeout
@@ -85,11 +95,16 @@ class KubeClient:
         self.watch_read_timeout = watch_read_timeout
         self.limiter = TokenBucket(qps, burst or max(1, int(2 * qps))) if qps else None
         self.max_watch_connections = max_watch_connections
+        self.max_write_retries = max_write_retries
+        self._sleep = sleep
+        self.retried_after_429 = 0
         # Only built for real connections: a test transport needs no CA on disk.
         tls = config.ssl_context() if transport is None else None
         headers = {"Accept": JSON, "User-Agent": user_agent}
         common: dict[str, Any] = {"base_url": config.server, "headers": headers, "auth": config.auth(),
                                   "trust_env": False, "follow_redirects": False}
+        if config.proxy and transport is None:
+            common["proxy"] = config.proxy
         self._http = httpx.Client(
             **common,
             verify=tls or True,
@@ -165,13 +180,29 @@ class KubeClient:
     # -- internals -------------------------------------------------------------------------------
     def _call(self, http: httpx.Client, method: str, path: str, body: Any, params: Mapping[str, str] | None,
               content_type: str, *, limited: bool, timeout: httpx.Timeout | None = None) -> httpx.Response:
-        if limited and self.limiter is not None:
-            self.limiter.acquire()
         headers = {}
         content = None
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
+        retries = self.max_write_retries if limited and method != "GET" else 0
+        for attempt in range(retries + 1):
+            response = self._send_once(http, method, path, content, headers, params, limited=limited, timeout=timeout)
+            wait = _retry_after(response) if attempt < retries else None
+            if wait is None:
+                break
+            log.info("%s %s: 429 Too Many Requests, retrying in %.1fs (Retry-After)", method, path, wait)
+            self.retried_after_429 += 1
+            self._sleep(wait)
+        if response.status_code >= 400:
+            raise self._status_error(method, path, response)
+        return response
+
+    def _send_once(self, http: httpx.Client, method: str, path: str, content: bytes | None, headers: dict[str, str],
+                   params: Mapping[str, str] | None, *, limited: bool, timeout: httpx.Timeout | None,
+                   ) -> httpx.Response:
+        if limited and self.limiter is not None:
+            self.limiter.acquire()
         extensions: dict[str, Any] = {}
         fence = self.write_fence if method != "GET" else None
         if fence is not None:
@@ -182,14 +213,11 @@ class KubeClient:
             half = fence.timeout / 2
             timeout = httpx.Timeout(half, connect=self.connect_timeout, pool=self.request_timeout)
         try:
-            response = http.request(method, path, content=content, params=params, headers=headers,
-                                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                                    extensions=extensions or None)
+            return http.request(method, path, content=content, params=params, headers=headers,
+                                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                                extensions=extensions or None)
         except httpx.HTTPError as exc:
             raise self._transport_error(method, path, exc) from exc
-        if response.status_code >= 400:
-            raise self._status_error(method, path, response)
-        return response
 
     def _status_error(self, method: str, path: str, response: httpx.Response) -> ApiError:
         message, reason = "", ""
@@ -275,6 +303,18 @@ def _fence_trace(fence: WriteFence, method: str, path: str) -> Callable[[str, di
             raise Fenced(None, f"{method} {path}: not sent (write fence closed)", reason="Fenced")
 
     return trace
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The wait a 429 asks for (delta-seconds), capped; None: not a 429 or no usable Retry-After (client-go
+    too only retries when the server says when)."""
+    if response.status_code != 429:
+        return None
+    try:
+        seconds = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
 def _decode(method: str, path: str, response: httpx.Response) -> dict[str, Any]:

@@ -27,7 +27,9 @@ class TokenError(ValueError):
 
 
 class TokenSource(Protocol):
-    def token(self) -> str: ...
+    def token(self) -> str:
+        """The current bearer token; "" when the credential is a client certificate alone."""
+        ...
 
     def refresh(self) -> bool:
         """Re-reads the token now; True when it changed (worth retrying a request refused with 401)."""
@@ -75,18 +77,35 @@ class FileToken:
 
 
 class BearerAuth(httpx.Auth):
-    """Adds the current token; after a 401, re-reads it once and retries if it changed."""
+    """Adds the current token (when there is one) and the SNI name; after a 401, refreshes the credential
+    once and retries if it changed.
 
-    def __init__(self, source: TokenSource) -> None:
+    sni_hostname: the kubeconfig's tls-server-name. httpcore sends it as SNI and verifies the server's
+    certificate against it instead of the URL's host; set per request because httpx has no client-wide
+    setting for it, and the auth flow is the one hook every request (watches included) goes through.
+    """
+
+    def __init__(self, source: TokenSource | None, *, sni_hostname: str | None = None) -> None:
         self.source = source
+        self.sni_hostname = sni_hostname
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self.source.token()}"
+        if self.sni_hostname:
+            request.extensions = {**request.extensions, "sni_hostname": self.sni_hostname}
+        self._authorize(request)
         response = yield request
-        if response.status_code == 401 and self.source.refresh():
-            log.info("401 from the API server; retrying once with the re-read token")
-            request.headers["Authorization"] = f"Bearer {self.source.token()}"
+        if response.status_code == 401 and self.source is not None and self.source.refresh():
+            log.info("401 from the API server; retrying once with the refreshed credential")
+            self._authorize(request)
             yield request
+
+    def _authorize(self, request: httpx.Request) -> None:
+        token = self.source.token() if self.source is not None else ""
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        else:
+            # A client-certificate credential (an exec plugin may return either): no header.
+            request.headers.pop("Authorization", None)
 
     def __repr__(self) -> str:
         return f"BearerAuth({self.source!r})"

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from adapters.kubernetes.config import KubeConfigError, load, load_in_cluster, load_kubeconfig
+from adapters.kubernetes.config import KubeConfigError
+from adapters.kubernetes.kube_config_bridge import LibraryCredentials, load, load_in_cluster, load_kubeconfig
 from adapters.kubernetes.tokens import FileToken, StaticToken
 from devcluster.certs import ClusterPKI, generate_pki
 
@@ -98,7 +99,13 @@ def test_insecure_skip_tls_verify_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("cluster", "user", "match"), [
     ({"server": "http://k"}, {"token": SECRET}, "not https"),
-    ({"server": "https://k"}, {"exec": {"command": "aws"}}, "'exec' is not supported"),
+    ({"server": "https://k"}, {"exec": {"command": "aws"}}, "exec plugin needs a command and an apiVersion"),
+    ({"server": "https://k"}, {"token": SECRET, "as": "admin"}, "impersonation"),
+    ({"server": "https://k"}, {"username": "u", "password": SECRET}, "basic auth"),
+    ({"server": "https://k"}, {"auth-provider": {"name": "gcp"}}, "auth-provider 'gcp' is not supported"),
+    ({"server": "https://k"}, {"auth-provider": {"name": "oidc", "config": {"refresh-token": SECRET}}},
+     "idp-certificate-authority"),
+    ({"server": "https://k", "proxy-url": "socks5://p:1080"}, {"token": SECRET}, "socks"),
     ({"server": "https://k"}, {}, "no token"),
     ({"server": "https://k", "certificate-authority": "/nonexistent/ca"}, {"token": SECRET}, "does not exist"),
     ({"server": "https://k", "certificate-authority-data": "%%%"}, {"token": SECRET}, "not valid base64"),
@@ -167,7 +174,7 @@ def test_in_cluster_uses_the_service_account_files(tmp_path: Path, pki: ClusterP
                              service_account_dir=tmp_path)
     assert config.server == "https://10.96.0.1:443"
     assert config.namespace == "metrics-sched"
-    assert isinstance(config.token, FileToken) and config.token.token() == SECRET
+    assert isinstance(config.token, LibraryCredentials) and config.token.token() == SECRET
     assert SECRET not in repr(config)
     config.ssl_context()
     v6 = load_in_cluster(environ={"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"},
