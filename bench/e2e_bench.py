@@ -125,7 +125,7 @@ def metrics_sched_config(contender: Contender, cluster: DevCluster, port: int) -
     config: dict[str, Any] = {
         "apiVersion": "metrics-sched.io/v1alpha1", "kind": "MetricsSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
-        "server": {"bindAddress": "127.0.0.1", "port": port},
+        "server": {"bindAddress": "127.0.0.1", "port": port, "insecure": True},  # local: plain HTTP on loopback
         "audit": {"logDecisions": False},
     }
     if contender.key == "ms-resources":

@@ -68,7 +68,7 @@ def scheduler_config(sources: list[dict[str, Any]], port: int) -> dict[str, Any]
             ],
         }],
         "leaderElection": {"leaderElect": False},
-        "server": {"bindAddress": "127.0.0.1", "port": port},
+        "server": {"bindAddress": "127.0.0.1", "port": port, "insecure": True},  # local: plain HTTP on loopback
         "sources": sources,
         "metrics": {m: {"ttl": "30s", "maxAge": "60s"} for m in ("gpu_temperature", "node_hourly_cost",
                                                                  "node_cpu_utilisation")},

@@ -4,6 +4,11 @@ Handlers are registered by path; each returns (status, content type, body), the 
 iterator of chunks, streamed so a large answer is never held whole. Runs in daemon threads and never touches
 the scheduling hot path except through the thread-safe reads handlers make.
 
+With `tls` (a provider of the current server context: the certificate may be rotated) every connection is
+TLS, its handshake done in the connection's own thread within the request deadline; with `guard` every request
+is checked (authenticated, authorized) before its handler runs, and a refusal is answered instead (401, 403,
+503). Without either it is plain HTTP for anyone: the config allows that only on a loopback address.
+
 Any pod can reach the port, so a client must not be able to exhaust the process: at most `max_threads`
 connections are served at once (one more is answered 503 at once, from the accepting thread); a request
 must arrive whole within `request_timeout` (a client sending half a request, or a byte a second, is cut off)
@@ -16,12 +21,16 @@ import io
 import logging
 import math
 import socket
+import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
+
+from metrics_sched.serving.gate import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +42,10 @@ Route = Callable[[Query], Response]
 MAX_THREADS = 16
 REQUEST_TIMEOUT = 10.0  # seconds for the request line and headers, in total
 RESPONSE_TIMEOUT = 30.0  # seconds for the client to take the whole answer
+
+
+class Guard(Protocol):
+    def check(self, verb: str, path: str, authorization: str | None) -> Refusal | None: ...
 
 
 class BadRequest(ValueError):
@@ -112,8 +125,10 @@ class _DeadlineReader(io.RawIOBase):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_threads: int) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_threads: int,
+                 tls: bool) -> None:
         self.max_threads = max_threads
+        self.tls = tls
         self._slots = threading.BoundedSemaphore(max_threads)
         super().__init__(address, handler)
 
@@ -133,9 +148,21 @@ class _Server(ThreadingHTTPServer):
         finally:
             self._slots.release()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A failed TLS handshake (a plain-HTTP client, one that does not trust the certificate) or a client gone:
+        # the client's problem, not a traceback on stderr.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            log.debug("http: connection from %s failed: %s", client_address, exc)
+            return
+        log.exception("http: serving %s failed", client_address)
+
     def _refuse(self, request: socket.socket) -> None:
         # From the accepting thread, so never blocking: the answer fits the socket's send buffer or is lost.
         log.warning("http: %d connections in progress, refusing one", self.max_threads)
+        if self.tls:  # no handshake from this thread: the connection is closed unanswered
+            self.shutdown_request(request)
+            return
         try:
             request.setblocking(False)
             request.send(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
@@ -147,21 +174,37 @@ class _Server(ThreadingHTTPServer):
 
 class HTTPServer:
     def __init__(self, host: str, port: int, *, max_threads: int = MAX_THREADS,
-                 request_timeout: float = REQUEST_TIMEOUT, response_timeout: float = RESPONSE_TIMEOUT) -> None:
+                 request_timeout: float = REQUEST_TIMEOUT, response_timeout: float = RESPONSE_TIMEOUT,
+                 tls: Callable[[], ssl.SSLContext] | None = None, guard: Guard | None = None) -> None:
         self.routes: dict[str, Route] = {}
         routes = self.routes
 
         class Handler(BaseHTTPRequestHandler):
             def setup(self) -> None:
+                deadline = time.monotonic() + request_timeout
+                if tls is not None:
+                    self.request.settimeout(request_timeout)
+                    self.request = tls().wrap_socket(self.request, server_side=True)  # the handshake
                 super().setup()
                 self.rfile.close()  # the socket's own file: replaced by one with the request's deadline
-                self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + request_timeout))
+                self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    if tls is not None:  # the server closes the plain socket, which the TLS one took over
+                        self.request.close()
 
             def do_GET(self) -> None:
                 deadline = time.monotonic() + response_timeout
                 parts = urlsplit(self.path)
-                route = routes.get(parts.path.rstrip("/") or "/")
-                if route is None:
+                path = parts.path.rstrip("/") or "/"
+                route = routes.get(path)
+                refusal = guard.check("get", path, self.headers.get("Authorization")) if guard is not None else None
+                if refusal is not None:
+                    status, content_type, body = text(refusal.status, f"{refusal.message}\n")
+                elif route is None:
                     status, content_type, body = text(404, f"no such path: {parts.path}\n")
                 else:
                     try:
@@ -195,7 +238,8 @@ class HTTPServer:
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - signature is fixed
                 log.debug("http: " + format, *args)
 
-        self._server = _Server((host, port), Handler, max_threads)
+        self._server = _Server((host, port), Handler, max_threads, tls is not None)
+        self.scheme = "https" if tls is not None else "http"
         self._thread: threading.Thread | None = None
 
     @property
@@ -210,9 +254,10 @@ class HTTPServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread is not None:  # shutdown() waits for serve_forever, forever if it never ran
+            self._server.shutdown()
         self._server.server_close()
 
 
-__all__ = ["BadRequest", "Body", "HTTPServer", "Query", "Response", "Route", "check_params",
+__all__ = ["BadRequest", "Body", "Guard", "HTTPServer", "Query", "Response", "Route", "check_params",
            "float_param", "int_param", "param", "text"]

@@ -34,6 +34,7 @@ from metrics_sched.audit.auditor import Auditor
 from metrics_sched.audit.endpoint import decisions as decisions_endpoint
 from metrics_sched.cli.errors import UserError
 from metrics_sched.cli.lease_namespace import resolve_lease_namespace
+from metrics_sched.cli.serving_setup import build_server
 from metrics_sched.cli.sources import build_sources
 from metrics_sched.config import SchedulerConfig
 from metrics_sched.framework.registry import Registry
@@ -41,7 +42,7 @@ from metrics_sched.http_server import BadRequest, HTTPServer, Response, check_pa
 from metrics_sched.leader import LeaderElector, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.observability.metrics import RebalanceMetrics
-from metrics_sched.ports import ClusterLister, ClusterSource, Evictor, PodWriter
+from metrics_sched.ports import ApiError, ClusterLister, ClusterSource, Evictor, PodWriter
 from metrics_sched.profiling import DebugEndpoints, debug_routes
 from metrics_sched.rebalance.runner import RebalanceRunner
 from metrics_sched.scheduler import Scheduler
@@ -135,6 +136,7 @@ class Core:
     lister: ClusterLister
     elector: LeaderElector | None
     identity: str
+    kube: KubeConfig | None = None  # the API server's address and credentials (the HTTPS endpoint's reviews)
 
 
 def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, identity: str | None = None,
@@ -143,19 +145,23 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     """The Kubernetes adapter (watches, writes, and with `leader_election` and leaderElect the lease) and the
     scheduler core with its telemetry sources. UserError when the kubeconfig or the API server cannot be used."""
     from adapters.kubernetes import (
+        DEFAULT_RESOURCES,
         KubeClient,
         KubeClusterLister,
         KubeClusterSource,
         KubeConfigError,
         KubeEvictor,
         KubeLeaseStore,
+        KubePodGroupStatusWriter,
         KubePodWriter,
+        KubePreemptor,
         KubeVolumeWriter,
         ReflectorOptions,
         TokenError,
         WriteFence,
         lease_client,
         load,
+        pod_group_resources,
     )
 
     # --kubeconfig wins over clientConnection.kubeconfig; neither: the in-cluster service account.
@@ -181,17 +187,26 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     writer = KubePodWriter(client)
     scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
                           is_leader=elector.may_bind if elector else (lambda: True),
-                          volume_writer=KubeVolumeWriter(client))
+                          volume_writer=KubeVolumeWriter(client), preemptor=KubePreemptor(client),
+                          group_status_writer=KubePodGroupStatusWriter(client))
 
     def kube_http() -> httpx.Client:
-        return httpx.Client(base_url=kube.server, verify=kube.ssl_context(), auth=kube.auth(), timeout=5.0,
-                            trust_env=False)
+        return httpx.Client(**kube.http_options(), timeout=5.0)
 
     for metric_source in build_sources(config, config_dir or Path.cwd(), kube_http):
         scheduler.metrics.add_source(metric_source)
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
-    return Core(scheduler=scheduler, source=KubeClusterSource(client, options=options), writer=writer,
-                evictor=KubeEvictor(client), lister=KubeClusterLister(client), elector=elector, identity=identity)
+    # Gangs: the PodGroups of whichever gang API the cluster serves (the CRD, the 1.36 Workload API).
+    try:
+        gang_resources, unserved = pod_group_resources(client)
+    except ApiError as exc:
+        gang_resources, unserved = (), [f"pod group APIs: discovery failed ({exc})"]
+    for line in unserved:
+        log.info("gang scheduling: %s; members of such groups wait for their group", line)
+    return Core(scheduler=scheduler, source=KubeClusterSource(client, resources=(*DEFAULT_RESOURCES, *gang_resources),
+                                                              options=options), writer=writer,
+                evictor=KubeEvictor(client), lister=KubeClusterLister(client), elector=elector, identity=identity,
+                kube=kube)
 
 
 def check_api_server(kube: KubeConfig, timeout: float, *, retry_interval: float = 1.0,
@@ -204,8 +219,10 @@ def check_api_server(kube: KubeConfig, timeout: float, *, retry_interval: float 
     deadline = time.monotonic() + timeout
     where = f"API server {kube.server} ({kube.origin})"
     last, warned = "", False
-    with httpx.Client(base_url=kube.server, verify=kube.ssl_context(), auth=kube.auth(), timeout=5.0,
-                      trust_env=False, transport=transport) as http:
+    options = kube.http_options()
+    if transport is not None:
+        options.pop("proxy", None)  # a test transport replaces the network, proxy included
+    with httpx.Client(**options, timeout=5.0, transport=transport) as http:
         while True:
             try:
                 resp = http.get(_PROBE, params={"limit": "1"})
@@ -302,11 +319,9 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
         auditor.record_observers.append(JsonlFileSink((config_dir or Path.cwd()) / file.path, max_bytes=file.max_bytes,
                                                       backups=file.backups).on_record)
     scheduler.node_deleted_observers.append(metrics.forget_node)
-    host, port = config.server.bind_address, config.server.port if port is None else port
-    try:
-        server = HTTPServer(host, port)
-    except OSError as exc:  # the port is taken, or the address is not this host's
-        raise UserError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    assert core.kube is not None
+    server = build_server(config.server, config.server.port if port is None else port, core.kube,
+                          registry=metrics.registry, base_dir=config_dir or Path.cwd())
     comparer = CacheComparer(scheduler.state, core.lister)
     comparer.observers.append(metrics.on_compare)
     rebalancer = None
@@ -343,7 +358,7 @@ def run(app: App, *, drain_timeout: float = 30.0) -> int:
         # waits for them (the comparer thread starts after the sync).
         signal.signal(signal.SIGUSR2, lambda _signum, _frame: comparer.request())
     app.server.start()
-    log.info("serving /healthz, /readyz on port %d", app.server.port)
+    log.info("serving /healthz, /readyz on port %d (%s)", app.server.port, app.server.scheme)
     start_caches(app.scheduler, app.source, app.stop)
     if comparer is not None:
         threading.Thread(target=comparer.serve, args=(app.config.cache_compare_interval,), name="cache-comparer",

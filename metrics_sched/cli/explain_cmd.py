@@ -1,6 +1,12 @@
 """`metrics-sched explain NAMESPACE/POD` and `metrics-sched sources`: read a running scheduler's
 /decisions and /sources endpoints and print them for humans.
 
+Over HTTPS (the default) they send the kubeconfig's bearer token (the scheduler reviews it with the API server:
+the user needs `get` on the path, e.g. the metrics-sched-reader ClusterRole) and verify the serving certificate
+with --ca-file, else the kubeconfig cluster's CA. A plain http:// URL (a scheduler run with `server.insecure` on
+loopback) gets no credentials. Given the Service (--service, or --url https://NAME.NAMESPACE.svc:PORT) they ask
+the replica holding the leader Lease, never a standby (cli/leader_target.py).
+
 For a pod the rebalancer evicted, explain shows why it was moved and where the scheduler then put its
 replacement: the first placement, after the eviction, of a pod with the same owner (its controller)."""
 
@@ -8,36 +14,124 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from metrics_sched.cli.errors import UserError
 from metrics_sched.cli.sources import render_series_matching
 
-DEFAULT_URL = os.environ.get("METRICS_SCHED_URL", "http://127.0.0.1:10260")
+DEFAULT_URL = os.environ.get("METRICS_SCHED_URL", "https://127.0.0.1:10259")
+DEFAULT_LEASE_NAME = "metrics-sched"  # leaderElection.resourceName as shipped (deploy/configmap.yaml)
+
+
+def _target_flags(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--url", default=None,
+                       help=f"the scheduler's endpoint (default $METRICS_SCHED_URL or {DEFAULT_URL}); "
+                            "https://NAME.NAMESPACE.svc:PORT means --service NAMESPACE/NAME")
+    where.add_argument("--service", metavar="NAMESPACE/NAME", default=None,
+                       help="ask the leader behind this Service (the pod holding the Lease)")
+    parser.add_argument("--lease", metavar="NAMESPACE/NAME", default=None,
+                        help=f"the leader-election Lease (default: the Service's namespace/{DEFAULT_LEASE_NAME})")
+    parser.add_argument("--kubeconfig", type=Path, default=None,
+                        help="whose credentials to send (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    parser.add_argument("--ca-file", type=Path, default=None,
+                        help="CA of the scheduler's serving certificate (default: the kubeconfig cluster's CA); "
+                             "for a self-signed pair, ca.crt in its server.certDir")
 
 
 def register(sub: Any) -> None:
     explain = sub.add_parser("explain", help="why a pod went where it went (from a running scheduler)")
     explain.add_argument("pod", help="NAMESPACE/POD")
-    explain.add_argument("--url", default=DEFAULT_URL, help=f"the scheduler's HTTP endpoint (default {DEFAULT_URL})")
+    _target_flags(explain)
     explain.add_argument("--all", action="store_true", help="every recorded attempt, not only the latest")
     explain.set_defaults(handler=_explain)
     sources = sub.add_parser("sources", help="health, coverage and freshness of every telemetry source")
-    sources.add_argument("--url", default=DEFAULT_URL)
+    _target_flags(sources)
     sources.set_defaults(handler=_sources)
 
 
-def _get(url: str, path: str, **params: str) -> Any:
+@dataclass
+class Endpoint:
+    """Where the requests go and how: the client carries TLS verification and the bearer token."""
+
+    url: str
+    client: httpx.Client
+    server_name: str | None = None  # checked in the certificate instead of the URL's host (a pod's address)
+
+
+def _namespaced(value: str, flag: str) -> tuple[str, str]:
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        raise UserError(f"{flag}: give NAMESPACE/NAME, got {value!r}")
+    return namespace, name
+
+
+def connect(args: argparse.Namespace) -> Endpoint:
+    """The endpoint the flags name: the URL as given, or the leader behind the Service."""
+    from metrics_sched.cli.leader_target import service_of_host
+
+    url = args.url or DEFAULT_URL
+    service = _namespaced(args.service, "--service") if args.service else None
+    if service is None and args.url:
+        service = service_of_host(urlsplit(args.url).hostname or "")
+    if urlsplit(url).scheme == "http" and service is None:
+        # A scheduler serving plain HTTP (server.insecure, loopback): no credentials to send over it.
+        return Endpoint(url, httpx.Client(timeout=5, trust_env=False))
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise UserError(f"--url: must be an http:// or https:// URL, got {url!r}")
+    return _authenticated(args, url, service)
+
+
+def _authenticated(args: argparse.Namespace, url: str, service: tuple[str, str] | None) -> Endpoint:
+    from adapters.kubernetes import KubeClient, KubeConfigError, TokenError, load
+    from adapters.kubernetes.tokens import BearerAuth
+    from metrics_sched.cli.leader_target import find_leader
+
+    try:
+        kube = load(args.kubeconfig)
+        if kube.token is None:
+            raise UserError(f"{kube.origin}: the user has no bearer token to send (the scheduler authenticates "
+                            "tokens only, by TokenReview): use a token user, e.g. from `kubectl create token`")
+        verify = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else kube.ssl_context()
+        server_name = None
+        if service is not None:
+            namespace, name = service
+            lease = _namespaced(args.lease, "--lease") if args.lease else (namespace, DEFAULT_LEASE_NAME)
+            with KubeClient(kube, max_connections=2, max_watch_connections=1, request_timeout=10) as client:
+                target = find_leader(client, namespace, name, *lease)
+            print(f"asking the leader {target.pod} at {target.url}", file=sys.stderr)
+            url, server_name = target.url, target.server_name
+    except (KubeConfigError, TokenError) as exc:  # their messages never contain a credential
+        raise UserError(str(exc)) from None
+    except (OSError, ssl.SSLError) as exc:
+        raise UserError(f"--ca-file {args.ca_file}: cannot load it: {exc}") from None
+    http = httpx.Client(verify=verify, auth=BearerAuth(kube.token), timeout=5, trust_env=False)
+    return Endpoint(url, http, server_name)
+
+
+def _get(endpoint: Endpoint, path: str, **params: str) -> Any:
+    url = endpoint.url
+    extensions = {"sni_hostname": endpoint.server_name} if endpoint.server_name else None
     try:
         for attempt in range(5):
-            resp = httpx.get(f"{url.rstrip('/')}{path}", params=params, timeout=5)
+            resp = endpoint.client.get(f"{url.rstrip('/')}{path}", params=params, extensions=extensions)
             if resp.status_code != 503 or attempt == 4:
                 break
             time.sleep(0.2 * (attempt + 1))  # /decisions renders one answer at a time: another client's is under way
+        if resp.status_code in (401, 403):
+            hint = ("the credentials were not accepted" if resp.status_code == 401 else
+                    "the user may not read it: bind the metrics-sched-reader ClusterRole, "
+                    "deploy/clusterrole-reader.yaml")
+            raise UserError(f"cannot read {path} from {url}: {resp.status_code} ({hint}): "
+                            f"{resp.text.strip()[:200]}")
         resp.raise_for_status()
         return resp.json()
     except httpx.HTTPError as exc:
@@ -133,7 +227,7 @@ def render_eviction(d: dict[str, Any], replacement: dict[str, Any] | None) -> st
     return "\n".join(lines)
 
 
-def _replacement(url: str, eviction: dict[str, Any]) -> dict[str, Any] | None:
+def _replacement(url: Endpoint, eviction: dict[str, Any]) -> dict[str, Any] | None:
     """The first placement after the eviction of a pod with the evicted pod's owner, or None."""
     if not eviction.get("owner") or eviction["verdict"] != "evicted":
         return None
@@ -146,7 +240,7 @@ def _replacement(url: str, eviction: dict[str, Any]) -> dict[str, Any] | None:
     return min(placed, key=lambda d: d["id"]) if placed else None
 
 
-def _render(url: str, d: dict[str, Any]) -> str:
+def _render(url: Endpoint, d: dict[str, Any]) -> str:
     if d.get("kind", "placement") == "eviction":
         return render_eviction(d, _replacement(url, d))
     return render_decision(d)
@@ -156,7 +250,8 @@ def _explain(args: argparse.Namespace) -> int:
     if "/" not in args.pod:
         print("error: give the pod as NAMESPACE/POD", file=sys.stderr)
         return 2
-    body = _get(args.url, "/decisions", pod=args.pod, limit="50")
+    endpoint = connect(args)
+    body = _get(endpoint, "/decisions", pod=args.pod, limit="50")
     decisions = body["decisions"]
     if not decisions:
         print(f"no decision recorded for {args.pod} (the ring keeps the last {body['ring_size']})", file=sys.stderr)
@@ -168,13 +263,13 @@ def _explain(args: argparse.Namespace) -> int:
         placement = next((d for d in decisions if d.get("kind", "placement") == "placement"), None)
         shown = [latest] + ([placement] if placement else [])
     for d in shown:
-        print(_render(args.url, d))
+        print(_render(endpoint, d))
         print()
     return 0
 
 
 def _sources(args: argparse.Namespace) -> int:
-    body = _get(args.url, "/sources")
+    body = _get(connect(args), "/sources")
     rows = []
     for name, h in sorted(body.items()):
         coverage = ", ".join(f"{m} {v:.0%}" for m, v in sorted(h["coverage"].items())) or "-"

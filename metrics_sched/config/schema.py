@@ -122,6 +122,26 @@ _LEADER_ELECTION = _obj({
     "resourceName": _str("The Lease's name.", "metrics-sched"),
     "resourceNamespace": _str("The Lease's namespace; unset: the pod's own namespace in a cluster, else kube-system."),
 }, "Leader election (component-base LeaderElectionConfiguration).")
+_SERVER = _obj({
+    "bindAddress": _str("Listen address.", "0.0.0.0"),
+    "port": _int("Listen port (kube-scheduler's secure port).", 10259, minimum=1, maximum=65535),
+    "insecure": _bool("Plain HTTP without authentication, for local use: only on a loopback bindAddress.", False),
+    "allowInsecureNonLoopback": _bool("With insecure: allow a non-loopback bindAddress (anyone who can connect "
+                                      "reads every endpoint).", False),
+    "tlsCertFile": _str("Serving certificate (PEM, with its chain); re-read when it changes. With "
+                        "tlsPrivateKeyFile; neither: a self-signed pair in certDir.", ""),
+    "tlsPrivateKeyFile": _str("Its private key (PEM).", ""),
+    "certDir": _str("Where the self-signed pair is written (reused when there); empty: a private temporary "
+                    "directory. Clients verify with its ca.crt.", ""),
+    "authorizationAlwaysAllowPaths": _list(_str("A path, or a prefix ending in '*'."),
+                                           "Paths served without authentication (default /healthz, /readyz, "
+                                           "/livez); every other path needs a bearer token (TokenReview) allowed "
+                                           "`get` on it (SubjectAccessReview)."),
+    "authenticationTokenCacheTTL": _duration("How long a TokenReview answer (either) is cached.", "10s"),
+    "authorizationCacheAuthorizedTTL": _duration("How long an allowing SubjectAccessReview is cached.", "10s"),
+    "authorizationCacheUnauthorizedTTL": _duration("How long a denying SubjectAccessReview is cached.", "10s"),
+}, "The HTTPS endpoint (/healthz /readyz /livez /metrics /decisions /sources /values /status /debug).")
+
 _CLIENT_CONNECTION = _obj({
     "kubeconfig": _str("kubeconfig file (the --kubeconfig flag wins); empty: the in-cluster service account.", ""),
     "qps": _num("Client-side request rate limit; 0: none.", 0, minimum=0),
@@ -184,8 +204,7 @@ _TOP: Schema = _obj({
     "delayCacheUntilActive": _bool(f"{_UPSTREAM_ONLY} No effect (warned when true): the cache fills at start.",
                                    False),
     "replacesDefaultScheduler": _bool("Allow a profile named default-scheduler (no kube-scheduler runs).", False),
-    "server": _obj({"bindAddress": _str("Listen address.", "0.0.0.0"),
-                    "port": _int("Listen port.", 10260, minimum=1, maximum=65535)}, "The HTTP endpoint."),
+    "server": _SERVER,
     "audit": _obj({
         "ringSize": _int("Decisions kept.", 10_000, minimum=1, maximum=50_000),
         "topCandidates": _int("Candidates per decision record.", 5, minimum=1, maximum=20),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import ssl
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,13 +28,15 @@ class SchedulerProcess:
     identity: str
     port: int
     managed: Managed
+    scheme: str = "http"  # https: a config without server.insecure
+    verify: ssl.SSLContext | bool = True  # https: trusts the serving certificate's CA
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = httpx.get(f"{self.url}/status", timeout=2).json()
+        result: dict[str, Any] = httpx.get(f"{self.url}/status", timeout=2, verify=self.verify).json()
         return result
 
     def alive(self) -> bool:
@@ -50,7 +53,9 @@ def write_config(cluster: DevCluster, scheduler_name: str, extra: dict[str, Any]
         "profiles": [profile],
         "leaderElection": {"leaderElect": leader_elect, "resourceName": scheduler_name,
                            "resourceNamespace": "default"},
-        "server": {"bindAddress": "127.0.0.1"},
+        # Plain HTTP on loopback, as for local use: tests read /decisions and /metrics without a token
+        # (HTTPS with authentication is tests/e2e/test_serving_auth.py's).
+        "server": {"bindAddress": "127.0.0.1", "insecure": True},
         **extra,
     }
     path = cluster.run_dir / f"{scheduler_name}-config.yaml"
@@ -60,8 +65,9 @@ def write_config(cluster: DevCluster, scheduler_name: str, extra: dict[str, Any]
 
 def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, replica: int | str = 0,
                     env: Mapping[str, str] | None = None, *, kubeconfig: Path | None = None,
-                    log_format: str = "text") -> SchedulerProcess:
-    """`kubeconfig`: another way to the API server (e.g. through a proxy); default the cluster's."""
+                    log_format: str = "text", ca_file: Path | None = None) -> SchedulerProcess:
+    """`kubeconfig`: another way to the API server (e.g. through a proxy); default the cluster's. `ca_file`: the
+    config serves HTTPS, with a certificate this CA verifies (readiness is probed anonymously on /readyz)."""
     port = free_port()
     identity = f"{scheduler_name}-{replica}"
     name = f"{scheduler_name}-{replica}"
@@ -70,13 +76,15 @@ def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, 
         "--kubeconfig", str(kubeconfig or cluster.kubeconfig), "--port", str(port), "--identity", identity,
         "--log-format", log_format,
     ], env=None if env is None else {**os.environ, **env})
-    proc = SchedulerProcess(name=name, identity=identity, port=port, managed=managed)
+    proc = SchedulerProcess(name=name, identity=identity, port=port, managed=managed,
+                            scheme="https" if ca_file else "http",
+                            verify=ssl.create_default_context(cafile=str(ca_file)) if ca_file else True)
 
     def ready() -> bool:
         if not managed.alive():
             raise AssertionError(managed.describe_exit())
         try:
-            return httpx.get(f"{proc.url}/readyz", timeout=1).status_code == 200
+            return httpx.get(f"{proc.url}/readyz", timeout=1, verify=proc.verify).status_code == 200
         except httpx.HTTPError:
             return False
 

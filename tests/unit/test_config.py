@@ -22,7 +22,7 @@ def test_defaults() -> None:
     assert [r.name for r in profile.enabled("filter")] == [
         "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity",
         "NodeResourcesFit", "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
-        "PodTopologySpread", "InterPodAffinity", "GPUTemperature"]
+        "PodTopologySpread", "InterPodAffinity", "GPUTemperature", "Coscheduling"]
     # kube-scheduler's default weights for the constraint plugins
     weights = {r.name: r.weight for r in profile.enabled("score")}
     assert weights["InterPodAffinity"] == 2 and weights["PodTopologySpread"] == 2

@@ -23,8 +23,9 @@ from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, REBA
 pytestmark = pytest.mark.unit
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-PORT = 10260
+PORT = 10259  # HTTPS, kube-scheduler's secure port
 SECRET_EXAMPLE = "secret-cmdb-token.example.yaml"
+SERVING_CERT_EXAMPLE = "serving-cert.example.yaml"  # needs cert-manager: applied by hand
 REBALANCE_RBAC = "rbac-rebalance.yaml"  # applied on its own, only when the rebalancer is enabled
 TOKEN_FILE = "/var/run/secrets/metrics-sched/cmdb/token"
 README = DEPLOY.parent / "README.md"
@@ -36,7 +37,9 @@ RUNBOOK_BASE = "https://github.com/metrics-sched/metrics-sched/blob/main/README.
 
 def yaml_files() -> list[Path]:
     local = DEPLOY / "local"
-    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and local not in p.parents)
+    chart = DEPLOY / "helm"  # Helm templates and values, not manifests: tests/e2e/test_helm.py renders and checks them
+    return sorted(p for p in DEPLOY.rglob("*")
+                  if p.suffix in (".yaml", ".yml") and local not in p.parents and chart not in p.parents)
 
 
 @functools.cache
@@ -128,7 +131,8 @@ def test_the_kustomization_lists_every_manifest_and_only_existing_files() -> Non
     for name in resources:
         assert (DEPLOY / name).is_file(), f"kustomization.yaml lists {name}, which does not exist"
     top_level = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(resources) == top_level - {SECRET_EXAMPLE, REBALANCE_RBAC, "rbac-custom-metrics.yaml"}, \
+    assert set(resources) == top_level - {SECRET_EXAMPLE, SERVING_CERT_EXAMPLE, REBALANCE_RBAC,
+                                          "rbac-custom-metrics.yaml"}, \
         "a manifest of deploy/ is missing from the kustomization"
     assert SECRET_EXAMPLE not in resources, "the example Secret (a placeholder token) must never be deployed"
     assert REBALANCE_RBAC not in resources, "evictions are granted only where the rebalancer runs"
@@ -237,7 +241,9 @@ def test_probes_hit_healthz_and_readyz_on_the_server_port() -> None:
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         http = c[probe]["httpGet"]
-        assert http["path"] == path
+        assert http["path"] == path and http["scheme"] == "HTTPS"
+        assert http["path"] in scheduler_config()["server"].get("authorizationAlwaysAllowPaths",
+                                                                ["/healthz", "/readyz", "/livez"])
         assert ports.get(http["port"], http["port"]) == PORT
     assert scheduler_config()["server"]["port"] == PORT
 
@@ -276,7 +282,9 @@ def test_the_cluster_role_is_the_allowlist_without_wildcards_or_secrets() -> Non
         for key in ("apiGroups", "resources", "verbs", "resourceNames"):
             assert not any("*" in value for value in rule.get(key, [])), f"wildcard in {rule}"
         assert "secrets" not in rule["resources"] and "configmaps" not in rule["resources"]
-        assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"])
+        assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
+        # The one delete: preemption's victims (pods), nothing else.
+        assert "delete" not in rule["verbs"] or (rule["apiGroups"], rule["resources"]) == ([""], ["pods"])
     assert normalised_rules(role["rules"]) == CLUSTER_RULES
     assert "aggregationRule" not in role
 
@@ -329,7 +337,7 @@ def test_the_rebalance_role_only_creates_evictions_and_is_bound_to_the_service_a
     ("RoleBinding", "Role", "metrics-sched-leader-election"),
 ])
 def test_bindings_grant_the_roles_to_the_service_account_only(kind: str, role_kind: str, role_name: str) -> None:
-    binding = one(kind)
+    binding = one(kind, role_name)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
     account = one("ServiceAccount")
@@ -365,13 +373,40 @@ def test_the_service_and_service_monitor_reach_the_metrics_port() -> None:
     labels = deployment()["spec"]["template"]["metadata"]["labels"]
     service = one("Service")
     assert service["spec"]["selector"].items() <= labels.items()
-    port = next(p for p in service["spec"]["ports"] if p["name"] == "metrics")
+    port = next(p for p in service["spec"]["ports"] if p["name"] == "https")
     ports = {p["name"]: p["containerPort"] for p in container()["ports"]}
     assert ports.get(port["targetPort"], port["targetPort"]) == PORT
     monitor = one("ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]] == [("metrics", "/metrics")]
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == ("https", "/metrics", "https")
+    # Prometheus's own token, and the certificate verified for the Service's name with the Secret's CA.
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    tls = endpoint["tlsConfig"]
+    assert "insecureSkipVerify" not in tls and tls["serverName"] == "metrics-sched.metrics-sched.svc"
+    assert tls["ca"] == {"secret": {"name": "metrics-sched-serving-cert", "key": "ca.crt"}}
+    volumes = {v["name"]: v for v in deployment()["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["serving-cert"]["secret"]["secretName"] == "metrics-sched-serving-cert"
+    server = scheduler_config()["server"]
+    assert not server.get("insecure")
+    mount = next(m for m in container()["volumeMounts"] if m["name"] == "serving-cert")["mountPath"]
+    assert (server["tlsCertFile"], server["tlsPrivateKeyFile"]) == (f"{mount}/tls.crt", f"{mount}/tls.key")
+
+
+def test_readers_get_non_resource_urls_only_and_prometheus_only_metrics() -> None:
+    reader, metrics = one("ClusterRole", "metrics-sched-reader"), one("ClusterRole", "metrics-sched-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics", "/decisions", "/sources", "/values", "/status"],
+                                "verbs": ["get"]}]
+    assert metrics["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    binding = one("ClusterRoleBinding", "metrics-sched-metrics-reader-prometheus")
+    assert binding["roleRef"]["name"] == "metrics-sched-metrics-reader"
+    assert [s["namespace"] for s in binding["subjects"]] == ["monitoring"]
+    finder = one("Role", "metrics-sched-find-leader")
+    assert finder["metadata"]["namespace"] == NAMESPACE
+    assert normalised_rules(finder["rules"]) == {("", "services", "get", "metrics-sched"),
+                                                 ("coordination.k8s.io", "leases", "get", LEASE),
+                                                 ("discovery.k8s.io", "endpointslices", "list", None)}
 
 
 def test_the_prometheus_rule_has_the_four_alerts() -> None:
@@ -429,6 +464,10 @@ def test_the_network_policy_opens_only_the_metrics_port_and_the_needed_egress() 
     assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
     ingress_ports = [p for rule in policy["spec"]["ingress"] for p in rule["ports"]]
     assert ingress_ports == [{"protocol": "TCP", "port": PORT}]
+    # Only from Prometheus's pods: no other pod may connect (the kubelet's probes are never blocked).
+    [rule] = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
     egress = {(p.get("protocol", "TCP"), p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]}
     assert egress == {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 9090)}
     assert all(rule.get("ports") for rule in policy["spec"]["egress"]), "an egress rule without ports opens all"
