@@ -23,7 +23,8 @@ StorageKind = Literal["persistentvolumes", "persistentvolumeclaims", "storagecla
 # Every resource a ClusterSource lists and watches, as on_synced names it.
 SyncedResource = Literal["nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
                          "statefulsets", "persistentvolumes", "persistentvolumeclaims", "storageclasses",
-                         "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"]
+                         "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments",
+                         "poddisruptionbudgets"]
 
 
 class ApiError(Exception):
@@ -66,6 +67,14 @@ class ClusterEventSink(Protocol):
 
     def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
         """A PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, CSIDriver or CSIStorageCapacity."""
+        ...
+
+    def on_pod_group_event(self, api: PodGroupApi, event: EventType, obj: KubeObject) -> None:
+        """A PodGroup of either gang API (scheduler-plugins' CRD or the 1.36 Workload API's)."""
+        ...
+
+    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
+        """A PodDisruptionBudget (preemption spares the pods whose taking would violate one)."""
         ...
 
     def on_synced(self, resource: SyncedResource) -> None:
@@ -169,6 +178,47 @@ class Evictor(Protocol):
     def evict(self, namespace: str, name: str, uid: str) -> None:
         """Evicts the pod (preconditioned on its uid). Raises ApiError: 429 when a PodDisruptionBudget forbids it
         now, 404 when the pod is gone, 409 when the uid no longer matches."""
+        ...
+
+
+class Preemptor(Protocol):
+    """The writes preemption makes (kube-scheduler's PreemptPod and its nominatedNodeName updates). Raise ApiError."""
+
+    def set_nominated_node(self, namespace: str, name: str, node: str | None) -> None:
+        """Patches the pod's status.nominatedNodeName (None clears it)."""
+        ...
+
+    def mark_disruption_target(self, namespace: str, name: str, message: str) -> None:
+        """Patches the victim's status with the condition DisruptionTarget=True, reason PreemptionByScheduler, so its
+        controller and its containers can tell why it goes (404 when it is gone)."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Deletes the victim (preconditioned on its uid: a re-created pod of the same name is not deleted for its
+        predecessor), with its own grace period. 404 when it is gone, 409 when the uid no longer matches."""
+        ...
+
+
+# The served group versions of the two pod-group APIs (metrics_sched.gangs.membership.GroupApi's groups): the CRD,
+# and the Workload API's PodGroup as 1.36 (v1alpha2) and 1.37 (v1beta1) serve it.
+PodGroupApi = Literal["scheduling.x-k8s.io/v1alpha1", "scheduling.k8s.io/v1alpha2", "scheduling.k8s.io/v1beta1"]
+
+
+@dataclass(frozen=True)
+class PodGroupStatus:
+    """What the scheduler reports on a PodGroup: the CRD's status.phase and scheduled count, or, for the Workload
+    API's PodGroup, its PodGroupScheduled condition (True once minCount members are placed)."""
+
+    phase: Literal["Pending", "Scheduling", "Scheduled"]
+    scheduled: int  # members placed (bound, or allowed to bind) when the status was computed
+    reason: str  # the condition's reason: Scheduled or Unschedulable
+    message: str
+
+
+class PodGroupStatusWriter(Protocol):
+    """Writes a PodGroup's status subresource (a merge patch of the fields above only). Raises ApiError."""
+
+    def write_pod_group_status(self, api: PodGroupApi, namespace: str, name: str, status: PodGroupStatus) -> None:
         ...
 
 

@@ -24,9 +24,19 @@ CLUSTER_RULES: frozenset[Rule] = frozenset({
       for verb in ("list", "watch")),
     ("", "pods/binding", "create", None),
     ("", "pods/status", "patch", None),
+    # Preemption: victims are deleted (after their DisruptionTarget condition); PodDisruptionBudgets are read.
+    ("", "pods", "delete", None),
+    ("policy", "poddisruptionbudgets", "list", None), ("policy", "poddisruptionbudgets", "watch", None),
+    # Gangs: the PodGroups of both gang APIs are read, and their status patched.
+    *((group, "podgroups", verb, None) for group in ("scheduling.x-k8s.io", "scheduling.k8s.io")
+      for verb in ("list", "watch")),
+    *((group, "podgroups/status", "patch", None) for group in ("scheduling.x-k8s.io", "scheduling.k8s.io")),
     ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
     ("", "events", "create", None), ("", "events", "patch", None),
     ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),
+    # The HTTPS endpoint's delegated authentication and authorization (adapters/kubernetes/reviews.py).
+    ("authentication.k8s.io", "tokenreviews", "create", None),
+    ("authorization.k8s.io", "subjectaccessreviews", "create", None),
 })
 # ... and in its own namespace only (Role metrics-sched-leader-election).
 LEASE_RULES: frozenset[Rule] = frozenset({

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
-from metrics_sched.ports import ClusterEventSink, EventType, KubeObject, StorageKind, WorkloadKind
+from metrics_sched.ports import (
+    ApiError,
+    ClusterEventSink,
+    EventType,
+    KubeObject,
+    PodGroupApi,
+    StorageKind,
+    WorkloadKind,
+)
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,52 @@ STORAGE: tuple[WatchedResource, ...] = (
     _storage("csistoragecapacities", "/apis/storage.k8s.io/v1/csistoragecapacities"),
     _storage("volumeattachments", "/apis/storage.k8s.io/v1/volumeattachments"),
 )
-DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS, NAMESPACES, *WORKLOADS, *STORAGE)
+# What preemption reads to spare the pods a budget protects.
+BUDGETS = WatchedResource(
+    "poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets",
+    deliver=lambda sink, kind, obj: sink.on_budget_event(kind, obj),
+    synced=lambda sink: sink.on_synced("poddisruptionbudgets"),
+)
+DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS, NAMESPACES, *WORKLOADS, *STORAGE, BUDGETS)
+
+
+def _pod_groups(api: PodGroupApi, resource: str) -> WatchedResource:
+    """A gang API's PodGroups (Coscheduling). Not awaited before scheduling starts: a member whose group has not
+    been listed yet waits (Unschedulable) and is woken when the group arrives. Watched only where the API is
+    served (pod_group_resources)."""
+    return WatchedResource(
+        resource, f"/apis/{api}/podgroups",
+        deliver=lambda sink, event, obj: sink.on_pod_group_event(api, event, obj),
+        synced=lambda sink: None,
+    )
+
+
+COSCHEDULING_POD_GROUPS = _pod_groups("scheduling.x-k8s.io/v1alpha1", "podgroups.scheduling.x-k8s.io")
+# The Workload API's PodGroup moved from v1alpha2 (1.36) to v1beta1 (1.37): whichever is served is watched.
+WORKLOAD_POD_GROUPS = _pod_groups("scheduling.k8s.io/v1alpha2", "podgroups.scheduling.k8s.io/v1alpha2")
+WORKLOAD_POD_GROUPS_BETA = _pod_groups("scheduling.k8s.io/v1beta1", "podgroups.scheduling.k8s.io/v1beta1")
+POD_GROUPS: tuple[WatchedResource, ...] = (COSCHEDULING_POD_GROUPS, WORKLOAD_POD_GROUPS, WORKLOAD_POD_GROUPS_BETA)
+
+
+def pod_group_resources(client: KubeClient) -> tuple[tuple[WatchedResource, ...], list[str]]:
+    """The PodGroup resources this API server serves (the CRD installed, the Workload API enabled), and a line
+    for each it does not (its gang members then wait, saying their group does not exist)."""
+    served: list[WatchedResource] = []
+    missing: list[str] = []
+    for resource in POD_GROUPS:
+        group_version = resource.path.removeprefix("/apis/").removesuffix("/podgroups")
+        try:
+            found = client.request("GET", f"/apis/{group_version}")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            missing.append(f"{resource.name}: {group_version} is not served")
+            continue
+        if any(r.get("name") == "podgroups" for r in found.get("resources") or ()):
+            served.append(resource)
+        else:
+            missing.append(f"{resource.name}: {group_version} has no podgroups resource")
+    return tuple(served), missing
 
 
 class KubeClusterSource:

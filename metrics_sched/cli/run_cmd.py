@@ -16,7 +16,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("run", help="run the scheduler")
     parser.add_argument("--config", type=Path, required=True, help="scheduler config (YAML)")
     parser.add_argument("--kubeconfig", type=Path, default=None,
-                        help="kubeconfig file; without it the in-cluster service account is used")
+                        help="kubeconfig file; without it (and clientConnection.kubeconfig): the in-cluster service "
+                             "account inside a pod, else $KUBECONFIG, else ~/.kube/config")
     parser.add_argument("--port", type=port, default=None, help="override server.port (0 = any free port)")
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host + random)")
     parser.add_argument("--startup-timeout", type=seconds, default=None, metavar="SECONDS",

@@ -37,7 +37,6 @@ from metrics_sched.config.model import (
     RebalanceConfig,
     RuleKind,
     SchedulerConfig,
-    ServerConfig,
 )
 from metrics_sched.config.reader import (
     check_keys,
@@ -52,10 +51,12 @@ from metrics_sched.config.reader import (
     sequence,
 )
 from metrics_sched.config.schema import keys
+from metrics_sched.config.server import parse_server
 from metrics_sched.config.upstream_fields import (
     JSON_CONTENT_TYPE,
     NO_EFFECT_POINTS,
     PROTOBUF_CONTENT_TYPE,
+    UPSTREAM_COUNTERPARTS,
     UPSTREAM_PLUGINS,
     WarningLog,
 )
@@ -94,17 +95,24 @@ VOLUME_PLUGINS = (PluginRef("VolumeRestrictions"), PluginRef("NodeVolumeLimits")
                   PluginRef("VolumeZone"))
 DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
     "preEnqueue": (),
-    "queueSort": (PluginRef("PrioritySort"),),
+    # Coscheduling's order is PrioritySort's (priority, then creation) for pods in no group, and keeps a gang's
+    # members together in the queue, so a gang's attempt is not interleaved with other pods.
+    "queueSort": (PluginRef("Coscheduling"),),
     # The volume plugins in kube-scheduler's order (VolumeRestrictions, NodeVolumeLimits, VolumeBinding,
     # VolumeZone): a node's FailedScheduling reason is the first plugin's that rejects it.
     "preFilter": (PluginRef("UnsupportedFields"), PluginRef("NodePorts"), PluginRef("NodeResourcesFit"),
-                  *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity")),
+                  *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"),
+                  PluginRef("Coscheduling")),
     "filter": (
         PluginRef("NodeUnschedulable"), PluginRef("NodeReady"), PluginRef("NodeName"), PluginRef("NodePorts"),
         PluginRef("TaintToleration"), PluginRef("NodeAffinity"), PluginRef("NodeResourcesFit"),
         *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"), PluginRef("GPUTemperature"),
+        # Last: keeps a gang's members in the domain chosen for it (and chooses it, after Score).
+        PluginRef("Coscheduling"),
     ),
-    "postFilter": (),
+    # kube-scheduler's preemption; clusters that forbid it disable it: postFilter.disabled: [{name: DefaultPreemption}]
+    # Coscheduling first: a gang member that fits nowhere fails its gang's attempt, freeing its waiting siblings.
+    "postFilter": (PluginRef("Coscheduling"), PluginRef("DefaultPreemption")),
     "preScore": (PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"),
                  PluginRef("NodeResourcesBalancedAllocation")),
     "score": (
@@ -113,8 +121,9 @@ DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
         PluginRef("PodTopologySpread", 2), PluginRef("InterPodAffinity", 2),
         PluginRef("GPUTemperature", 3), PluginRef("NodeLoad", 2), PluginRef("Cost", 2),
     ),
-    "reserve": (PluginRef("VolumeBinding"), PluginRef("InFlightLedger")),
-    "permit": (),
+    "reserve": (PluginRef("VolumeBinding"), PluginRef("InFlightLedger"), PluginRef("Coscheduling")),
+    # Gang members wait here for their quorum.
+    "permit": (PluginRef("Coscheduling"),),
     "preBind": (PluginRef("VolumeBinding"),),
     "bind": (PluginRef("DefaultBinder"),),
     "postBind": (),
@@ -135,7 +144,13 @@ def _plugin_list(value: Any, field: str, catalog: PluginCatalog, point: str, war
         if name != "*":
             spec = catalog.get(name)
             if spec is None and name in UPSTREAM_PLUGINS:
-                if field.endswith(".enabled"):
+                counterpart = UPSTREAM_COUNTERPARTS.get(name)
+                if counterpart is not None:
+                    # Its job is done by our own plugin, which this entry does not switch on or off: say so.
+                    warnings.warn(f"{where}.name", f"kube-scheduler's plugin {name!r} is not implemented by "
+                                                   f"metrics-sched; {counterpart} does its job: enable or disable "
+                                                   f"{counterpart.split(' ')[0]} instead")
+                elif field.endswith(".enabled"):
                     warnings.warn(f"{where}.name", f"kube-scheduler's plugin {name!r} is not implemented by "
                                                    "metrics-sched; ignored")
                 continue
@@ -208,6 +223,11 @@ def _resolve_plugins(plugins_data: Mapping[str, Any], where: str, catalog: Plugi
         overrides = {r.name: r for r in enabled}
         merged = [overrides.pop(r.name, r) for r in base if r.name not in disabled]
         merged += [r for r in enabled if r.name in overrides]
+        named = {r.name for r in enabled} | {r.name for r in multi_enabled}
+        if point == "queueSort" and len(merged) > 1:
+            # Only one queueSort may be enabled: one the config names (e.g. upstream's PrioritySort, in an
+            # upstream dump's multiPoint) replaces the default rather than clashing with it.
+            merged = [r for r in merged if r.name in named] or merged
         resolved[point] = tuple(merged)
     return resolved
 
@@ -329,12 +349,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         raise ConfigError("extenders", "scheduler extenders are not supported by metrics-sched (its plugins run "
                                        "in-process); remove them")
     client_config = _client_connection(data.get("clientConnection"), warnings)
-    server = mapping(data.get("server"), "server", optional=True)
-    check_keys(server, keys("server"), "server")
-    server_config = ServerConfig(
-        bind_address=read_str(server, "bindAddress", "server", ServerConfig.bind_address, non_empty=True),
-        port=read_int(server, "port", "server", ServerConfig.port, minimum=1, maximum=65535),
-    )
+    server_config = parse_server(data.get("server"))
     initial = read_duration(data, "podInitialBackoffSeconds", "", 1, minimum=MIN_POD_BACKOFF)
     maximum = read_duration(data, "podMaxBackoffSeconds", "", 10, minimum=MIN_POD_BACKOFF)
     if maximum < initial:

@@ -60,8 +60,20 @@ class ClientConnectionConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """The `server:` section: kube-scheduler's secure serving (its flag names, camelCased). HTTPS on 10259
+    with delegated authentication and authorization; plain HTTP only with `insecure`, for local use."""
+
     bind_address: str = "0.0.0.0"
-    port: int = 10260
+    port: int = 10259
+    insecure: bool = False  # plain HTTP, no authentication: refused off loopback without allowInsecureNonLoopback
+    allow_insecure_non_loopback: bool = False
+    tls_cert_file: str = ""  # both or neither; neither: a self-signed pair in cert_dir
+    tls_private_key_file: str = ""
+    cert_dir: str = ""  # "": a private temporary directory
+    always_allow_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez")
+    token_cache_ttl: float = 10.0  # TokenReview answers, positive and negative
+    authorized_cache_ttl: float = 10.0  # SubjectAccessReview answers that allow
+    unauthorized_cache_ttl: float = 10.0  # ... and that deny
 
 
 @dataclass(frozen=True)

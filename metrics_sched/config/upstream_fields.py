@@ -11,7 +11,7 @@ from dataclasses import dataclass
 NO_EFFECT_POINTS = ("placementGenerate", "placementScore")
 
 # kube-scheduler's in-tree plugins (k8s.io/kubernetes pkg/scheduler/framework/plugins/names, v1.36). Those of
-# them metrics-sched lacks (DefaultPreemption, SchedulingGates, ...) are ignored with a warning where a file
+# them metrics-sched lacks (SchedulingGates, DynamicResources, ...) are ignored with a warning where a file
 # names them; any other unknown name is still an error (a typo must not pass).
 UPSTREAM_PLUGINS = frozenset({
     "PrioritySort", "DefaultBinder", "DefaultPreemption", "DynamicResources", "GangScheduling", "ImageLocality",
@@ -20,6 +20,12 @@ UPSTREAM_PLUGINS = frozenset({
     "PodTopologySpread", "SchedulingGates", "TaintToleration", "VolumeBinding", "VolumeRestrictions", "VolumeZone",
     "TopologyPlacementGenerator", "PodGroupPodsCount",
 })
+
+# Upstream plugins whose job a metrics-sched plugin of another name does (a file naming them is warned, whether it
+# enables or disables them, since the entry changes nothing here).
+UPSTREAM_COUNTERPARTS = {
+    "GangScheduling": "Coscheduling (gangs of the Workload API and of scheduler-plugins' PodGroup)",
+}
 
 # The only wire format the API client speaks; upstream's protobuf is accepted and JSON used instead.
 JSON_CONTENT_TYPE = "application/json"

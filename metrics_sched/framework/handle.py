@@ -6,6 +6,9 @@
     pod_writer    the API writes (binding, events, status)
     volume_writer the writes of volume binding (a PV's claimRef, a claim's selected node); None: not wired
     waiting_pods  pods held at Permit, to allow or reject them from another plugin or thread
+    preemptor     the writes of preemption (nominations, victims' condition and deletion); None: not wired
+    activator     moves pods straight back to the active queue (a gang waking its members)
+    group_status  where PodGroup status is reported (written off the hot path); None: not wired
     run_filters   the profile's filters, for PostFilter's what-if runs on a cloned CycleState
 """
 
@@ -15,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from metrics_sched.config.contract import FreshnessContract
+from metrics_sched.framework.activation import PodActivator
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.interfaces import Filtered
 from metrics_sched.framework.waiting import WaitingPods
+from metrics_sched.gangs.status import GroupStatusSink
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import PodWriter, VolumeWriter
+from metrics_sched.ports import PodWriter, Preemptor, VolumeWriter
 from metrics_sched.state.cluster_state import ClusterState
-from metrics_sched.state.node_table import IntArray, NodeTable
+from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
@@ -42,6 +47,15 @@ class MetricReader(Protocol):
 class FilterRunner(Protocol):
     def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered: ...
 
+    def dry_run(self, pod: PodInfo, table: NodeTable) -> tuple[Filtered, frozenset[str]] | None:
+        """PreFilter and Filter in a fresh cycle over the state as it is now, and the filters that ran (not skipped);
+        None if a PreFilter refuses."""
+        ...
+
+    def rank(self, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | None:
+        """The profile's total scores (0-100) of `rows`, feasible or not; None if a PreFilter or PreScore refuses."""
+        ...
+
 
 @dataclass
 class Services:
@@ -54,6 +68,9 @@ class Services:
     pod_writer: PodWriter
     waiting_pods: WaitingPods = field(default_factory=WaitingPods)
     volume_writer: VolumeWriter | None = None
+    preemptor: Preemptor | None = None
+    activator: PodActivator = field(default_factory=PodActivator)
+    group_status: GroupStatusSink | None = None
 
 
 @dataclass
@@ -63,7 +80,7 @@ class Handle(Services):
     @classmethod
     def of(cls, services: Services) -> Handle:
         return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods,
-                   services.volume_writer)
+                   services.volume_writer, services.preemptor, services.activator, services.group_status)
 
     @property
     def table(self) -> NodeTable:
@@ -71,6 +88,18 @@ class Handle(Services):
 
     def owner_counts(self, owner_key: str) -> IntArray:
         return self.cluster.owner_counts(owner_key)
+
+    def dry_run(self, pod: PodInfo) -> tuple[Filtered, frozenset[str]] | None:
+        """PreFilter and Filter over the cluster's state as it is now (preemption's what-if runs)."""
+        if self.filters is None:
+            raise RuntimeError("dry_run before the framework was built")
+        return self.filters.dry_run(pod, self.table)
+
+    def rank(self, pod: PodInfo, rows: IntArray) -> FloatArray | None:
+        """The profile's total scores of `rows` (PostFilter's tie-break among equally good nodes)."""
+        if self.filters is None:
+            raise RuntimeError("rank before the framework was built")
+        return self.filters.rank(pod, self.table, rows)
 
     def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable | None = None) -> Filtered:
         """The profile's filters over `table` (default: the cluster's); PostFilter passes a cloned cycle."""

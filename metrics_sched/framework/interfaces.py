@@ -43,6 +43,7 @@ __all__ = [
     "MetricAwarePlugin",
     "MetricEvidence",
     "PermitPlugin",
+    "PlacementPlugin",
     "Plugin",
     "PostBindPlugin",
     "PostFilterPlugin",
@@ -182,6 +183,17 @@ class PreFilterPlugin(Plugin):
 
 class FilterPlugin(Plugin):
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        raise NotImplementedError
+
+
+class PlacementPlugin(Plugin):
+    """After Score, before the pick: narrows where the pod may go among its scored `rows` (`total` are their
+    weighted scores), e.g. a gang placed as a whole in the topology domain that suits every member. Returns a
+    mask over `rows` (None: no narrowing) and a status; a rejection fails the cycle with that status. Not a
+    configurable point: a Filter plugin implements it, and runs it wherever its Filter is enabled."""
+
+    def place(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray,
+              total: FloatArray) -> tuple[BoolArray | None, Status]:
         raise NotImplementedError
 
 

@@ -41,6 +41,7 @@ from metrics_sched.framework.interfaces import (
     MetricAwarePlugin,
     MetricEvidence,
     PermitPlugin,
+    PlacementPlugin,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -93,6 +94,7 @@ class CycleResult:
     timings: list[tuple[str, str, float, str]] = field(default_factory=list)  # plugin, point, seconds, status
     cycle: CycleState = field(default_factory=CycleState)
     nominated_node: str | None = None  # from PostFilter
+    post_filter_message: str = ""  # what a successful PostFilter said (e.g. "preemption: ..."), appended to message()
     assumed: bool = False
     waiting: WaitingPod | None = None  # held at Permit (status WAIT) until Framework.hold() starts the wait
     skipped: set[str] = field(default_factory=set)  # plugins whose PreFilter/PreScore said Skip
@@ -115,7 +117,8 @@ class CycleResult:
         if self.status.reason and not self.rejections:
             return f"0/{self.nodes_total} nodes are available: {self.status.reason}."
         parts = ", ".join(f"{count} {reason}" for reason, count in sorted(self.rejections.items()))
-        return f"0/{self.nodes_total} nodes are available: {parts}."
+        tail = f" {self.post_filter_message}" if self.post_filter_message else ""
+        return f"0/{self.nodes_total} nodes are available: {parts}.{tail}"
 
 
 @dataclass
@@ -177,6 +180,7 @@ class Framework:
         self.binders = self._at("bind", BindPlugin)
         self.post_binds = self._at("postBind", PostBindPlugin)
         self.metric_aware = [p for p in self.filters if isinstance(p, MetricAwarePlugin)]
+        self.placements = [p for p in self.filters if isinstance(p, PlacementPlugin)]
         self.random = random.Random()
         self.percentage = profile.percentage_of_nodes_to_score
         self._next_start = 0  # where the next sample of feasible nodes starts (round-robin, as upstream)
@@ -268,12 +272,17 @@ class Framework:
     def schedule(self, pod: PodInfo, table: NodeTable) -> CycleResult:
         """PreFilter → Filter → (PostFilter) → PreScore → Score: picks a node, changes nothing."""
         result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
-        if not self._pre_filter(result):
+        # Nominated pods of at least this pod's priority hold the room preemption made for them (kube-scheduler's
+        # RunFilterPluginsWithNominatedPods): counted on their nodes for PreFilter and Filter, never for scoring.
+        with self.cluster.simulated(added=self.cluster.nominations.held_for(pod, table)):
+            passed = self._pre_filter(result)
+            if passed:
+                rows: IntArray = np.flatnonzero(
+                    self._filter(result.cycle, pod, table, result).feasible).astype(np.int64)
+        if not passed:
             if result.status.code in _REJECTIONS:
                 self._post_filter(result, table)
             return result
-
-        rows: IntArray = np.flatnonzero(self._filter(result.cycle, pod, table, result).feasible).astype(np.int64)
         if rows.size == 0:
             result.feasible_rows = rows
             result.status = Status(Code.UNSCHEDULABLE, "no node fits" if not result.rejections else "",
@@ -285,7 +294,10 @@ class Framework:
 
         if not self._score(result, table, rows):
             return result
-        total = result.total
+        allowed = self._place(result, table, rows)
+        if allowed is None:
+            return result
+        total = np.where(allowed, result.total, -np.inf)
         best = np.flatnonzero(total == total.max())
         pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
         result.row = int(rows[pick])
@@ -307,6 +319,24 @@ class Framework:
             if rows.size == 0 or not self._score(result, table, rows):
                 return WhatIf(result.status, feasible, empty, np.zeros(0), result.rejections)
             return WhatIf(result.status, feasible, rows, result.total, result.rejections)
+
+    def dry_run(self, pod: PodInfo, table: NodeTable) -> tuple[Filtered, frozenset[str]] | None:
+        """PreFilter and Filter in a fresh cycle over the state as it is now (preemption's what-if runs, inside
+        ClusterState.simulated): the verdict and the filters that had something to check (not skipped by their
+        PreFilter). None when a PreFilter turns the pod down."""
+        result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
+        if not self._pre_filter(result):
+            return None
+        verdict = self._filter(result.cycle, pod, table, None)
+        return verdict, frozenset(p.name for p in self.filters if p.name not in result.skipped)
+
+    def rank(self, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | None:
+        """The weighted totals the cycle would give `rows` (filters or not): PostFilter's tie-break."""
+        answer = self.what_if(pod, table, rows)
+        if not answer.status.ok or answer.rows.size == 0:
+            return None
+        position = np.searchsorted(answer.rows, rows)
+        return np.asarray(answer.total[position], dtype=np.float64)
 
     def _pre_filter(self, result: CycleResult) -> bool:
         """Every PreFilter in order; False (result.status says why) when one turns the pod down."""
@@ -356,6 +386,26 @@ class Framework:
         result.total = nan_weighted_mean(parts, weights, rows.size, empty=0.0)
         return True
 
+    def _place(self, result: CycleResult, table: NodeTable, rows: IntArray) -> BoolArray | None:
+        """The placement plugins' narrowing of the scored rows (all of them when none narrows); None (result.status
+        says why) when one turns the pod down."""
+        allowed: BoolArray = np.ones(rows.size, dtype=bool)
+        for plugin in self.placements:
+            started = time.perf_counter()
+            mask, status = plugin.place(result.cycle, result.pod, table, rows, result.total)
+            status = _checked(status, _RESERVE, "Placement").by(plugin.name)
+            result.timings.append((plugin.name, "Placement", time.perf_counter() - started, status.code.value))
+            if not status.ok:
+                result.status = status
+                result.rejected_by.add(plugin.name)
+                return None
+            if mask is not None:
+                allowed &= mask
+        if not allowed.any():
+            result.status = Status(Code.UNSCHEDULABLE, "placement left no scored node", "")
+            return None
+        return allowed
+
     def _post_filter(self, result: CycleResult, table: NodeTable) -> None:
         """Nothing fits: PostFilter plugins in order until one succeeds (e.g. nominates a node). Their
         errors are logged; the pod stays Unschedulable with the filters that rejected it."""
@@ -368,6 +418,9 @@ class Framework:
                 found, status = PostFilterResult(), Status.error(repr(exc))
             result.timings.append((plugin.name, "PostFilter", time.perf_counter() - started, status.code.value))
             if status.code == Code.SUCCESS:
+                # e.g. "preemption: ... are being preempted": FailedScheduling says what is under way. A PostFilter
+                # that could not help keeps the filters' message (the decision record has its reason).
+                result.post_filter_message = status.reason
                 result.nominated_node = found.nominated_node
                 return
             if status.code == Code.ERROR:

@@ -21,6 +21,10 @@ from prometheus_client.registry import Collector
 from metrics_sched.audit.record import DecisionRecord
 from metrics_sched.framework.interfaces import BindOutcomeKind
 from metrics_sched.framework.runtime import CycleResult
+from metrics_sched.gangs.membership import GroupKey
+from metrics_sched.gangs.tracker import FAILURE_REASONS
+from metrics_sched.plugins.coscheduling import Coscheduling
+from metrics_sched.preemption.outcome import PREEMPTION
 from metrics_sched.scheduler.binding import BindOutcome
 from metrics_sched.scheduler.scheduler import Scheduler
 from metrics_sched.state.comparer import Comparison, MismatchKind
@@ -90,12 +94,41 @@ class SchedulerMetrics:
                                       ["result"], registry=r)
         for result in ("ok", "error"):
             self.cache_compares.labels(result)
+        # kube-scheduler's preemption metrics: every DefaultPreemption PostFilter run, and the victims of each
+        # preemption (its buckets: 1, 2, 4, ... 32).
+        self.preemption_attempts = Counter("scheduler_preemption_attempts", "Total preemption attempts in the cluster "
+                                           "till now.", registry=r)
+        self.preemption_victims = Histogram("scheduler_preemption_victims", "Number of selected preemption victims.",
+                                            buckets=tuple(2**i for i in range(6)), registry=r)
+        # Gangs (Coscheduling): how long each attempt of a gang took, from its first member's reservation to its
+        # quorum (outcome "scheduled") or to its failure (the failure's reason); and failed attempts by reason
+        # (timeout, member_unschedulable, no_domain, member_rejected), every reason shown from the start.
+        self.gang_wait = Histogram("metrics_sched_gang_wait_duration_seconds",
+                                   "Time a gang's attempt held its members at Permit, by how it ended.", ["outcome"],
+                                   buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900),
+                                   registry=r)
+        self.gang_timeouts = Counter("metrics_sched_gang_timeouts",
+                                     "Failed gang attempts (all members rejected together), by reason.", ["reason"],
+                                     registry=r)
+        for reason in FAILURE_REASONS:
+            self.gang_timeouts.labels(reason)
+            self.gang_wait.labels(reason)
+        self.gang_wait.labels("scheduled")  # every outcome shown from the start: the dashboard's panel reads "none"
+        for framework in scheduler.frameworks.values():
+            for plugin in framework.instances.values():
+                if isinstance(plugin, Coscheduling):
+                    plugin.tracker.observers.append(self._gang_attempt)
         # Present in every scheduler (0 while the rebalancer is off), so the dashboard's panel reads "none".
         self.rebalance = RebalanceMetrics(r)
         r.register(_StateCollector(scheduler, is_leader))
         self._random = random.Random()
         self._decisions = 0
         scheduler.metrics.refresh_observers.append(self._refreshed)
+
+    def _gang_attempt(self, key: GroupKey, outcome: str, seconds: float) -> None:
+        self.gang_wait.labels(outcome).observe(seconds)
+        if outcome != "scheduled":
+            self.gang_timeouts.labels(outcome).inc()
 
     def _refreshed(self, source: str, seconds: float, ok: bool) -> None:
         self.fetch_duration.labels(source).observe(seconds)
@@ -115,6 +148,7 @@ class SchedulerMetrics:
             self.attempt_duration.labels(record.result, record.profile).observe(algorithm)
             for reason in record.rejections:
                 self.unschedulable.labels(reason).inc()
+        self._preemption(result)
         self._decisions += 1
         # Like kube-scheduler, sample plugin timings (10 %), but keep the first ones so a new scheduler shows them.
         if self._decisions <= 100 or self._random.random() < PLUGIN_SAMPLE_RATE:
@@ -131,6 +165,15 @@ class SchedulerMetrics:
                 for raw in term.metrics:
                     if raw.value is not None:
                         self.decision_value.labels(raw.metric).observe(raw.value)
+
+    def _preemption(self, result: CycleResult) -> None:
+        ran = sum(1 for plugin, point, _, _ in result.timings
+                  if point == "PostFilter" and plugin == "DefaultPreemption")
+        if ran:
+            self.preemption_attempts.inc(ran)
+            outcome = result.cycle.get(PREEMPTION)
+            if outcome is not None and outcome.node is not None:
+                self.preemption_victims.observe(len(outcome.victims))
 
     def forget_node(self, name: str) -> None:
         """A deleted node's per-node series go (autoscalers replace nodes all day: series would pile up)."""
@@ -197,6 +240,9 @@ class _StateCollector(Collector):
         for queue, count in s.queue.lengths().items():
             pending.add_metric([queue], count)
         yield pending
+        yield GaugeMetricFamily("metrics_sched_gang_groups_pending",
+                                "Gangs with members to place and fewer than minMember bound.",
+                                value=s.state.pod_groups.pending_gangs())
 
         up = GaugeMetricFamily("metrics_sched_source_up", "1 when the source's last refresh succeeded.",
                                labels=["source"])

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from metrics_sched.framework import Plugin
+from metrics_sched.plugins.coscheduling import Coscheduling
 from metrics_sched.plugins.cost import Cost
 from metrics_sched.plugins.custom_metric import CustomMetric
 from metrics_sched.plugins.default_binder import DefaultBinder
+from metrics_sched.plugins.default_preemption import DefaultPreemption
 from metrics_sched.plugins.gpu_temperature import GPUTemperature
 from metrics_sched.plugins.image_locality import ImageLocality
 from metrics_sched.plugins.in_flight_ledger import InFlightLedger
@@ -37,6 +39,8 @@ BUILTIN: dict[str, type[Plugin]] = {
         NodeLabelFilter, NodeLabelScore, ZoneSpread, DefaultBinder, GPUTemperature, NodeLoad, Cost, CustomMetric,
         InFlightLedger, UnsupportedFields, NodePorts, NodeResourcesBalancedAllocation, ImageLocality,
         InterPodAffinity, PodTopologySpread, VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone,
+        Coscheduling,
+        DefaultPreemption,
     )
 }
 

@@ -1,7 +1,7 @@
 """UnsupportedFields: refuse, never ignore, a pod that uses a field metrics-sched does not honour yet.
 
 Placing such a pod as if the field were absent would silently break the pod's own constraints (a pod with a
-device claim on a node without the device; a gang member bound alone). Instead the pod gets
+device claim on a node without the device). Instead the pod gets
 `UnschedulableAndUnresolvable` naming the first offending field, e.g.
 
     pod uses spec.resourceClaims, which metrics-sched does not support yet
@@ -13,8 +13,9 @@ moves it, or the periodic flush of parked pods, which finds the same field again
 `ignore` lists field paths (as in FIELDS below, `[*]` for any index) an operator accepts to be ignored.
 That is a risk the operator takes on: such pods are placed as if the field did not exist, so their
 device claims or gangs are NOT honoured; keep those pods on the default scheduler unless that is really
-acceptable. Volumes are honoured (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits); the volume
-paths this plugin once refused are still accepted in `ignore`, as no-ops, so older configs keep loading.
+acceptable. Volumes are honoured (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits), and so are
+gangs (Coscheduling: spec.schedulingGroup and the scheduling.x-k8s.io/pod-group label); the paths this plugin once
+refused are still accepted in `ignore`, as no-ops, so older configs keep loading.
 """
 
 from __future__ import annotations
@@ -35,16 +36,17 @@ from metrics_sched.framework import (
 )
 
 RESOURCE_CLAIMS = "spec.resourceClaims"
-# A gang member (the 1.36 Workload API): placed alone it could bind with its gang incomplete.
+# A gang member of the 1.36 Workload API: honoured by Coscheduling now (refused before it existed).
 SCHEDULING_GROUP = "spec.schedulingGroup"
-# Volume paths refused before the volume plugins existed: still accepted in `ignore`, where they do nothing.
-SUPPORTED_NOW: tuple[str, ...] = tuple(
+# Paths refused before the plugins honouring them existed (volumes, gangs): still accepted in `ignore`, where
+# they do nothing.
+SUPPORTED_NOW: tuple[str, ...] = (*(
     f"spec.volumes[*].{kind}"
     for kind in ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi",
-                 "csi"))
+                 "csi")), SCHEDULING_GROUP)
 
 # Every field this plugin refuses, in the order they are checked.
-FIELDS: tuple[str, ...] = (RESOURCE_CLAIMS, SCHEDULING_GROUP)
+FIELDS: tuple[str, ...] = (RESOURCE_CLAIMS,)
 
 
 def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> list[str]:
@@ -52,8 +54,6 @@ def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozens
     found: list[str] = []
     if RESOURCE_CLAIMS not in ignore and spec.get("resourceClaims"):
         found.append(RESOURCE_CLAIMS)
-    if SCHEDULING_GROUP not in ignore and spec.get("schedulingGroup"):
-        found.append(SCHEDULING_GROUP)
     return found
 
 

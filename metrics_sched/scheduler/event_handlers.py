@@ -13,7 +13,7 @@ from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.resize import resource_fields
 from metrics_sched.model.volumes import claim_key
-from metrics_sched.ports import EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
+from metrics_sched.ports import EventType, KubeObject, PodGroupApi, StorageKind, SyncedResource, WorkloadKind
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.state.cluster_state import ClusterState, Placement, PodRecord
 from metrics_sched.state.volumes import VolumeStore
@@ -77,6 +77,7 @@ class ClusterEventHandlers:
         if kind == "MODIFIED" and self._unchanged_placement(pod):
             return  # status churn (Running, Ready...) of a pod we already count where it is
         info = parse_pod(pod)
+        self._count_member(kind, info)
         if kind == "DELETED" or info.terminal:
             released = self.state.remove_pod(info.uid)
             self.queue.delete(info.uid)
@@ -104,12 +105,36 @@ class ClusterEventHandlers:
         if info.deleting or info.scheduler_name not in self.scheduler_names:
             self.queue.delete(info.uid)
             return
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if nominated and self.state.nominations.get(info.uid) is None:
+            # Nominated before we saw it (by an earlier leader, or before a restart): its room is held again.
+            self.state.nominations.nominate(info, str(nominated), self.state.record_of)
         if self.state.is_placed(info.uid):
             # Assumed by us, bind in flight (the watch has not caught up yet): the attempt keeps the new pod,
             # for a retry should the bind fail.
             self.queue.update(info)
             return
         self.queue.add(info)
+
+    def _count_member(self, kind: EventType, info: PodInfo) -> None:
+        """Gang membership: a group that gains a member (or whose member loses its gates) may reach its quorum,
+        so its waiting members get another try at once."""
+        groups = self.state.pod_groups
+        if kind == "DELETED":
+            groups.forget_pod(info.uid)
+            return
+        grown = groups.observe_pod(info)
+        if grown is not None:
+            self.queue.activate(groups.members(grown).pending)
+
+    def on_pod_group_event(self, api: PodGroupApi, event: EventType, obj: KubeObject) -> None:
+        groups = self.state.pod_groups
+        if event == "DELETED":
+            groups.remove(api, obj)  # its members wait (PreFilter) until it is created again
+            return
+        group, _ = groups.upsert(api, obj)
+        # New, or changed (e.g. minMember lowered): its members may go on now.
+        self.queue.activate(groups.members(group.key).pending)
 
     def _unchanged_placement(self, pod: KubeObject) -> bool:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -153,6 +178,13 @@ class ClusterEventHandlers:
             return
         parsed, cluster_event = _UPSERT[kind](volumes, obj)
         self.queue.move_all(cluster_event, parsed)
+
+    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
+        # Preemption's input only (which victims to spare): no parked pod can start to fit, as upstream.
+        if event == "DELETED":
+            self.state.budgets.remove(budget)
+        else:
+            self.state.budgets.upsert(budget)
 
     def on_synced(self, resource: SyncedResource) -> None:
         self.synced.add(resource)

@@ -283,6 +283,28 @@ class SchedulingQueue:
                 self._to_active_or_backoff(qp, now)
             return len(moved)
 
+    def activate(self, uids: Iterable[str]) -> int:
+        """Pods a plugin wakes on purpose (kube-scheduler's PodsToActivate, e.g. a gang's members once the gang may
+        go on): parked, backing off or gated (if their PreEnqueue passes now), they go straight to activeQ; one
+        whose attempt is in flight goes to backoff rather than park when the attempt ends. Returns how many moved."""
+        moved = 0
+        with self._cond:
+            for uid in uids:
+                qp = self._unschedulable.pop(uid, None)
+                if qp is None and uid in self._backoff:
+                    qp = self._backoff.pop(uid)[1]
+                if qp is None and uid in self._gated:
+                    if not self._enqueueable(self._gated[uid].info):
+                        continue
+                    qp = self._gated.pop(uid)
+                if qp is None:
+                    if uid in self._in_flight:
+                        self._in_flight[uid].updated_in_flight = True
+                    continue
+                self._push_active(qp)
+                moved += 1
+        return moved
+
     def _helps(self, qp: QueuedPod, event: ClusterEvent, detail: Any) -> bool:
         if not qp.rejected_by:
             return True

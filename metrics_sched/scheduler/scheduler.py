@@ -23,8 +23,9 @@ from metrics_sched.framework.handle import Services
 from metrics_sched.framework.interfaces import BindOutcomeKind, Plugin
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.framework.status import Code, Status
+from metrics_sched.gangs.status import GroupStatusReporter
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import NodeDirectory, PodWriter, VolumeWriter
+from metrics_sched.ports import NodeDirectory, PodGroupStatusWriter, PodWriter, Preemptor, VolumeWriter
 from metrics_sched.scheduler.binding import Binder, BindOutcome
 from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
 from metrics_sched.scheduler.queue import SchedulingQueue
@@ -58,6 +59,8 @@ class Scheduler:
         instance: str | None = None,
         supervisor: Supervisor | None = None,
         volume_writer: VolumeWriter | None = None,
+        preemptor: Preemptor | None = None,
+        group_status_writer: PodGroupStatusWriter | None = None,
     ) -> None:
         self.config = config
         # Every worker thread reports its unexpected failures here; /healthz and /metrics read it.
@@ -69,7 +72,10 @@ class Scheduler:
         self.ledger = ledger if ledger is not None else InFlightLedgerStore(clock=self.metrics.clock)
         self.ledger.bind_table(self.state.table)
         services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer,
-                            volume_writer=volume_writer)
+                            volume_writer=volume_writer, preemptor=preemptor)
+        # PodGroup status goes out on its own thread: the cycle never waits for the API.
+        self.group_status = GroupStatusReporter(group_status_writer) if group_status_writer is not None else None
+        services.group_status = self.group_status
         self.waiting_pods = services.waiting_pods
         self.frameworks = {p.scheduler_name: Framework(p, plugins, services) for p in config.profiles}
         for framework in self.frameworks.values():
@@ -84,6 +90,7 @@ class Scheduler:
             max_backoff=config.pod_max_backoff,
             max_unschedulable=config.pod_max_in_unschedulable,
         )
+        services.activator.connect(self.queue.activate)
         self.is_leader = is_leader
         self.reporter = PodReporter(writer, first.name, instance=instance, supervisor=self.supervisor)
         self.cycle_observers: list[CycleObserver] = []
@@ -315,4 +322,6 @@ class Scheduler:
         drained = self.binder.drain(drain_timeout)
         self.binder.shutdown()
         self.reporter.shutdown()
+        if self.group_status is not None:
+            self.group_status.stop()
         return drained

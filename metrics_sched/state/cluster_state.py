@@ -8,12 +8,14 @@ not know yet are kept aside and counted when the node arrives.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -24,8 +26,11 @@ from metrics_sched.model.resize import ResourceFields, occupied_requests, resour
 from metrics_sched.model.resources import CPU, MEMORY
 from metrics_sched.model.selectors import SelectorError
 from metrics_sched.model.volumes import NO_VOLUMES, PodVolumes
+from metrics_sched.state.disruption_budgets import DisruptionBudgets
 from metrics_sched.state.namespaces import NamespaceIndex
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, NodeTable, parse_node
+from metrics_sched.state.nominations import Nominations
+from metrics_sched.state.pod_groups import PodGroupStore
 from metrics_sched.state.pod_index import PodIndex, PodQuery
 from metrics_sched.state.volume_usage import VolumeUsage
 from metrics_sched.state.volumes import VolumeStore
@@ -95,6 +100,10 @@ class PodRecord:
     controller: str | None = None  # the controlling owner as kind/namespace/name; None: standalone
     mirror: bool = False
     evictable: bool = True  # False when annotated metrics-sched.io/evictable: "false"
+    # status.startTime (else its creation) in unix seconds: preemption spares longer-running pods first.
+    started: float = 0.0
+    # Set while being preempted by the scheduler (DisruptionTarget PreemptionByScheduler and a deletionTimestamp).
+    preempted: bool = False
 
     @property
     def key(self) -> str:
@@ -154,6 +163,13 @@ class ClusterState:
         # Storage objects (PVs, claims, classes, CSI nodes...) with assumed bindings, and the volumes placed pods use.
         self.volumes = VolumeStore()
         self.volume_usage = VolumeUsage()
+        # Pod groups (gangs) of both APIs, and which pods belong to each (Coscheduling).
+        self.pod_groups = PodGroupStore()
+        # PodDisruptionBudgets: which victims preemption would take against a budget.
+        self.budgets = DisruptionBudgets()
+        # Pods nominated by preemption, whose room is held against lower-priority pods; a nomination ends when
+        # the pod is assumed, bound or deleted (here) or when preemption finds it no longer helps.
+        self.nominations = Nominations()
 
     # -- nodes -----------------------------------------------------------------------------------
     def upsert_node(self, node: Mapping[str, Any]) -> NodeChange:
@@ -250,6 +266,18 @@ class ClusterState:
                 del self._port_counts[(protocol, port)]
 
     def _place(self, info: PodInfo, node: str, assumed: bool) -> PodRecord:
+        record = self.record_of(info, node, assumed)
+        self.pods[info.uid] = record
+        row = self.table.index.get(node)
+        if row is None:
+            self._waiting.setdefault(node, set()).add(info.uid)
+        else:
+            self._account(record, row)
+        return record
+
+    def record_of(self, info: PodInfo, node: str, assumed: bool = False) -> PodRecord:
+        """The record the pod would have on `node`, neither stored nor counted (preemption holds a nominated
+        pod's room with it)."""
         # What the pod holds on its node: its spec's requests, or more while an in-place resize is under way.
         requests, non_zero = occupied_requests(info)
         facts = disruption(info.raw)
@@ -261,15 +289,32 @@ class ClusterState:
             labels=dict(info.labels), terminating=info.deleting, affinity=_affinity(info),
             resources=resource_fields(info.raw), volumes=info.volumes,
             priority=info.priority, scheduler_name=sys.intern(info.scheduler_name), controller=facts.controller,
-            mirror=facts.mirror, evictable=facts.evictable,
+            mirror=facts.mirror, evictable=facts.evictable, started=_started(info),
+            preempted=info.deleting and _preempted_by_scheduler(info.raw),
         )
-        self.pods[info.uid] = record
-        row = self.table.index.get(node)
-        if row is None:
-            self._waiting.setdefault(node, set()).add(info.uid)
-        else:
-            self._account(record, row)
         return record
+
+    @contextlib.contextmanager
+    def simulated(self, removed: Iterable[PodRecord] = (), added: Iterable[tuple[PodRecord, int]] = ()
+                  ) -> Iterator[None]:
+        """Under the lock: the state as if the placed pods `removed` were gone and the records `added` (not stored,
+        e.g. nominated pods) counted on their rows, for every filter (requests, ports, inter-pod counts, volumes);
+        restored exactly on exit. Preemption's dry runs: no copy of the table is made."""
+        with self.lock:
+            undo: list[tuple[PodRecord, int, int]] = []
+            try:
+                for record in removed:
+                    row = record.row
+                    if row is not None and self.pods.get(record.uid) is record:
+                        self._account(record, row, -1)
+                        undo.append((record, row, 1))
+                for record, row in added:
+                    self._account(record, row, 1)
+                    undo.append((record, row, -1))
+                yield
+            finally:
+                for record, row, sign in reversed(undo):
+                    self._account(record, row, sign)
 
     def _release(self, record: PodRecord) -> None:
         if record.row is not None:
@@ -287,6 +332,7 @@ class ClusterState:
         an in-place resize; counted again) or 'same'."""
         assert info.node_name
         with self.lock:
+            self.nominations.remove(info.uid)
             existing = self.pods.get(info.uid)
             if existing is not None:
                 if existing.node == info.node_name:
@@ -320,6 +366,7 @@ class ClusterState:
 
     def remove_pod(self, uid: str) -> PodRecord | None:
         with self.lock:
+            self.nominations.remove(uid)
             record = self.pods.pop(uid, None)
             if record is not None:
                 self._release(record)
@@ -329,6 +376,7 @@ class ClusterState:
         with self.lock:
             if info.uid in self.pods:
                 raise ValueError(f"pod {info.key} ({info.uid}) is already placed on {self.pods[info.uid].node}")
+            self.nominations.remove(info.uid)
             return self._place(info, node, assumed=True)
 
     def forget(self, uid: str) -> None:
@@ -401,6 +449,24 @@ class ClusterState:
         """The distinct (anti-)affinity terms of this kind placed pods carry, each with its per-row count."""
         self.pod_index.resize(self.table.capacity)
         return [(term, counts[: self.table.capacity]) for term, counts in self.pod_index.carried(kind)]
+
+
+def _started(info: PodInfo) -> float:
+    started = (info.raw.get("status") or {}).get("startTime")
+    if started:
+        try:
+            return datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return info.created
+
+
+def _preempted_by_scheduler(pod: Mapping[str, Any]) -> bool:
+    """kube-scheduler's podTerminatingByPreemption, less the deletionTimestamp (the caller checks it)."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget":
+            return bool(condition.get("status") == "True" and condition.get("reason") == "PreemptionByScheduler")
+    return False
 
 
 def _affinity(info: PodInfo) -> PodAffinityTerms:

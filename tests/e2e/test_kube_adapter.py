@@ -93,6 +93,9 @@ class StateSink:
     def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
         self._apply(kind, event, obj)
 
+    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
+        self._apply("poddisruptionbudgets", event, budget)
+
     def on_synced(self, resource: SyncedResource) -> None:
         with self.lock:
             self.synced[resource] += 1

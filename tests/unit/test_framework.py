@@ -283,7 +283,8 @@ class Nominate(PostFilterPlugin):
 def test_post_filter_runs_when_nothing_fits_and_its_nomination_is_recorded() -> None:
     registry = Registry.default(third_party=False)
     registry.register(Nominate)
-    config = {"profiles": [{"plugins": {"postFilter": {"enabled": [{"name": "Nominate"}]}}}]}
+    config = {"profiles": [{"plugins": {"postFilter": {"disabled": [{"name": "*"}],
+                                                       "enabled": [{"name": "Nominate"}]}}}]}
     api = FakeAPI()
     scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
     api.watchers.append(scheduler.handlers)

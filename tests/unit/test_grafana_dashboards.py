@@ -69,6 +69,13 @@ KNOWN_METRICS = frozenset({
     "scheduler_pod_scheduling_attempts_bucket",
     "metrics_sched_bind_duration_seconds_bucket",
     "metrics_sched_leader",
+    # preemption (kube-scheduler names)
+    "scheduler_preemption_attempts_total",
+    "scheduler_preemption_victims_bucket",
+    # gangs (Coscheduling)
+    "metrics_sched_gang_groups_pending",
+    "metrics_sched_gang_timeouts_total",
+    "metrics_sched_gang_wait_duration_seconds_bucket",
 })
 
 COUNTER_SUFFIXES = ("_total", "_bucket", "_sum", "_count")
@@ -88,7 +95,8 @@ ALLOWED_VARIABLES = {"datasource", "job", "metric"}
 # this join, or it would count every pending pod twice. Counters need no filter (the standby never schedules,
 # binds or evicts: its rates are 0), and per-source health is both replicas' own (both refresh).
 LEADER_FILTER = 'and on (job, instance) (metrics_sched_leader{job=~"$job"} == 1)'
-LEADER_ONLY_GAUGES = {"scheduler_pending_pods", "metrics_sched_cluster_metric_quantile"}
+LEADER_ONLY_GAUGES = {"scheduler_pending_pods", "metrics_sched_cluster_metric_quantile",
+                      "metrics_sched_gang_groups_pending"}
 ADDING_AGGREGATIONS = {"sum", "count", "avg"}  # these add the replicas' values up (or weigh them)
 _VARIABLE_USE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 

@@ -180,6 +180,9 @@ class RecordingSink:
     def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
         self._record(kind, event, obj)
 
+    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
+        self._record("poddisruptionbudgets", event, budget)
+
     def on_synced(self, resource: SyncedResource) -> None:
         with self.lock:
             self.synced.append(resource)
@@ -459,5 +462,5 @@ def test_every_watched_resource_gets_a_watch_connection(server: FakeApiServer, c
     assert client.max_watch_connections >= len(DEFAULT_RESOURCES)
     config = KubeConfig(server="https://kube.test", token=StaticToken("t"))
     with (KubeClient(config, transport=httpx.MockTransport(server.handle), max_watch_connections=3) as small,
-          pytest.raises(ValueError, match=r"14 watched resources need at least as many watch connections")):
+          pytest.raises(ValueError, match=rf"{len(DEFAULT_RESOURCES)} watched resources need at least as many watch")):
         KubeClusterSource(small).start(RecordingSink())

@@ -189,11 +189,12 @@ def test_scheduling_waits_for_every_cache_namespaces_included() -> None:
     storage = ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
                "csistoragecapacities", "volumeattachments")
     assert {"nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
-            "statefulsets", *storage} == ALL_CACHES
+            "statefulsets", "poddisruptionbudgets", *storage} == ALL_CACHES
     handlers.on_synced("nodes")
     handlers.on_synced("pods")
     assert not handlers.caches_synced()  # a namespaceSelector would see no namespace yet
-    for resource in ("namespaces", "services", "replicationcontrollers", "replicasets", *storage):
+    for resource in ("namespaces", "services", "replicationcontrollers", "replicasets", "poddisruptionbudgets",
+                     *storage):
         handlers.on_synced(resource)  # type: ignore[arg-type]
     assert not handlers.caches_synced()
     handlers.on_synced("statefulsets")

@@ -43,7 +43,6 @@ def verdict(p: UnsupportedFields, **spec: Any) -> tuple[Code, str]:
 
 @pytest.mark.parametrize(("spec", "field"), [
     ({"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]}, "spec.resourceClaims"),
-    ({"schedulingGroup": {"podGroupName": "train"}}, "spec.schedulingGroup"),  # a gang member (issue 13)
     # Several: the first in FIELDS order is named (inter-pod affinity, spreading and volumes are supported now).
     ({"affinity": {"podAntiAffinity": REQUIRED}, "volumes": [PVC], "topologySpreadConstraints": SPREAD,
       "schedulingGroup": {"podGroupName": "train"},
@@ -69,18 +68,19 @@ def test_a_pod_using_an_unsupported_field_is_refused_naming_it(spec: dict[str, A
     # honoured by the volume plugins
     {"volumes": [EMPTY_DIR, PVC, EPHEMERAL, {"name": "d", "csi": {"driver": "d.example.com"}}]},
     {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},  # NodePorts' business
+    {"schedulingGroup": {"podGroupName": "train"}},  # a gang member: Coscheduling's business (issue 13)
 ])
 def test_a_pod_using_only_supported_fields_passes(spec: dict[str, Any]) -> None:
     assert verdict(plugin(), **spec)[0] == Code.SUCCESS
 
 
 def test_ignored_fields_are_not_refused_and_the_next_one_is_named() -> None:
-    # A volume path refused before the volume plugins is still accepted, and does nothing.
-    p = plugin(ignore=["spec.resourceClaims", "spec.volumes[*].persistentVolumeClaim"])
+    # Paths refused before the volume and gang plugins are still accepted, and do nothing.
+    p = plugin(ignore=["spec.volumes[*].persistentVolumeClaim", "spec.schedulingGroup"])
     claims = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
-    assert verdict(p, resourceClaims=claims, volumes=[PVC])[0] == Code.SUCCESS
+    assert verdict(p, volumes=[PVC], schedulingGroup={"podGroupName": "train"})[0] == Code.SUCCESS
     code, reason = verdict(p, resourceClaims=claims, schedulingGroup={"podGroupName": "train"})
-    assert code == Code.UNRESOLVABLE and reason.startswith("pod uses spec.schedulingGroup,")
+    assert code == Code.UNRESOLVABLE and reason.startswith("pod uses spec.resourceClaims,")
 
 
 def test_ignore_accepts_only_known_fields() -> None:

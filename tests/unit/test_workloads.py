@@ -238,6 +238,9 @@ class Recorder:
     def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
         self.calls.append(("storage", kind, event))
 
+    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
+        self.calls.append(("budget", event))
+
     def on_synced(self, resource: SyncedResource) -> None:
         self.calls.append(("synced", resource))
 
@@ -253,7 +256,8 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
         "storageclasses": "/apis/storage.k8s.io/v1/storageclasses", "csinodes": "/apis/storage.k8s.io/v1/csinodes",
         "csidrivers": "/apis/storage.k8s.io/v1/csidrivers",
         "csistoragecapacities": "/apis/storage.k8s.io/v1/csistoragecapacities",
-        "volumeattachments": "/apis/storage.k8s.io/v1/volumeattachments"}
+        "volumeattachments": "/apis/storage.k8s.io/v1/volumeattachments",
+        "poddisruptionbudgets": "/apis/policy/v1/poddisruptionbudgets"}
     sink = Recorder()
     for resource in DEFAULT_RESOURCES:
         resource.deliver(sink, "MODIFIED", {})
@@ -268,6 +272,7 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
         *[c for kind in ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
                          "csistoragecapacities", "volumeattachments")
           for c in (("storage", kind, "MODIFIED"), ("synced", kind))],
+        ("budget", "MODIFIED"), ("synced", "poddisruptionbudgets"),
     ]
 
 
