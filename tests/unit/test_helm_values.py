@@ -1,0 +1,106 @@
+"""The Helm chart's files without helm (tests/e2e/test_helm.py renders it): its values against its schema, its links
+to deploy/ and grafana/ (one copy of the RBAC allowlist, the alerts and the dashboards), the sizing of its values and
+of deploy/deployment.yaml from the measured RSS, and helm in the control-plane build plan."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from devcluster.build import components, helm_binary
+from devcluster.versions import Versions, load_versions
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "metrics-sched"
+SIZING = ROOT / "bench" / "results" / "sizing.json"
+HEADROOM = 1.5  # limits.memory = peak RSS x this (README, "Sizing")
+DOCUMENTED_NODES = 5000  # the README's benchmark scale: sizing.json must reach it
+
+
+def values() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return loaded
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's values merge: maps merge key by key, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def mebibytes(quantity: str) -> float:
+    match = re.fullmatch(r"([0-9.]+)(Mi|Gi)", quantity)
+    assert match, f"memory quantity {quantity!r}: write it in Mi or Gi"
+    return float(match[1]) * (1024 if match[2] == "Gi" else 1)
+
+
+def test_default_and_ci_values_meet_the_schema() -> None:
+    validator = jsonschema.Draft7Validator(schema())
+    validator.check_schema(schema())
+    validator.validate(values())
+    for path in sorted((CHART / "ci").glob("*.yaml")):
+        validator.validate(merged(values(), yaml.safe_load(path.read_text())))
+
+
+def test_schema_refuses_unknown_keys_at_every_level() -> None:
+    validator = jsonschema.Draft7Validator(schema())
+    for override in ({"replicas": 2}, {"image": {"tga": "1"}}, {"sources": {"prometheus": {"uri": "http://x"}}},
+                     {"rbac": {"rebalanse": True}}, {"config": {"leaderElection": {"resourceName": "x"}}}):
+        errors = list(validator.iter_errors(merged(values(), override)))
+        assert errors, f"accepted {override}"
+
+
+def test_chart_links_to_deploy_and_grafana_instead_of_copying() -> None:
+    for link, target in [("files/clusterrole.yaml", "deploy/clusterrole.yaml"),
+                         ("files/prometheusrule.yaml", "deploy/prometheusrule.yaml"),
+                         ("dashboards", "grafana/dashboards"),
+                         *((f"crds/{crd.name}", f"deploy/crds/{crd.name}")
+                           for crd in (ROOT / "deploy" / "crds").glob("*.yaml"))]:
+        path = CHART / link
+        assert path.is_symlink(), f"{link} must link to {target}, not copy it"
+        assert path.resolve() == (ROOT / target).resolve()
+
+
+def test_resources_come_from_the_measured_rss() -> None:
+    sizes = json.loads(SIZING.read_text())["sizes"]
+    assert any(s["nodes"] >= DOCUMENTED_NODES for s in sizes), f"no measurement at {DOCUMENTED_NODES} nodes in {SIZING}"
+    largest = max(sizes, key=lambda s: s["steady_rss_mb"])  # the defaults cover every measured size
+    chart = values()["resources"]
+    request, limit = mebibytes(chart["requests"]["memory"]), mebibytes(chart["limits"]["memory"])
+    steady, peak = largest["steady_rss_mb"], largest["peak_rss_mb"]  # MB = MiB here (bench: bytes / 2**20)
+    assert steady <= request < steady * 1.25, f"requests.memory {request} Mi is not ≈ the steady {steady} MiB"
+    assert math.ceil(peak * HEADROOM) <= limit < peak * HEADROOM + 64, \
+        f"limits.memory {limit} Mi is not the peak {peak} MiB x {HEADROOM}, rounded up"
+    deployment = yaml.safe_load((ROOT / "deploy" / "deployment.yaml").read_text())
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == chart, "deploy/deployment.yaml and the chart's values.yaml size differently"
+
+
+def test_helm_is_built_like_the_control_plane() -> None:
+    versions = Versions(kubernetes="1.36.3", etcd="3.6.16", kwok="0.8.0", go_toolchain="", helm="3.22.0")
+    helm = next(c for c in components(versions, with_staging=False) if c.name == "helm")
+    assert "require helm.sh/helm/v3 v3.22.0" in helm.go_mod()
+    assert "tool (\n\thelm.sh/helm/v3/cmd/helm\n)" in helm.go_mod()
+    assert helm_binary(versions) == helm.bin_dir / "helm" and helm.bin_dir.name == "helm-v3.22.0"
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.22.0" in helm.ldflags
+    # Without a helm version nothing else changes; versions.toml names one.
+    assert all(c.name != "helm" for c in components(
+        Versions(kubernetes="1.36.3", etcd="3.6.16", kwok="0.8.0", go_toolchain=""), with_staging=False))
+    assert load_versions().helm
