@@ -40,7 +40,6 @@ from metrics_sched.plugins.inter_pod_affinity import ERR_ANTI_AFFINITY, ERR_EXIS
 from metrics_sched.plugins.node_ports import ERR_REASON as ERR_PORTS
 from metrics_sched.plugins.node_volume_limits import ERR_REASON_MAX_VOLUME_COUNT
 from metrics_sched.plugins.pod_topology_spread import ERR_CONSTRAINTS
-from metrics_sched.plugins.volume_binding import ERR_NOT_ENOUGH_SPACE
 from metrics_sched.plugins.volume_restrictions import ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT
 from metrics_sched.preemption import (
     Candidate,
@@ -58,10 +57,11 @@ from metrics_sched.state.node_table import BoolArray, NodeTable
 __all__ = ["RESOLVABLE_REASONS", "DefaultPreemption"]
 
 # The filter reasons upstream answers with Unschedulable (removing pods may help); any other reason (node
-# affinity, taints, unschedulable or not-ready nodes, volume zones, a metric filter...) rules the node out.
+# affinity, taints, unschedulable or not-ready nodes, volume zones, every VolumeBinding reason incl. storage
+# capacity, a metric filter...) rules the node out.
 RESOLVABLE_REASONS = frozenset({
     "Too many pods", ERR_PORTS, ERR_EXISTING_ANTI_AFFINITY, ERR_ANTI_AFFINITY, ERR_CONSTRAINTS,
-    ERR_REASON_MAX_VOLUME_COUNT, ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT, ERR_NOT_ENOUGH_SPACE,
+    ERR_REASON_MAX_VOLUME_COUNT, ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT,
 })
 # Filters whose verdict on a node reads only that node and its own pods. The others (InterPodAffinity,
 # PodTopologySpread, VolumeRestrictions, gangs, third-party filters) are node-local only when their PreFilter
