@@ -1,8 +1,9 @@
 """`metrics-sched replay --decisions FILE|URL --config NEW.yaml`: what the recorded decisions would have been
 with another config's weights and plugin args (metrics_sched.audit.replay says what can be replayed).
 
-FILE is a JSONL export (`curl 'http://scheduler:10260/decisions?format=jsonl' > decisions.jsonl`, or the
-audit's file sink); a URL is read as that export (an http(s) URL without `format` gets `format=jsonl`)."""
+FILE is a JSONL export (the scheduler's `/decisions?format=jsonl`, or the audit's file sink); a URL is read as
+that export (an http(s) URL without `format` gets `format=jsonl`), over HTTPS with the kubeconfig's token and
+the serving certificate verified, as `explain` reads it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-import httpx
 
 from metrics_sched.audit.replay import ReplayReport, plans_of, read_jsonl, replay
 from metrics_sched.cli.errors import UserError
@@ -31,6 +30,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--config", required=True, type=Path, metavar="NEW.yaml", help="the config to replay with")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
     parser.add_argument("--changed-only", action="store_true", help="list only the decisions whose winner changes")
+    parser.add_argument("--kubeconfig", type=Path, default=None,
+                        help="whose credentials to send to an https URL (default: $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument("--ca-file", type=Path, default=None,
+                        help="CA of the scheduler's serving certificate (default: the kubeconfig cluster's CA)")
     parser.set_defaults(handler=_replay)
 
 
@@ -44,10 +47,22 @@ def export_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, urlencode(query), ""))
 
 
-def _lines(source: str) -> list[str]:
+def _lines(source: str, args: argparse.Namespace) -> list[str]:
     if source.startswith(("http://", "https://")):
+        import httpx
+
+        from metrics_sched.cli.explain_cmd import connect
+
+        # The same client as explain's: plain HTTP on loopback as is, HTTPS with the token and verified TLS.
+        endpoint = connect(argparse.Namespace(url=source, service=None, lease=None,
+                                              kubeconfig=args.kubeconfig, ca_file=args.ca_file))
+        wanted = urlsplit(export_url(source))
+        # A Service's URL was resolved to its leader's address (checked against the Service's name by SNI).
+        base = endpoint.url if endpoint.url != source else f"{wanted.scheme}://{wanted.netloc}"
+        extensions = {"sni_hostname": endpoint.server_name} if endpoint.server_name else None
         try:
-            resp = httpx.get(export_url(source), timeout=60)
+            resp = endpoint.client.get(f"{base.rstrip('/')}{wanted.path}?{wanted.query}", timeout=60,
+                                       extensions=extensions)
             resp.raise_for_status()
         except httpx.HTTPError as exc:
             raise UserError(f"cannot read decisions from {source}: {exc}") from None
@@ -66,7 +81,7 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"invalid config {args.config}: {exc}", file=sys.stderr)
         return EXIT_INVALID_CONFIG
     try:
-        records = list(read_jsonl(_lines(args.decisions)))
+        records = list(read_jsonl(_lines(args.decisions, args)))
     except ValueError as exc:
         print(f"error: {args.decisions}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
