@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: deps deps-system deps-python control-plane test test-unit test-e2e lint demo bench bench-quick clean
+.PHONY: deps deps-system deps-python control-plane test test-unit test-e2e test-matrix lint demo bench bench-quick clean
 
 deps: deps-system deps-python
 
@@ -38,6 +38,17 @@ test-unit: deps-python
 
 test-e2e: deps control-plane
 	@$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+# The e2e suite against each further Kubernetes version of deploy/local/versions.toml (`kubernetes_matrix`);
+# `make test` covers the default one. Each version builds once into a cache dir of its own.
+test-matrix: deps
+	@versions=$$($(BIN)/metrics-sched devcluster versions --matrix) || exit 2; \
+	test -n "$$versions" || { echo "error: no kubernetes_matrix in deploy/local/versions.toml" >&2; exit 2; }; \
+	for v in $$versions; do \
+	  echo "[test-matrix] e2e suite against Kubernetes v$$v"; \
+	  $(BIN)/metrics-sched devcluster build --kubernetes $$v || exit 1; \
+	  METRICS_SCHED_KUBERNETES=$$v $(BIN)/pytest -m e2e $(PYTEST_ARGS) || exit 1; \
+	done
 
 lint: deps-python
 	@$(BIN)/ruff check metrics_sched adapters devcluster tests bench grafana

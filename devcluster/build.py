@@ -1,4 +1,4 @@
-"""Builds the local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK).
+"""Builds the local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK) and helm.
 
 Each component gets a small generated wrapper module in the build cache whose go.mod requires the
 upstream module at the version from deploy/local/versions.toml and lists the binaries as `tool`s.
@@ -182,7 +182,37 @@ def components(versions: Versions, *, with_staging: bool = True) -> list[Compone
             tools=(("sigs.k8s.io/kwok/cmd/kwok", "kwok"),),
             ldflags=(f"-X sigs.k8s.io/kwok/pkg/consts.Version=v{versions.kwok}",),
         ),
+        *_helm(versions),
     ]
+
+
+def _helm(versions: Versions) -> list[Component]:
+    """helm, for the chart's e2e tests; its Kubernetes version ldflags are added once its modules resolve."""
+    if not versions.helm:
+        return []
+    module = f"helm.sh/helm/v{versions.helm.split('.')[0]}"
+    return [
+        Component(
+            name="helm",
+            version=versions.helm,
+            upstream=module,
+            tools=((f"{module}/cmd/helm", "helm"),),
+            ldflags=(f"-X {module}/internal/version.version=v{versions.helm}",
+                     f"-X {module}/internal/version.gitTreeState=clean"),
+        )
+    ]
+
+
+def _helm_kube_ldflags(component: Component, build_dir: Path, env: dict[str, str]) -> tuple[str, ...]:
+    """The Kubernetes version helm assumes without a cluster (`helm template`, lint), set as helm's Makefile
+    does from the k8s.io/client-go it was built with; unset, helm falls back to an old built-in default."""
+    out = _run([_go(), "list", "-m", "-json", "k8s.io/client-go"], cwd=build_dir, env=env,
+               what="locating helm's k8s.io/client-go")
+    _, minor, _ = str(json.loads(out)["Version"]).lstrip("v").split(".", 2)
+    major = "1"  # client-go v0.<minor> is Kubernetes 1.<minor>
+    return tuple(f"-X {component.upstream}/{pkg}.k8sVersion{part}={value}"
+                 for pkg in ("pkg/lint/rules", "pkg/chartutil")
+                 for part, value in (("Major", major), ("Minor", minor)))
 
 
 def _build_component(component: Component, versions: Versions, progress: Callable[[str], None]) -> None:
@@ -202,9 +232,12 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
     out_dir.mkdir(parents=True)
     names = ", ".join(binary for _, binary in component.tools)
     progress(f"{component.name} v{component.version}: compiling {names} (go build, cached packages reused)")
+    ldflags = component.ldflags
+    if component.name == "helm":
+        ldflags += _helm_kube_ldflags(component, build_dir, env)
     for package, binary in component.tools:
         # One binary at a time, named explicitly: go would call go.etcd.io/etcd/server/v3 "server".
-        cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *component.ldflags)),
+        cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *ldflags)),
                "-o", str(out_dir / binary), package]
         _stream_build(cmd, build_dir, env, component, progress)
 
@@ -260,14 +293,30 @@ def binaries(versions: Versions | None = None) -> ControlPlaneBinaries:
     )
 
 
-def ensure_built(*, quiet: bool = False, force: bool = False) -> ControlPlaneBinaries:
-    """Builds whatever is missing; with everything present it only checks a few files."""
+def helm_binary(versions: Versions | None = None) -> Path:
+    """Where `ensure_built` puts helm (the version in deploy/local/versions.toml)."""
+    versions = versions or load_versions()
+    found = _helm(versions)
+    if not found:
+        raise BuildError("no helm version in deploy/local/versions.toml")
+    return found[0].binary("helm")
+
+
+def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | None = None) -> ControlPlaneBinaries:
+    """Builds whatever is missing; with everything present it only checks a few files.
+
+    `kubernetes` picks one of the versions deploy/local/versions.toml lists (default: $METRICS_SCHED_KUBERNETES,
+    else its `kubernetes`); each version has its own wrapper module and bin dir, so switching rebuilds nothing.
+    """
     progress = Progress("control-plane", quiet=quiet)
-    versions = load_versions()
+    try:
+        versions = load_versions(kubernetes=kubernetes)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
     missing = [c for c in components(versions, with_staging=False) if force or not c.is_built()]
     if not missing:
         progress(f"all present in {cache_dir() / 'bin'} (kubernetes v{versions.kubernetes}, "
-                 f"etcd v{versions.etcd}, kwok v{versions.kwok})")
+                 f"etcd v{versions.etcd}, kwok v{versions.kwok}, helm v{versions.helm})")
         return binaries(versions)
     _go()
     needed = {c.name for c in missing}
@@ -279,4 +328,4 @@ def ensure_built(*, quiet: bool = False, force: bool = False) -> ControlPlaneBin
     return binaries(versions)
 
 
-__all__ = ["BuildError", "ControlPlaneBinaries", "binaries", "ensure_built", "repo_root"]
+__all__ = ["BuildError", "ControlPlaneBinaries", "binaries", "ensure_built", "helm_binary", "repo_root"]

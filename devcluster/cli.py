@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from devcluster.build import BuildError, ensure_built
+from devcluster.versions import load_versions
 
 
 def register(sub: Any) -> None:
@@ -19,8 +20,11 @@ def register(sub: Any) -> None:
     dsub = parser.add_subparsers(dest="devcluster_command", required=True, metavar="ACTION")
 
     build = dsub.add_parser(
-        "build", help="build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok if missing")
+        "build", help="build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok and helm if missing")
     build.add_argument("--force", action="store_true", help="rebuild even when the binaries are present")
+    build.add_argument("--kubernetes", metavar="VERSION", default=None,
+                       help="one of the Kubernetes versions deploy/local/versions.toml lists "
+                            "(default: $METRICS_SCHED_KUBERNETES, else its `kubernetes`)")
     build.set_defaults(handler=_build)
 
     up = dsub.add_parser("up", help="start a cluster in the background; writes DIR/kubeconfig, DIR/endpoints.json")
@@ -33,19 +37,39 @@ def register(sub: Any) -> None:
     up.add_argument("--kube-scheduler", action="store_true", help="also run the real kube-scheduler")
     up.add_argument("--no-controller-manager", action="store_true",
                     help="without kube-controller-manager, node Leases and the test volume provisioner")
+    up.add_argument("--kubernetes", metavar="VERSION", default=None,
+                    help="one of the Kubernetes versions deploy/local/versions.toml lists "
+                         "(default: $METRICS_SCHED_KUBERNETES, else its `kubernetes`)")
     up.set_defaults(handler=_up)
 
     down = dsub.add_parser("down", help="stop every process of a cluster started with `up`")
     down.add_argument("--dir", type=Path, required=True)
     down.set_defaults(handler=_down)
 
+    versions = dsub.add_parser(
+        "versions", help="print the Kubernetes versions the e2e suite is run against, one a line, default first")
+    versions.add_argument("--matrix", action="store_true",
+                          help="only the further ones (`kubernetes_matrix`), which `make test-matrix` runs")
+    versions.set_defaults(handler=_versions)
+
 
 def _build(args: argparse.Namespace) -> int:
     try:
-        ensure_built(force=args.force)
+        ensure_built(force=args.force, kubernetes=args.kubernetes)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _versions(args: argparse.Namespace) -> int:
+    try:
+        tested = load_versions().tested_kubernetes
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for version in tested[1:] if args.matrix else tested:
+        print(version)
     return 0
 
 
@@ -64,7 +88,7 @@ def _up(args: argparse.Namespace) -> int:
         run_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node, seed=args.seed,
         scrape_interval=args.scrape_interval, with_prometheus=not args.no_prometheus,
         with_kube_scheduler=args.kube_scheduler, with_controller_manager=not args.no_controller_manager,
-        detach=True,
+        detach=True, kubernetes=args.kubernetes,
     )
     try:
         endpoints = cluster.start()

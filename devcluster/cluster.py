@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
-from devcluster import custom_metrics_api, metrics_crd, prometheus
+from devcluster import custom_metrics_api, metrics_crd, pod_group_crd, prometheus
 from devcluster.build import ControlPlaneBinaries, ensure_built
 from devcluster.certs import ClusterPKI, generate_pki
 from devcluster.kubeapi import Credentials, KubeAPI, KubeAPIError, tls_context
@@ -32,6 +32,7 @@ from devcluster.nodes import NodeSpec, create_nodes, delete_nodes, fleet
 from devcluster.ports import free_port, free_ports
 from devcluster.processes import ProcessError, ProcessGroup, kill_leftovers, leftovers, tail
 from devcluster.progress import Progress
+from devcluster.versions import Versions
 
 ENDPOINTS_FILE = "endpoints.json"
 KUBECONFIG_FILE = "kubeconfig"
@@ -122,6 +123,7 @@ class DevCluster:
         metrics_api_interval: float = 5.0,
         detach: bool = False,
         quiet: bool = False,
+        kubernetes: str | None = None,
     ) -> None:
         self.owns_run_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="metrics-sched-")).resolve()
@@ -138,6 +140,8 @@ class DevCluster:
         self.metrics_api_interval = metrics_api_interval
         self.progress = Progress("devcluster", quiet=quiet)
         self.quiet = quiet
+        # One of the versions deploy/local/versions.toml lists; None: $METRICS_SCHED_KUBERNETES, else its default.
+        self.kubernetes = kubernetes
         self.group = ProcessGroup(self.run_dir, detach=detach)
         self.endpoints: Endpoints | None = None
         self._etcd_dir: Path | None = None
@@ -145,6 +149,13 @@ class DevCluster:
         self._bins: ControlPlaneBinaries | None = None
         self._pki: ClusterPKI | None = None
         self.nodes: list[NodeSpec] = []
+
+    @property
+    def versions(self) -> Versions:
+        """What the started cluster runs: version-specific expectations key on `versions.kubernetes_minor`."""
+        if self._bins is None:
+            raise DevClusterError("the dev cluster has not been started")
+        return self._bins.versions
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> DevCluster:
@@ -172,7 +183,7 @@ class DevCluster:
         raise AssertionError("unreachable")
 
     def _start(self) -> Endpoints:
-        self._bins = ensure_built(quiet=self.quiet)
+        self._bins = ensure_built(quiet=self.quiet, kubernetes=self.kubernetes)
         # The emulator serves the Custom Metrics APIs with the same certificate, under its Service's name.
         self._pki = pki = generate_pki(self.run_dir / "pki",
                                        hosts=("127.0.0.1", "localhost", custom_metrics_api.SERVICE_HOST))
@@ -191,6 +202,7 @@ class DevCluster:
         kubeconfig = self._write_kubeconfig(apiserver, pki.ca_cert, admin_token)
         with self.api() as api:
             metrics_crd.install(api)
+            pod_group_crd.install(api)  # gangs: scheduler-plugins' PodGroup (Coscheduling)
         self._start_kwok(kubeconfig, kwok_port)
 
         self.endpoints = Endpoints(
@@ -275,6 +287,9 @@ class DevCluster:
             "--enable-priority-and-fairness=false",
             f"--cert-dir={self.run_dir / 'apiserver-certs'}",
             "--profiling=false",
+            # Workload and PodGroup (gang scheduling): off by default, and served under a different
+            # scheduling.k8s.io version (behind different gates) by each Kubernetes minor.
+            *self._bins.versions.workload_api.apiserver_flags(),
         ]
         self._argv["kube-apiserver"] = argv
         self.progress("starting kube-apiserver")
