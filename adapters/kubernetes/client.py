@@ -185,7 +185,9 @@ class KubeClient:
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
-        retries = self.max_write_retries if limited and method != "GET" else 0
+        # An eviction's 429 is a PodDisruptionBudget's answer (with its own Retry-After), not load shedding: it goes
+        # back to the caller (the rebalancer records the eviction as blocked and backs off) instead of waiting here.
+        retries = self.max_write_retries if limited and method != "GET" and not path.endswith("/eviction") else 0
         for attempt in range(retries + 1):
             response = self._send_once(http, method, path, content, headers, params, limited=limited, timeout=timeout)
             wait = _retry_after(response) if attempt < retries else None

@@ -424,18 +424,19 @@ def test_a_write_refused_with_429_waits_retry_after_and_is_sent_again() -> None:
     assert client.retried_after_429 == 2
 
 
-@pytest.mark.parametrize(("method", "responses", "rate_limited", "sent"), [
-    ("POST", [too_many(None)], True, 1),           # no Retry-After: the server did not say when
-    ("GET", [too_many("1")], True, 1),             # reads are retried by their callers (reflector, lister)
-    ("PUT", [too_many("1")], False, 1),            # a lease renewal keeps its own cadence
-    ("PATCH", [too_many("1")] * 4, True, 4),       # bounded: 3 retries, then the 429 is the caller's
+@pytest.mark.parametrize(("method", "responses", "rate_limited", "sent", "path"), [
+    ("POST", [too_many(None)], True, 1, "/x"),           # no Retry-After: the server did not say when
+    ("POST", [too_many("10")], True, 1, "/api/v1/namespaces/ns/pods/p/eviction"),  # a PDB's answer: the caller's
+    ("GET", [too_many("1")], True, 1, "/x"),             # reads are retried by their callers (reflector, lister)
+    ("PUT", [too_many("1")], False, 1, "/x"),            # a lease renewal keeps its own cadence
+    ("PATCH", [too_many("1")] * 4, True, 4, "/x"),       # bounded: 3 retries, then the 429 is the caller's
 ])
 def test_429s_that_are_not_retried(method: str, responses: list[httpx.Response], rate_limited: bool,
-                                   sent: int) -> None:
+                                   sent: int, path: str) -> None:
     handler, seen = throttling(list(responses))
     sleeps: list[float] = []
     with client_for(handler, sleeps) as client, pytest.raises(ApiError) as info:
-        client.send(method, "/x", {} if method != "GET" else None, rate_limited=rate_limited)
+        client.send(method, path, {} if method != "GET" else None, rate_limited=rate_limited)
     assert info.value.status == 429 and len(seen) == sent and len(sleeps) == sent - 1
 
 
