@@ -157,3 +157,22 @@ def object_path(obj: dict[str, Any]) -> str:
         return f"{prefix}/{plural}/{name}"
     namespace = obj["metadata"].get("namespace", "default")
     return f"{prefix}/namespaces/{namespace}/{plural}/{name}"
+
+
+def install_crd(api: KubeAPI, crd: dict[str, Any], served: str, timeout: float = 30.0) -> None:
+    """Creates `crd` (if absent) and returns once it is Established and `served` (a list path of its resource)
+    answers: Established can precede serving by a moment."""
+    name = crd["metadata"]["name"]
+    api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, ok=(409,))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        if conditions.get("Established") == "True":
+            try:
+                api.get(served)
+                return
+            except KubeAPIError:  # served a moment after Established; retried until the deadline
+                pass
+        time.sleep(0.1)
+    raise TimeoutError(f"CRD {name} not established after {timeout:.0f}s")

@@ -9,10 +9,9 @@ there is no PodMetrics.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from devcluster.kubeapi import KubeAPI, KubeAPIError
+from devcluster.kubeapi import KubeAPI, install_crd
 
 CRD_NAME = "nodes.metrics.k8s.io"
 
@@ -46,17 +45,4 @@ NODE_METRICS_CRD: dict[str, Any] = {
 
 
 def install(api: KubeAPI, timeout: float = 30.0) -> None:
-    api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", NODE_METRICS_CRD, ok=(409,))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
-        conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
-        if conditions.get("Established") == "True":
-            # Established can precede discovery/serving by a moment.
-            try:
-                api.get("/apis/metrics.k8s.io/v1beta1/nodes")
-                return
-            except KubeAPIError:  # served a moment after Established; retried until the deadline
-                pass
-        time.sleep(0.1)
-    raise TimeoutError(f"CRD {CRD_NAME} not established after {timeout:.0f}s")
+    install_crd(api, NODE_METRICS_CRD, "/apis/metrics.k8s.io/v1beta1/nodes", timeout)
