@@ -13,9 +13,11 @@ import re
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ import httpx
 
 from metrics_sched.config import ConfigError, reader
 from metrics_sched.config.reader import field_name, mapping, read_duration, read_str
+from metrics_sched.model.quantity import QuantityError, parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -272,3 +275,47 @@ def kube_api_client(factory: Callable[[], httpx.Client] | None) -> httpx.Client:
     """A client of the Kubernetes API from the sources' context; check-config validates without a cluster, so
     without a factory the client points nowhere (the real one is only made when the scheduler runs)."""
     return factory() if factory is not None else httpx.Client(base_url="https://kubernetes.invalid")
+
+
+def get_json(client: httpx.Client, path: str, *, timeout: float, params: Mapping[str, str] | None = None,
+             accept: str = "application/json") -> object:
+    """GET an aggregated Kubernetes API (metrics.k8s.io, custom/external metrics): the decoded body, or a
+    SourceError naming the path (transport error, non-200 with the Status message, a body that is not JSON)."""
+    try:
+        resp = client.get(path, params=params, timeout=timeout, headers={"Accept": accept})
+    except httpx.HTTPError as exc:
+        raise SourceError(f"GET {path}: {describe_error(exc)}") from None
+    if resp.status_code != 200:
+        raise SourceError(clean_message(f"GET {path}: HTTP {resp.status_code}: {status_message(resp)}"))
+    try:
+        body: object = resp.json()
+    except ValueError:
+        raise SourceError(f"GET {path}: the reply is not JSON") from None
+    return body
+
+
+def counted_quantity(raw: object, dropped: Counter[str]) -> Fraction | None:
+    """A metric item's quantity, or None with the reason counted in `dropped` (missing, malformed)."""
+    if raw is None:
+        dropped["missing"] += 1
+        return None
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        dropped["malformed"] += 1
+        return None
+    try:
+        return parse_quantity(raw)
+    except QuantityError:
+        dropped["malformed"] += 1
+        return None
+
+
+def counted_timestamp(item: Mapping[str, Any], dropped: Counter[str]) -> float | None:
+    """A metric item's `timestamp` (RFC 3339) as epoch seconds, or None counted as no_timestamp in `dropped`."""
+    stamp = item.get("timestamp")
+    try:
+        observed_at = parse_rfc3339(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        observed_at = None
+    if observed_at is None:
+        dropped["no_timestamp"] += 1
+    return observed_at

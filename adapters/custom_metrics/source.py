@@ -26,13 +26,11 @@ import httpx
 from adapters.custom_metrics.config import CustomMetricsConfig, ExternalMetric, NodeMetric, parse_config
 from adapters.http_common import (
     SourceError,
-    clean_message,
-    describe_error,
+    counted_quantity,
+    counted_timestamp,
+    get_json,
     kube_api_client,
-    parse_rfc3339,
-    status_message,
 )
-from metrics_sched.model.quantity import QuantityError, parse_quantity
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample, SeriesMatching
 from metrics_sched.telemetry import PolledSource, SourceContext
 
@@ -175,17 +173,7 @@ class CustomMetricsSource(PolledSource):
         if selector is not None:
             query["metricLabelSelector"] = selector
         result.queries += 1
-        try:
-            resp = self._client.get(path, params=query, timeout=self.config.timeout, headers={"Accept": accept})
-        except httpx.HTTPError as exc:
-            raise SourceError(f"GET {path}: {describe_error(exc)}") from None
-        if resp.status_code != 200:
-            raise SourceError(clean_message(f"GET {path}: HTTP {resp.status_code}: {status_message(resp)}"))
-        try:
-            body: object = resp.json()
-        except ValueError:
-            raise SourceError(f"GET {path}: the reply is not JSON") from None
-        return body
+        return get_json(self._client, path, timeout=self.config.timeout, params=query, accept=accept)
 
     def close(self) -> None:
         if self._close_client:
@@ -204,25 +192,11 @@ def _items(body: object, what: str) -> list[object]:
 
 def _value_and_time(item: Mapping[str, Any], scale: float, dropped: Counter[str]) -> tuple[float, float] | None:
     """(scaled value, measured-at) of one MetricValue / ExternalMetricValue, or None (counted in dropped)."""
-    raw = item.get("value")
-    if raw is None:
-        dropped["missing"] += 1
+    value = counted_quantity(item.get("value"), dropped)
+    if value is None:
         return None
-    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
-        dropped["malformed"] += 1
-        return None
-    try:
-        value = parse_quantity(raw)
-    except QuantityError:
-        dropped["malformed"] += 1
-        return None
-    stamp = item.get("timestamp")
-    try:
-        observed_at = parse_rfc3339(stamp) if isinstance(stamp, str) else None
-    except ValueError:
-        observed_at = None
+    observed_at = counted_timestamp(item, dropped)
     if observed_at is None:
-        dropped["no_timestamp"] += 1
         return None
     return float(value) * scale, observed_at
 

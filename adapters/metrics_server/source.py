@@ -19,15 +19,12 @@ from typing import Any
 import httpx
 
 from adapters.http_common import (
-    SourceError,
-    clean_message,
-    describe_error,
+    counted_quantity,
+    counted_timestamp,
+    get_json,
     kube_api_client,
-    parse_rfc3339,
-    status_message,
 )
 from adapters.metrics_server.config import MetricsServerConfig, parse_config
-from metrics_sched.model.quantity import QuantityError, parse_quantity
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample
 from metrics_sched.telemetry import PolledSource, SourceContext
 
@@ -63,18 +60,7 @@ class MetricsServerSource(PolledSource):
         return result
 
     def _list(self) -> object:
-        try:
-            resp = self._client.get(self.config.path, timeout=self.config.timeout,
-                                    headers={"Accept": "application/json"})
-        except httpx.HTTPError as exc:
-            raise SourceError(f"GET {self.config.path}: {describe_error(exc)}") from None
-        if resp.status_code != 200:
-            raise SourceError(clean_message(f"GET {self.config.path}: HTTP {resp.status_code}: {status_message(resp)}"))
-        try:
-            body: object = resp.json()
-        except ValueError:
-            raise SourceError(f"GET {self.config.path}: the reply is not JSON") from None
-        return body
+        return get_json(self._client, self.config.path, timeout=self.config.timeout)
 
     def _item(self, item: object, nodes: NodeDirectory, result: FetchResult, dropped: Counter[str]) -> None:
         if not isinstance(item, Mapping):
@@ -89,13 +75,8 @@ class MetricsServerSource(PolledSource):
             result.unmatched_series += 1
             dropped["unknown_node"] += 1
             return
-        stamp = item.get("timestamp")
-        try:
-            observed_at = parse_rfc3339(stamp) if isinstance(stamp, str) else None
-        except ValueError:
-            observed_at = None
+        observed_at = counted_timestamp(item, dropped)
         if observed_at is None:
-            dropped["no_timestamp"] += 1
             return
         for metric, resource, allocatable in (
             (self.config.cpu_metric, "cpu", nodes.cpu_allocatable),
@@ -114,16 +95,8 @@ class MetricsServerSource(PolledSource):
 
 
 def _utilisation(raw: object, allocatable: float | None, dropped: Counter[str]) -> float | None:
-    if raw is None:
-        dropped["missing"] += 1
-        return None
-    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
-        dropped["malformed"] += 1
-        return None
-    try:
-        usage = parse_quantity(raw)
-    except QuantityError:
-        dropped["malformed"] += 1
+    usage = counted_quantity(raw, dropped)
+    if usage is None:
         return None
     if usage < 0:
         dropped["negative"] += 1
