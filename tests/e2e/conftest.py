@@ -51,3 +51,15 @@ def namespace(api: KubeAPI, request: pytest.FixtureRequest) -> Iterator[str]:
     api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     kube.delete_namespace(api, name)
+
+
+@pytest.fixture(scope="module")
+def crds(api: KubeAPI) -> Iterator[list[str]]:
+    """The Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), for the modules that apply deploy/ or the
+    Helm chart for real; removed when the module is done."""
+    from tests.e2e.test_deploy import install_crds  # the operator's module comes through the Go module proxy
+
+    names = install_crds(api)
+    yield names
+    for name in names:
+        api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")

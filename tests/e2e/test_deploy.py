@@ -195,14 +195,6 @@ def exported(exposition: str, series: str, /, **labels: str) -> bool:
 
 # -- fixtures -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def crds(api: KubeAPI) -> Iterator[list[str]]:
-    names = install_crds(api)
-    yield names
-    for name in names:
-        api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-
-
-@pytest.fixture(scope="module")
 def installed(api: KubeAPI) -> Iterator[list[dict[str, Any]]]:
     """The Namespace, ServiceAccount, RBAC and ConfigMap of deploy/, applied for real (removed afterwards)."""
     objects = [o for o in kustomization_objects() if o["kind"] in RBAC_KINDS]

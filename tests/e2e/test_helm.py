@@ -28,7 +28,6 @@ from tests.e2e import kube
 from tests.e2e.test_deploy import (
     DEPLOY,
     apply,
-    install_crds,
     kustomization_objects,
     load_docs,
     resource_path,
@@ -298,14 +297,6 @@ class Release:
         self.api.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.fullname}",
                          ok=(404,))
         kube.delete_namespace(self.api, self.namespace)
-
-
-@pytest.fixture(scope="module")
-def crds(api: KubeAPI) -> Iterator[list[str]]:
-    names = install_crds(api)
-    yield names
-    for name in names:
-        api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
 
 
 @pytest.fixture(scope="module")
