@@ -126,6 +126,12 @@ HOST_PORTS = "NodePorts" in BUILTIN
 POD_AFFINITY = "InterPodAffinity" in BUILTIN
 TOPOLOGY_SPREAD = "PodTopologySpread" in BUILTIN
 
+# metrics-sched's profile for the differential cases: kube-scheduler's plugins only (the telemetry filter and
+# scores off), so only what both schedulers do decides.
+WITHOUT_TELEMETRY = {"plugins": {"filter": {"disabled": [{"name": "GPUTemperature"}]},
+                                 "score": {"disabled": [{"name": "GPUTemperature"}, {"name": "NodeLoad"},
+                                                        {"name": "Cost"}]}}}
+
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 CORDON = "node.kubernetes.io/unschedulable"
@@ -896,9 +902,7 @@ def test_kube_scheduler_and_metrics_sched_agree(cluster: DevCluster, api: KubeAP
     _post_all(api, [p for pair in diff_nodes for copy in pair.values() for p in copy.existing_pods()])
     kube_name = f"kube-diff-{secrets.token_hex(3)}"
     ms_extra = {
-        "profile": {"plugins": {"filter": {"disabled": [{"name": "GPUTemperature"}]},
-                                "score": {"disabled": [{"name": "GPUTemperature"}, {"name": "NodeLoad"},
-                                                       {"name": "Cost"}]}}},
+        "profile": WITHOUT_TELEMETRY,
         "audit": {"topCandidates": 10},  # more than a case's nodes: the record lists every feasible node
     }
     with kube_scheduler(cluster, kube_name, qps=5000, burst=5000, percentage_of_nodes_to_score=100), \

@@ -74,6 +74,7 @@ from tests.e2e.test_differential import (
     HOSTNAME,
     LOCAL,
     NODE_REF,
+    WITHOUT_TELEMETRY,
     ZONE,
     Copy,
     Verdict,
@@ -670,9 +671,7 @@ def test_kube_scheduler_and_metrics_sched_agree_on_volumes(cluster: DevCluster, 
     print(f"\nDIFF_SEED={SEED} volume cases={len(volume_cases)}")
     kube_name = f"kube-vol-{secrets.token_hex(3)}"
     ms_extra = {
-        "profile": {"plugins": {"filter": {"disabled": [{"name": "GPUTemperature"}]},
-                                "score": {"disabled": [{"name": "GPUTemperature"}, {"name": "NodeLoad"},
-                                                       {"name": "Cost"}]}}},
+        "profile": WITHOUT_TELEMETRY,
         "audit": {"topCandidates": 10},  # more than a case's nodes: the record lists every feasible node
     }
     names = {"kube": kube_name, "ms": ""}
