@@ -12,7 +12,7 @@ import datetime as dt
 import ssl
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from devcluster.certs import generate_pki
+from tests.local_http import QuietHandler
 
 TENANT_HEADER = "X-Scope-OrgID"
 # Not forwarded: they describe this hop, not the request.
@@ -149,8 +150,8 @@ def _peer_cn(cert: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _handler(proxy: TenantProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(proxy: TenantProxy) -> type[QuietHandler]:
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             self._serve()
 
@@ -169,13 +170,6 @@ def _handler(proxy: TenantProxy) -> type[BaseHTTPRequestHandler]:
                 status, payload, content_type = proxy.forward(self.command, self.path, dict(self.headers.items()),
                                                               body)
             proxy.record(Seen(self.path, tenant, status, _peer_cn(peer)))
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            pass
+            self.reply(status, payload, {"Content-Type": content_type})
 
     return Handler

@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from metrics_sched.config import ConfigError
 from metrics_sched.config.loader import parse_config
 from metrics_sched.config.model import LeaderElectionConfig
 from metrics_sched.framework.registry import Registry
+from tests.local_http import QuietHandler, serving
 
 pytestmark = pytest.mark.unit
 
@@ -265,33 +264,19 @@ def test_a_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str], config: P
     one_line_error(capsys, code, f"cannot serve on 127.0.0.1:{port}: Address already in use")
 
 
-class Unauthorized(BaseHTTPRequestHandler):
+class Unauthorized(QuietHandler):
     def do_GET(self) -> None:
-        body = b'{"kind":"Status","code":401,"message":"Unauthorized"}'
-        self.send_response(401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - signature is fixed
-        pass
+        self.reply(401, b'{"kind":"Status","code":401,"message":"Unauthorized"}')
 
 
 @pytest.fixture
 def https_server(tmp_path: Path) -> Iterator[tuple[str, ClusterPKI]]:
     """An HTTPS server with the dev PKI's serving certificate that answers 401 to everything."""
     pki = generate_pki(tmp_path / "pki")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Unauthorized)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(pki.serving_cert), str(pki.serving_key))
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"https://127.0.0.1:{server.server_address[1]}", pki
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(Unauthorized, context) as url:
+        yield url, pki
 
 
 def test_an_unknown_ca_and_refused_credentials_fail_at_once_on_a_real_server(

@@ -13,11 +13,9 @@ import json
 import logging
 import re
 import sys
-import threading
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +30,7 @@ from metrics_sched.cli import main
 from metrics_sched.config import ConfigError
 from metrics_sched.telemetry import SourceContext
 from tests.e2e.tenant_proxy import TENANT_HEADER, ClientPKI, TenantProxy, client_pki
+from tests.local_http import QuietHandler, serving
 
 pytestmark = pytest.mark.unit
 
@@ -50,38 +49,22 @@ class Upstream:
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 
 
-def _handler(upstream: Upstream) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(upstream: Upstream) -> type[QuietHandler]:
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             upstream.requests.append((self.path, dict(self.headers.items())))
             status, body, headers = upstream.reply or (
                 200, json.dumps({"status": "success", "data": {"resultType": "vector", "result": RESULT}}).encode(),
                 {"Content-Type": "application/json"})
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            pass
+            self.reply(status, body, headers)
 
     return Handler
 
 
 def _serve(upstream: Upstream) -> Iterator[Upstream]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    upstream.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(_handler(upstream)) as url:
+        upstream.url = url
         yield upstream
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -12,11 +12,9 @@ import logging
 import math
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +30,7 @@ from devcluster.certs import generate_pki
 from metrics_sched.config import ConfigError
 from metrics_sched.ports import NodeDirectory
 from metrics_sched.telemetry import SourceContext
+from tests.local_http import QuietHandler, serving
 
 pytestmark = pytest.mark.unit
 
@@ -77,42 +76,22 @@ def same_stamps(values: list[tuple[Labels, float | str]], ts: float = T_SAMPLE) 
     return vector(values, [(labels, ts) for labels, _ in values])
 
 
-def _handler(fake: FakePrometheus) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(fake: FakePrometheus) -> type[QuietHandler]:
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
             query = parse_qs(parts.query).get("query", [""])[0]
             fake.seen.append(Seen(query, dict(self.headers.items())))
             status, body = fake.answer(query) if parts.path == "/api/v1/query" else (404, b"not found")
-            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            pass
+            self.reply(status, body if isinstance(body, bytes) else json.dumps(body).encode())
 
     return Handler
 
 
 def _serve(fake: FakePrometheus, context: ssl.SSLContext | None = None) -> Iterator[FakePrometheus]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    server.daemon_threads = True
-    scheme = "http"
-    if context is not None:
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        scheme = "https"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    fake.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(_handler(fake), context) as url:
+        fake.url = url
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture
