@@ -50,18 +50,20 @@ def say(message: str) -> None:
 # -- worker processes (one approach each) --------------------------------------------------------------------
 
 
-def rss_now() -> int:
+def _status_bytes(key: str) -> int:
+    # Not core_bench.proc_status: importing it (the scheduler core) would be counted in this worker's RSS.
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def rss_now() -> int:
+    return _status_bytes("VmRSS")
 
 
 def peak_rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return _status_bytes("VmHWM")  # the high-water mark
 
 
 def cpu_seconds() -> float:

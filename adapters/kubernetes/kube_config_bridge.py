@@ -41,6 +41,7 @@ from adapters.kubernetes.config import (
     PemSource,
 )
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenError, TokenSource
+from metrics_sched.serving.gate import bearer_token
 
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
@@ -139,9 +140,7 @@ def load_kubeconfig(paths: Path | Sequence[Path], *, context: str | None = None)
     loader = new_loader()
     _run_library(lambda: loader.load_and_set(configuration), origin)
 
-    server = str(configuration.host or "")
-    if not server.startswith("https://"):
-        raise KubeConfigError(f"{origin}: server {server!r} is not https://")
+    server = str(configuration.host)  # https://, checked in _refuse_unsupported (the library copies it as is)
     ca = PemSource(path=Path(configuration.ssl_ca_cert)) if configuration.ssl_ca_cert else None
     pair = _client_certificate(configuration, origin)
     contexts = ContextRegistry()
@@ -291,10 +290,8 @@ def _configuration() -> Configuration:
 
 
 def _bearer(configuration: Configuration) -> str:
-    value = str(configuration.api_key.get("BearerToken") or "")
-    # "Bearer x" from kubeconfigs, "bearer x\n" from the in-cluster file.
-    scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
+    # "Bearer x" from kubeconfigs, "bearer x\n" from the in-cluster file: an Authorization header's value.
+    return bearer_token(configuration.api_key.get("BearerToken")) or ""
 
 
 def _client_certificate(configuration: Configuration, origin: str) -> ClientCertificate | None:

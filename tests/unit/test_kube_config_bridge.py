@@ -92,12 +92,28 @@ def exec_credentials(tmp_path: Path, clocks: Clocks, contexts: ContextRegistry |
                      ) -> tuple[LibraryCredentials, Configuration]:
     """LibraryCredentials over the library's real KubeConfigLoader, with test clocks."""
     doc = kubeconfig_doc({"server": "https://kube.test"}, {"exec": {"apiVersion": EXEC_API, "command": "plugin"}})
-    node = kube_config.KubeConfigMerger(str(write(tmp_path / "kc", doc))).config  # type: ignore[no-untyped-call]
+    return with_clocks(library_loaders(write(tmp_path / "kc", doc)), clocks, contexts or ContextRegistry())
+
+
+def library_loaders(path: Path) -> Callable[[], Any]:
+    """Makes fresh library KubeConfigLoaders over the kubeconfig at `path` (what the bridge re-creates on refresh)."""
+    node = kube_config.KubeConfigMerger(str(path)).config  # type: ignore[no-untyped-call]
 
     def new_loader() -> Any:
         return kube_config.KubeConfigLoader(config_dict=node, config_base_path=None)  # type: ignore[no-untyped-call]
 
-    return with_clocks(new_loader, clocks, contexts or ContextRegistry())
+    return new_loader
+
+
+def recording() -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    """A transport answering 200 {} to every request, and the requests it saw."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={})
+
+    return httpx.MockTransport(handler), seen
 
 
 def with_clocks(new_loader: Callable[[], Any], clocks: Clocks, contexts: ContextRegistry,
@@ -211,13 +227,8 @@ def test_an_exec_client_certificate_is_loaded_and_replaced_after_expiry(
     assert first is not None and first.cert.path is not None
     assert first.cert.path.read_text() == pki.serving_cert.read_text()
     config.ssl_context()  # loads the plugin's certificate and key
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={})
-
-    with KubeClient(config, transport=httpx.MockTransport(handler)) as client:
+    transport, seen = recording()
+    with KubeClient(config, transport=transport) as client:
         client.request("GET", "/api/v1/nodes")
     assert "Authorization" not in seen[0].headers
 
@@ -230,12 +241,7 @@ def test_an_exec_client_certificate_is_loaded_and_replaced_after_expiry(
 
     # The same plugin through credentials with test clocks: past the expiry, the certificate is replaced.
     clocks = Clocks()
-    node = kube_config.KubeConfigMerger(str(tmp_path / "kc")).config  # type: ignore[no-untyped-call]
-
-    def new_loader() -> Any:
-        return kube_config.KubeConfigLoader(config_dict=node, config_base_path=None)  # type: ignore[no-untyped-call]
-
-    credentials, _ = with_clocks(new_loader, clocks, Spy())
+    credentials, _ = with_clocks(library_loaders(tmp_path / "kc"), clocks, Spy())
     before = credentials.client_certificate()
     assert before is not None and before.cert.path is not None and reloaded == []
     clocks.advance(31.0)
@@ -293,13 +299,8 @@ def test_tls_server_name_is_sent_as_sni_on_every_request(tmp_path: Path) -> None
     config = load_kubeconfig(write(tmp_path / "kc", kubeconfig_doc(
         {"server": "https://127.0.0.1:6443", "tls-server-name": "kubernetes.default"}, {"token": "t0ken-value"})))
     assert config.tls_server_name == "kubernetes.default"
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={})
-
-    with KubeClient(config, transport=httpx.MockTransport(handler)) as client:
+    transport, seen = recording()
+    with KubeClient(config, transport=transport) as client:
         client.request("GET", "/api/v1/nodes")
         client.list("/api/v1/pods", {"limit": "1"})
     assert [r.extensions.get("sni_hostname") for r in seen] == ["kubernetes.default"] * 2
