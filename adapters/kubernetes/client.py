@@ -145,9 +145,13 @@ class KubeClient:
         return _decode(method, path, response)
 
     def send(self, method: str, path: str, body: Any = None, *, params: Mapping[str, str] | None = None,
-             content_type: str = JSON, rate_limited: bool = True) -> int:
-        """Like request() but only the status code: for writes whose reply nobody needs to parse."""
-        return self._call(self._http, method, path, body, params, content_type, limited=rate_limited).status_code
+             content_type: str = JSON, rate_limited: bool = True, retry_429: bool = True) -> int:
+        """Like request() but only the status code: for writes whose reply nobody needs to parse.
+
+        retry_429=False returns a 429 to the caller at once, for calls where it is an answer rather than load
+        shedding (an eviction a PodDisruptionBudget refuses)."""
+        return self._call(self._http, method, path, body, params, content_type, limited=rate_limited,
+                          retry_429=retry_429).status_code
 
     def list(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
         """One LIST page, on the watch pool (big, slow, and not subject to the write rate limit)."""
@@ -179,15 +183,14 @@ class KubeClient:
 
     # -- internals -------------------------------------------------------------------------------
     def _call(self, http: httpx.Client, method: str, path: str, body: Any, params: Mapping[str, str] | None,
-              content_type: str, *, limited: bool, timeout: httpx.Timeout | None = None) -> httpx.Response:
+              content_type: str, *, limited: bool, timeout: httpx.Timeout | None = None,
+              retry_429: bool = True) -> httpx.Response:
         headers = {}
         content = None
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
-        # An eviction's 429 is a PodDisruptionBudget's answer (with its own Retry-After), not load shedding: it goes
-        # back to the caller (the rebalancer records the eviction as blocked and backs off) instead of waiting here.
-        retries = self.max_write_retries if limited and method != "GET" and not path.endswith("/eviction") else 0
+        retries = self.max_write_retries if limited and retry_429 and method != "GET" else 0
         for attempt in range(retries + 1):
             response = self._send_once(http, method, path, content, headers, params, limited=limited, timeout=timeout)
             wait = _retry_after(response) if attempt < retries else None

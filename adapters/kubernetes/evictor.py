@@ -29,4 +29,6 @@ class KubeEvictor:
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/eviction"
-        self._client.send("POST", path, body)
+        # A 429 here is the PodDisruptionBudget's answer, not load shedding: it goes straight back to the caller
+        # (the rebalancer records the eviction as blocked and backs off) instead of waiting out its Retry-After.
+        self._client.send("POST", path, body, retry_429=False)

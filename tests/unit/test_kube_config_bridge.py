@@ -26,6 +26,7 @@ from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from adapters.kubernetes.client import Fenced, KubeClient, WriteFence
 from adapters.kubernetes.config import ContextRegistry, KubeConfig, KubeConfigError
+from adapters.kubernetes.evictor import KubeEvictor
 from adapters.kubernetes.kube_config_bridge import LibraryCredentials, load, load_kubeconfig
 from adapters.kubernetes.tokens import StaticToken
 from devcluster.certs import ClusterPKI, generate_pki
@@ -425,20 +426,27 @@ def test_a_write_refused_with_429_waits_retry_after_and_is_sent_again() -> None:
     assert client.retried_after_429 == 2
 
 
-@pytest.mark.parametrize(("method", "responses", "rate_limited", "sent", "path"), [
-    ("POST", [too_many(None)], True, 1, "/x"),           # no Retry-After: the server did not say when
-    ("POST", [too_many("10")], True, 1, "/api/v1/namespaces/ns/pods/p/eviction"),  # a PDB's answer: the caller's
-    ("GET", [too_many("1")], True, 1, "/x"),             # reads are retried by their callers (reflector, lister)
-    ("PUT", [too_many("1")], False, 1, "/x"),            # a lease renewal keeps its own cadence
-    ("PATCH", [too_many("1")] * 4, True, 4, "/x"),       # bounded: 3 retries, then the 429 is the caller's
+@pytest.mark.parametrize(("method", "responses", "rate_limited", "sent"), [
+    ("POST", [too_many(None)], True, 1),           # no Retry-After: the server did not say when
+    ("GET", [too_many("1")], True, 1),             # reads are retried by their callers (reflector, lister)
+    ("PUT", [too_many("1")], False, 1),            # a lease renewal keeps its own cadence
+    ("PATCH", [too_many("1")] * 4, True, 4),       # bounded: 3 retries, then the 429 is the caller's
 ])
 def test_429s_that_are_not_retried(method: str, responses: list[httpx.Response], rate_limited: bool,
-                                   sent: int, path: str) -> None:
+                                   sent: int) -> None:
     handler, seen = throttling(list(responses))
     sleeps: list[float] = []
     with client_for(handler, sleeps) as client, pytest.raises(ApiError) as info:
-        client.send(method, path, {} if method != "GET" else None, rate_limited=rate_limited)
+        client.send(method, "/x", {} if method != "GET" else None, rate_limited=rate_limited)
     assert info.value.status == 429 and len(seen) == sent and len(sleeps) == sent - 1
+
+
+def test_an_eviction_refused_by_a_disruption_budget_is_the_callers_at_once() -> None:
+    handler, seen = throttling([too_many("10")])  # the API server's answer when a PDB forbids it now
+    sleeps: list[float] = []
+    with client_for(handler, sleeps) as client, pytest.raises(ApiError) as info:
+        KubeEvictor(client).evict("ns", "p", "uid-1")
+    assert info.value.status == 429 and seen == ["POST"] and sleeps == []
 
 
 def test_a_write_fence_closing_during_the_retry_wait_stops_the_retry() -> None:
