@@ -50,6 +50,7 @@ from metrics_sched.preemption import (
     select_victims,
 )
 from metrics_sched.preemption.batch import Selected, select_victims_everywhere
+from metrics_sched.preemption.eligibility import NEVER, preemption_policy
 from metrics_sched.preemption.outcome import PREEMPTION, PreemptionOutcome, Victim
 from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.node_table import BoolArray, NodeTable
@@ -124,6 +125,8 @@ class DefaultPreemption(PostFilterPlugin):
                 message = "waiting for the preemption for this pod to be finished"
                 explain(cycle, f"preemption: {message}")
                 return PostFilterResult(), Status(Code.UNSCHEDULABLE, f"preemption: {message}")
+            if preemption_policy(pod) == "Never":  # decided by the spec alone: no dry run (upstream checks it first)
+                return self._ineligible(cycle, NEVER)
             held = cluster.nominations.held_for(pod, table)
             with cluster.simulated(added=held):
                 ran = self.handle.dry_run(pod)
@@ -140,10 +143,7 @@ class DefaultPreemption(PostFilterPlugin):
             else:
                 reason = eligible_to_preempt(pod, None, False)
             if reason is not None:
-                outcome = PreemptionOutcome(None, reason=reason)
-                cycle.write(PREEMPTION, outcome)
-                explain(cycle, f"preemption: {reason}")
-                return PostFilterResult(), Status(Code.UNSCHEDULABLE, f"preemption: {reason}")
+                return self._ineligible(cycle, reason)
 
             rows = np.flatnonzero(potential)
             if rows.size == 0:
@@ -164,6 +164,12 @@ class DefaultPreemption(PostFilterPlugin):
         return PostFilterResult(chosen.node), Status(
             Code.SUCCESS, f"preemption: {victims} lower-priority pod(s) on node {chosen.node} are being preempted; "
                           f"the pod is nominated to {chosen.node}")
+
+    @staticmethod
+    def _ineligible(cycle: CycleState, reason: str) -> tuple[PostFilterResult, Status]:
+        cycle.write(PREEMPTION, PreemptionOutcome(None, reason=reason))
+        explain(cycle, f"preemption: {reason}")
+        return PostFilterResult(), Status(Code.UNSCHEDULABLE, f"preemption: {reason}")
 
     def _victims_staying(self, pod: PodInfo) -> bool:
         """A preemption for this pod is under way and one of its victims is still there, not yet leaving."""

@@ -42,10 +42,6 @@ class PreemptionExecutor:
         self._running: dict[str, frozenset[str]] = {}  # preemptor uid -> its victims' uids
         self._on_done = on_done  # (preemptor uid, every call succeeded)
 
-    def is_running(self, uid: str) -> bool:
-        with self._lock:
-            return uid in self._running
-
     def victims_of(self, uid: str) -> frozenset[str]:
         """The victims of the preemption under way for this pod (empty when none is)."""
         with self._lock:

@@ -123,7 +123,8 @@ def test_a_high_priority_pod_preempts_the_minimal_victims_is_nominated_then_boun
                               "a Preempted event on each victim")
         assert sorted(e["regarding"]["name"] for e in preempted) == gone
         assert all(e["note"] == f"Preempted by pod {infer['metadata']['uid']} on node {node}" for e in preempted)
-        failed = [e for e in events(api, namespace, "FailedScheduling") if e["regarding"]["name"] == "infer"]
+        failed = kube.poll(lambda: [e for e in events(api, namespace, "FailedScheduling")
+                                    if e["regarding"]["name"] == "infer"], 20, "FailedScheduling on the pod")
         assert failed and "preemption: 2 lower-priority pod(s) on node" in failed[0]["note"], failed
         record = kube.poll(lambda: decision(proc, f"{namespace}/infer", containing="preemption: nominated"), 10,
                            "the preemption's decision record")
@@ -146,26 +147,26 @@ def test_a_high_priority_pod_preempts_the_minimal_victims_is_nominated_then_boun
 
 def test_a_budget_with_max_unavailable_zero_steers_preemption_to_another_node(
         cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
-    with (priority_classes(api) as classes, node_pool(cluster, NODES, cpu="4", memory="16Gi") as (pool, specs),
-          schedulers(cluster, leader_elect=False) as (name, [proc])):
+    with priority_classes(api) as classes, node_pool(cluster, NODES, cpu="4", memory="16Gi") as (pool, specs):
         nodes = [s.name for s in specs]
-        placed = fill(api, namespace, pool, nodes, name, classes)
         free = nodes[1]
         for protected in (nodes[0], nodes[2]):
             api.post(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", {
                 "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": f"keep-{protected}"},
                 "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"node": protected}}}})
-        # The scheduler must see both budgets before the pod comes: its PDB watch is what steers it.
-        kube.poll(lambda: len(api.get(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")["items"]) == 2,
-                  10, "the budgets created")
-        create(api, namespace, "infer", pool, name, classes["infer"], "2")
-        node = kube.poll(lambda: bound_node(api, namespace, "infer"), 60, "the inference pod bound")
-        assert node == free
-        left = kube.poll(lambda: remaining(api, namespace, len(placed) - 1), 30, "two victims gone")
-        assert {placed[g] for g in set(placed) - set(left)} == {free}
-        record = kube.poll(lambda: decision(proc, f"{namespace}/infer", containing="preemption: nominated"), 10,
-                           "the preemption's decision record")
-        assert "PDB violations: 0" in " ".join(record["notes"]), record["notes"]
+        # The scheduler must see both budgets before the pod comes (its PDB watch is what steers it): they exist
+        # before it starts, so its first LIST holds them, and schedulers() waits for /readyz, which waits for
+        # that LIST of every watched resource.
+        with schedulers(cluster, leader_elect=False) as (name, [proc]):
+            placed = fill(api, namespace, pool, nodes, name, classes)
+            create(api, namespace, "infer", pool, name, classes["infer"], "2")
+            node = kube.poll(lambda: bound_node(api, namespace, "infer"), 60, "the inference pod bound")
+            assert node == free
+            left = kube.poll(lambda: remaining(api, namespace, len(placed) - 1), 30, "two victims gone")
+            assert {placed[g] for g in set(placed) - set(left)} == {free}
+            record = kube.poll(lambda: decision(proc, f"{namespace}/infer", containing="preemption: nominated"), 10,
+                               "the preemption's decision record")
+            assert "PDB violations: 0" in " ".join(record["notes"]), record["notes"]
 
 
 def test_preemption_policy_never_never_preempts(cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
