@@ -437,10 +437,11 @@ class DevCluster:
 
     def start_kube_scheduler(
         self, *, qps: float = 50, burst: int = 100, percentage_of_nodes_to_score: int | None = None,
-        name: str = "kube-scheduler", profile: dict[str, Any] | None = None,
+        name: str = "kube-scheduler", profile: dict[str, Any] | None = None, feature_gates: tuple[str, ...] = (),
     ) -> str:
         """The real kube-scheduler; QPS 50/burst 100 are its defaults. Without `profile` it runs its default
-        profile (`default-scheduler`); a profile (schedulerName, plugins, pluginConfig) replaces it."""
+        profile (`default-scheduler`); a profile (schedulerName, plugins, pluginConfig) replaces it.
+        `feature_gates` are turned on (a flag only: KubeSchedulerConfiguration has no field for them)."""
         assert self.endpoints is not None and self._bins is not None and self._pki is not None
         port = free_port()
         config: dict[str, Any] = {
@@ -457,6 +458,8 @@ class DevCluster:
         argv = [str(self._bins.kube_scheduler), f"--config={path}", "--bind-address=127.0.0.1",
                 f"--secure-port={port}", f"--tls-cert-file={self._pki.serving_cert}",
                 f"--tls-private-key-file={self._pki.serving_key}"]
+        if feature_gates:
+            argv.append("--feature-gates=" + ",".join(f"{gate}=true" for gate in feature_gates))
         self.progress(f"starting {name}")
         self.group.start(name, argv)
         url = f"https://127.0.0.1:{port}"
