@@ -23,6 +23,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 
 from metrics_sched.config import ConfigError, reader
 from metrics_sched.config.reader import field_name, mapping, read_duration, read_str
@@ -288,8 +289,8 @@ def get_json(client: httpx.Client, path: str, *, timeout: float, params: Mapping
     if resp.status_code != 200:
         raise SourceError(clean_message(f"GET {path}: HTTP {resp.status_code}: {status_message(resp)}"))
     try:
-        body: object = resp.json()
-    except ValueError:
+        body: object = orjson.loads(resp.content)  # megabytes at 5,000 nodes: several times the stdlib's speed
+    except orjson.JSONDecodeError:
         raise SourceError(f"GET {path}: the reply is not JSON") from None
     return body
 

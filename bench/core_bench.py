@@ -494,6 +494,9 @@ def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | Non
         ledger_nodes, ledger_entries or ((0, 10_000, 30_000) if quick else (0, 10_000, 50_000, 100_000)),
         30 if quick else 100, seed)
     result["ledger_bound"] = ledger_bound(result["ledger_scaling"], InFlightLedgerStore().horizon)
+    from bench import batch_bench  # opportunistic batching: a Deployment placed batched and not (same placements)
+
+    result["batching"] = batch_bench.run(profile_nodes, replicas, 1 if quick else 3, seed)
     result["rss"] = measure_rss(rss_nodes, rss_pods)
     result["profile"] = profile(profile_nodes, profile_decisions or (300 if quick else 2_000), min(warmup, 100))
     if "skipped" not in constraints:

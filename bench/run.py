@@ -1,7 +1,16 @@
 """Runs every benchmark and writes bench/results/latest.{json,md,png} (and the README's table).
 
-    python -m bench.run --quick   # make bench-quick: 500 nodes / 2,000 pods, small core sizes (< 10 min)
-    python -m bench.run           # make bench: adds 5,000 nodes / 10,000 pods and the full core sizes
+    python -m bench.run --quick   # make bench-quick: e2e 500 nodes / 500 pods x 3 repetitions, small core
+                                  # sizes, then the regression check of the core's decisions/s (< 10 min)
+    python -m bench.run           # make bench: e2e 500 nodes / 2,000 pods and 5,000 nodes / 10,000 pods, 3
+                                  # repetitions each, the full core, quality, soak, rebalance and the flame graph
+
+Durations on an idle machine of this kind (2 cores): the full e2e part ~55 min (bench/e2e_bench.py says how it
+adds up), the rest ~15 min: `make bench` ~70 min, inside CI's 90; `make bench-quick` ~5 min. On a busy machine
+each e2e size stops repeating at its time budget (E2E_FULL, E2E_QUICK), and the report says so.
+Every part is measured in this run: each e2e size writes its own e2e-<nodes>.json when it finishes, and this
+assembles latest.json from them (with `--skip e2e`, the previous e2e figures are kept, each with its date).
+`--out DIR` writes everything there instead of bench/results (and leaves the README alone).
 """
 
 from __future__ import annotations
@@ -36,22 +45,19 @@ def machine() -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def markdown(report: dict[str, Any]) -> str:
-    from bench import rebalance_bench, soak_bench
+def markdown(report: dict[str, Any], base: str = "") -> str:
+    """The report in markdown; `base` prefixes the links to the chart and the flame graph (they sit in
+    bench/results: "" for latest.md there, "bench/results/" for the README)."""
+    from bench import e2e_report, rebalance_bench, soak_bench
 
     m = report["machine"]
     lines = [f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}; "
              f"kubernetes {report.get('versions', {}).get('kubernetes', '?')}. "
              f"Mode: {'quick' if report['quick'] else 'full'}.", ""]
     for size in report.get("e2e", []):
-        lines += [f"**End to end, {size['nodes']} nodes / {size['pods']} pods** (same API server, KWOK nodes)", "",
-                  "| contender | pods/s | vs kube tuned | vs ceiling | p50 ms | p99 ms | CPU s | peak RSS MB |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in size["results"]:
-            lines.append(f"| {r['label']} | {r['pods_per_second']} | {r.get('throughput_vs_kube_tuned', '-')} | "
-                         f"{r.get('throughput_vs_ceiling', '-')} | {r['latency_p50_ms']} | {r['latency_p99_ms']} | "
-                         f"{r['scheduler_cpu_seconds']} | {r['scheduler_peak_rss_mb']} |")
-        lines.append("")
+        lines += e2e_report.size_markdown(size)
+    if report.get("e2e"):
+        lines += [f"![pods/s and CPU-ms per pod, median with min-max bars]({base}latest.png)", ""]
     core = report.get("core")
     if core:
         lines += ["**Core only** (no API; every plugin on)", "", "| nodes | decisions/s | p50 ms | p99 ms |",
@@ -98,6 +104,14 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [soak_bench.markdown(report["soak"]), ""]
     if report.get("rebalance"):
         lines += [rebalance_bench.markdown(report["rebalance"]), ""]
+    flame_graph = report.get("flame")
+    if flame_graph:
+        lines += [f"**Profile**: [flame graph of the core at 5,000 nodes]({base}{flame_graph['file']}) "
+                  "(bench/flame.py: Scheduler.schedule_one with every plugin, sampled at 100 Hz"
+                  + ("" if flame_graph["this_run"] else "; made by the last `make bench`, not this run") + ").", ""]
+    regression = report.get("regression")
+    if regression:
+        lines += [f"Regression check: {regression['message']}.", ""]
     return "\n".join(lines)
 
 
@@ -107,32 +121,28 @@ def chart(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = report.get("e2e", [])
+    from bench import e2e_report
+
+    sizes = [s for s in report.get("e2e", []) if s.get("results")]
     core = report.get("core") or {}
     core_bars = [(f"plain\n{row['nodes']} nodes", row.get("decisions_per_second") or 0.0, "#1f5fa8")
                  for row in core.get("sizes", [])]
     constraints = core.get("constraints") or {}
     if constraints.get("decisions_per_second"):
         core_bars.append((f"constraints\n{constraints['nodes']} nodes", constraints["decisions_per_second"], "#d9822b"))
-    panels = max(1, len(sizes) + (1 if core_bars else 0))
-    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
-    for ax, size in zip(axes[0], sizes, strict=False):
-        labels = [r["contender"] for r in size["results"]]
-        values = [r["pods_per_second"] for r in size["results"]]
-        bars = ax.bar(labels, values, color=["#888", "#555", "#4a90d9", "#1f5fa8", "#2a2"][: len(values)])
-        ax.bar_label(bars, fmt="%.0f")
-        ax.set_title(f"{size['nodes']} nodes / {size['pods']} pods")
-        ax.set_ylabel("pods bound per second")
-        ax.tick_params(axis="x", rotation=20)
+    rows = max(1, len(sizes) + (1 if core_bars else 0))
+    fig, axes = plt.subplots(rows, 2, figsize=(13, 4.2 * rows), squeeze=False)
+    for row, size in enumerate(sizes):
+        e2e_report.panels(size, axes[row][0], axes[row][1])
     if core_bars:
-        ax = axes[0][len(sizes)]
+        ax = axes[len(sizes)][0]
         bars = ax.bar([b[0] for b in core_bars], [b[1] for b in core_bars], color=[b[2] for b in core_bars])
         ax.bar_label(bars, fmt="%.0f")
-        ax.set_title("core only (no API), every plugin on")
-        ax.set_ylabel("decisions per second")
+        ax.set_title("core only (no API), every plugin on: decisions per second", fontsize=10)
+        axes[len(sizes)][1].axis("off")
     fig.suptitle(f"metrics-sched vs kube-scheduler ({report['machine']['cores']} cores, {report['machine']['date']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def update_readme(md: str) -> None:
@@ -142,57 +152,111 @@ def update_readme(md: str) -> None:
     README.write_text(new)
 
 
+# (nodes, pods per run, time budget in seconds: no repetition after the first starts past it). The budgets
+# keep `make bench` inside CI's 90 minutes (with ~15 for the other parts) and bench-quick inside 10 on a busy
+# machine; on an idle one every repetition fits (bench/e2e_bench.py's docstring has the durations).
+E2E_FULL = ((500, 2000, 12 * 60.0), (5000, 10000, 55 * 60.0))
+E2E_QUICK = ((500, 500, 6 * 60.0),)
+
+
+def e2e_sizes(args: argparse.Namespace) -> list[tuple[int, int, float | None]]:
+    if args.e2e_sizes:
+        return [(int(n), int(p), None) for n, p in (s.split("x") for s in args.e2e_sizes)]
+    return list(E2E_QUICK if args.quick else E2E_FULL)
+
+
+def run_e2e(sizes: list[tuple[int, int, float | None]], reps: int, out: Path) -> list[dict[str, Any]]:
+    """Each size on its own dev cluster; a size that cannot run at all is recorded with the reason."""
+    from bench import e2e_bench
+
+    measured: list[dict[str, Any]] = []
+    for nodes, pods, budget in sizes:
+        try:
+            measured.append(e2e_bench.run_size(nodes, pods, reps=reps, out_dir=out, budget=budget))
+        except Exception as exc:  # noqa: BLE001 - one size failing leaves the others' figures standing
+            say(f"e2e at {nodes} nodes failed: {type(exc).__name__}: {exc}")
+            measured.append({"nodes": nodes, "pods": pods, "reps": reps, "complete": False,
+                             "error": f"{type(exc).__name__}: {exc}", "results": []})
+    return measured
+
+
+def flame(out: Path) -> str | None:
+    """Regenerates the flame graph of the core at 5,000 nodes; its file name, or None if it failed."""
+    path = out / "flame-5000.svg"
+    done = subprocess.run([sys.executable, "-m", "bench.flame", "--nodes", "5000", "--out", str(path)], check=False)
+    if done.returncode != 0:
+        say(f"the flame graph failed (exit {done.returncode})")
+        return None
+    return path.name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality", "soak", "rebalance"])
     parser.add_argument("--no-readme", action="store_true", help="leave README.md's bench section as it is")
     parser.add_argument("--e2e-sizes", nargs="*", default=None, metavar="NODESxPODS",
-                        help="e.g. 5000x10000; sizes already in latest.json and not listed are kept")
+                        help=f"e.g. 5000x10000, no time budget (default {' '.join(f'{n}x{p}' for n, p, _ in E2E_FULL)}"
+                             f"; quick: {' '.join(f'{n}x{p}' for n, p, _ in E2E_QUICK)})")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of every e2e contender per size")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory (not bench/results: the "
+                                                                  "README is left alone)")
     args = parser.parse_args()
-    from bench import core_bench, e2e_bench, quality_bench, rebalance_bench, soak_bench
+    from bench import core_bench, quality_bench, rebalance_bench, regression, soak_bench
 
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"quick": args.quick, "machine": machine()}
+    began = time.monotonic()
     if "e2e" not in args.skip:
-        sizes = [(500, 2000)] if args.quick else [(500, 2000), (5000, 10000)]
-        kept: list[dict[str, Any]] = []
-        if args.e2e_sizes:
-            sizes = [(int(n), int(p)) for n, p in (s.split("x") for s in args.e2e_sizes)]
-            previous = json.loads((RESULTS / "latest.json").read_text()) if (RESULTS / "latest.json").exists() else {}
-            kept = [s for s in previous.get("e2e", []) if (s["nodes"], s["pods"]) not in sizes]
-        report["e2e"] = kept + [e2e_bench.run_size(n, p) for n, p in sizes]
-        report["e2e"].sort(key=lambda s: s["nodes"])
-        report["versions"] = report["e2e"][0].get("versions", {})
+        report["e2e"] = run_e2e(e2e_sizes(args), args.reps, out)
+        report["versions"] = next((s["versions"] for s in report["e2e"] if s.get("versions")), {})
     else:
-        previous = json.loads((RESULTS / "latest.json").read_text()) if (RESULTS / "latest.json").exists() else {}
-        report["e2e"] = previous.get("e2e", [])  # keep the last measured end-to-end figures
+        previous = json.loads((out / "latest.json").read_text()) if (out / "latest.json").exists() else {}
+        report["e2e"] = previous.get("e2e", [])  # keep the last measured end-to-end figures (each has its date)
         report["versions"] = previous.get("versions", {})
-    if "core" not in args.skip:
-        say("core benchmark")
-        report["core"] = core_bench.run(args.quick)
-    if "quality" not in args.skip:
-        say("placement quality benchmark")
-        report["quality"] = quality_bench.run(args.quick)
-    if "soak" not in args.skip:
-        say("soak: a simulated week")
-        report["soak"] = soak_bench.run(args.quick)
-    if "rebalance" not in args.skip:
-        say("rebalancing: nodes heating up, with and without the rebalancer")
-        report["rebalance"] = rebalance_bench.run(args.quick)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    timings = {"e2e": round(time.monotonic() - began, 1)}
+    for part, what, runner in (("core", "core benchmark", core_bench.run),
+                               ("quality", "placement quality benchmark", quality_bench.run),
+                               ("soak", "soak: a simulated week", soak_bench.run),
+                               ("rebalance", "rebalancing: nodes heating up, with and without the rebalancer",
+                                rebalance_bench.run)):
+        if part not in args.skip:
+            say(what)
+            started = time.monotonic()
+            report[part] = runner(args.quick)
+            timings[part] = round(time.monotonic() - started, 1)
+    if not args.quick and "core" not in args.skip:
+        say("flame graph of the core at 5,000 nodes")
+        made = flame(out)
+        report["flame"] = {"file": made, "this_run": True} if made else None
+    elif (out / "flame-5000.svg").exists():  # quick: the last full run's, said as such
+        report["flame"] = {"file": "flame-5000.svg", "this_run": False}
+    verdict = None
+    if args.quick and "core" not in args.skip:
+        verdict = regression.compare(report, regression.committed_report())
+        report["regression"] = {"ok": verdict.ok, "message": verdict.message}
+    timings["total"] = round(time.monotonic() - began, 1)
+    report["seconds"] = timings
+    (out / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     md = markdown(report)
-    (RESULTS / "latest.md").write_text(md + "\n")
-    chart(report, RESULTS / "latest.png")
-    if not args.no_readme:
-        update_readme(md)
+    (out / "latest.md").write_text(md + "\n")
+    chart(report, out / "latest.png")
+    if not args.no_readme and out == RESULTS.resolve():
+        update_readme(markdown(report, base="bench/results/"))
     print(md)
+    failures = []
     violations = (report.get("core") or {}).get("constraints", {}).get("violations")
     if violations:
-        say("the constraints case's outcome is wrong: " + "; ".join(violations))
-        sys.exit(1)
+        failures.append("the constraints case's outcome is wrong: " + "; ".join(violations))
     if report.get("soak") and not report["soak"]["checks"]["ok"]:
-        say("the soak's checks failed")
+        failures.append("the soak's checks failed")
+    if verdict is not None and not verdict.ok:
+        failures.append(verdict.message)
+    for failure in failures:
+        say(failure)
+    say(f"done in {timings['total']:.0f}s: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
+    if failures:
         sys.exit(1)
 
 

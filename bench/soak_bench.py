@@ -399,7 +399,10 @@ class Week:
         now = self.w.clock.now
         samples = [Sample(metric, node, value, now - 1.0) for node, per in self.values.items()
                    for metric, value in per.items()]
-        self.w.cache.ingest(SOURCE, FetchResult(samples, {}, {}), fetched_at=now)
+        # With the node directory, as a real refresh (PolledSource) ingests: the values of deleted nodes go.
+        # Without it the cache kept every replaced node's values: the soak's memory growth after the ring filled.
+        self.w.cache.ingest(SOURCE, FetchResult(samples, {}, {}), fetched_at=now,
+                            directory=self.w.scheduler.node_directory())
 
     def finish_jobs(self) -> None:
         now = self.w.clock.now

@@ -27,6 +27,7 @@ import yaml
 from devcluster import custom_metrics_api, metrics_crd, pod_group_crd, prometheus
 from devcluster.build import ControlPlaneBinaries, ensure_built
 from devcluster.certs import ClusterPKI, generate_pki
+from devcluster.heartbeats import NodeHeartbeats
 from devcluster.kubeapi import Credentials, KubeAPI, KubeAPIError, tls_context
 from devcluster.nodes import NodeSpec, create_nodes, delete_nodes, fleet
 from devcluster.ports import free_port, free_ports
@@ -124,6 +125,7 @@ class DevCluster:
         detach: bool = False,
         quiet: bool = False,
         kubernetes: str | None = None,
+        node_heartbeats: NodeHeartbeats | None = None,
     ) -> None:
         self.owns_run_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="metrics-sched-")).resolve()
@@ -142,6 +144,10 @@ class DevCluster:
         self.quiet = quiet
         # One of the versions deploy/local/versions.toml lists; None: $METRICS_SCHED_KUBERNETES, else its default.
         self.kubernetes = kubernetes
+        # None: Leases only for node lifecycle (with the controller manager) and no periodic status updates;
+        # given: what kubelets do (the benchmarks: the API server and the schedulers' node watches carry the
+        # load a real cluster of this size puts on them).
+        self.node_heartbeats = node_heartbeats
         self.group = ProcessGroup(self.run_dir, detach=detach)
         self.endpoints: Endpoints | None = None
         self._etcd_dir: Path | None = None
@@ -330,24 +336,30 @@ class DevCluster:
 
     def _start_kwok(self, kubeconfig: Path, port: int) -> None:
         assert self._bins is not None
+        heartbeats = self.node_heartbeats
+        lease_seconds = NODE_LEASE_SECONDS if self.with_controller_manager else 0
         options = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
             "options": {
                 "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
                 "cidr": "10.0.0.0/8",
                 "nodeIP": "10.239.255.254",
-                # Leases only when node lifecycle reads them: thousands of renewals cost the benchmarks.
-                "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS if self.with_controller_manager else 0,
-                "nodeLeaseParallelism": 16,  # a config file gets no defaults: 0 here is refused
+                # Without node_heartbeats, Leases only when node lifecycle reads them (renewals cost CPU).
+                "nodeLeaseDurationSeconds": heartbeats.lease_duration_seconds if heartbeats else lease_seconds,
+                # A config file gets no defaults: 0 here is refused.
+                "nodeLeaseParallelism": heartbeats.lease_parallelism if heartbeats else 16,
                 "podPlayStageParallelism": 16,
                 "nodePlayStageParallelism": 16,
                 "enableCRDs": [],
             },
         }
         config = self.run_dir / "kwok.yaml"
-        config.write_text(yaml.safe_dump(options) + "---\n" + self._bins.kwok_stages.read_text())
+        stages = self._bins.kwok_stages.read_text() + (f"---\n{heartbeats.status_stage()}" if heartbeats else "")
+        config.write_text(yaml.safe_dump(options) + "---\n" + stages)
         argv = [str(self._bins.kwok), f"--kubeconfig={kubeconfig}", f"--config={config}",
                 f"--server-address=127.0.0.1:{port}"]
+        if heartbeats:  # KWOK logs every renewal and status patch at INFO: 500 lines/s at 5,000 nodes
+            argv.append("--v=WARN")
         self.progress("starting kwok")
         self.group.start("kwok", argv)
         wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,

@@ -16,12 +16,14 @@ class CmdbPreset:
 
 PRESETS: dict[str, CmdbPreset] = {
     # GET /api/dcim/devices/ -> {count, next, previous, results: [{name, custom_fields: {...}}]}.
-    # NetBox caps a page at MAX_PAGE_SIZE (1000 by default) and answers `next` as an absolute URL.
+    # NetBox caps a page at MAX_PAGE_SIZE (1000 by default) and answers `next` as an absolute URL. Pages of
+    # that size: a refresh at 5,000 nodes is 5 requests; a NetBox with a lower cap answers smaller pages and
+    # `next` links, which are followed the same way.
     "netbox": CmdbPreset(
         spec={
             "itemsPath": "results",
             "itemsMode": "list",
-            "pagination": {"type": "next", "nextPath": "next", "limitParam": "limit", "pageSize": 500},
+            "pagination": {"type": "next", "nextPath": "next", "limitParam": "limit", "pageSize": 1000},
             "nodeKey": "name",
             "fields": {
                 "hourly_cost": {"path": "custom_fields.hourly_cost"},

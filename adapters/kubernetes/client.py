@@ -12,7 +12,6 @@ out; once out, the write's whole exchange is bounded by the fence's timeout.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import socket
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.rate_limit import TokenBucket
@@ -188,7 +188,7 @@ class KubeClient:
         headers = {}
         content = None
         if body is not None:
-            content = json.dumps(body, separators=(",", ":")).encode()
+            content = orjson.dumps(body)
             headers["Content-Type"] = content_type
         retries = self.max_write_retries if limited and retry_429 and method != "GET" else 0
         for attempt in range(retries + 1):
@@ -259,24 +259,44 @@ class WatchStream:
         self._aborted = False
 
     def events(self) -> Iterator[dict[str, Any]]:
-        """Yields watch events until the server ends the stream; returns quietly after abort()."""
+        """Yields watch events until the server ends the stream; returns quietly after abort().
+
+        Lines are split and decoded as bytes (orjson): httpx's iter_lines would first decode every chunk to
+        text and split it again, which cost as much as the JSON itself."""
+        pending: list[bytes] = []  # the start of a line whose end has not arrived yet
         try:
-            for line in self._response.iter_lines():
-                if not line.strip():
+            for chunk in self._response.iter_bytes():
+                if b"\n" not in chunk:
+                    pending.append(chunk)
                     continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    raise ApiError(None, f"WATCH {self._path}: malformed event line") from None
-                if not isinstance(event, dict):
-                    raise ApiError(None, f"WATCH {self._path}: event is not an object")
-                yield event
+                if pending:
+                    pending.append(chunk)
+                    chunk = b"".join(pending)
+                    pending.clear()
+                *lines, rest = chunk.split(b"\n")
+                if rest:
+                    pending.append(rest)
+                for line in lines:
+                    if line.strip():
+                        yield self._event(line)
+            tail = b"".join(pending)
+            if tail.strip():
+                yield self._event(tail)
         except httpx.ReadTimeout as exc:
             if not self._aborted:
                 raise WatchTimeout(None, f"WATCH {self._path}: no data within the read timeout") from exc
         except (httpx.HTTPError, httpx.StreamError) as exc:
             if not self._aborted:
                 raise ApiError(None, f"WATCH {self._path}: {type(exc).__name__}: {exc}") from exc
+
+    def _event(self, line: bytes) -> dict[str, Any]:
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise ApiError(None, f"WATCH {self._path}: malformed event line") from None
+        if not isinstance(event, dict):
+            raise ApiError(None, f"WATCH {self._path}: event is not an object")
+        return event
 
     def abort(self) -> None:
         """Ends the stream from another thread. Closing alone would leave the reader blocked in recv()
@@ -324,8 +344,8 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _decode(method: str, path: str, response: httpx.Response) -> dict[str, Any]:
     try:
-        body = response.json()
-    except ValueError:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
         raise ApiError(response.status_code, f"{method} {path}: the reply is not JSON") from None
     if not isinstance(body, dict):
         raise ApiError(response.status_code, f"{method} {path}: the reply is not a JSON object")

@@ -265,7 +265,9 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...]) -> MetricSp
                                                            f"{', '.join(sorted(PRESETS))}")
         if "timestampQuery" in spec:
             raise ConfigError(field_name(where, "timestampQuery"), "only applies to a custom query")
-        query, timestamp_query = preset.query, preset.timestamp_query
+        node_labels = (_node_labels(spec["nodeLabels"], field_name(where, "nodeLabels"))
+                       if "nodeLabels" in spec else source_labels)
+        query, timestamp_query = preset.render(node_labels)
         aggregation, sentinel = preset.aggregation, preset.sentinel_above
     else:
         preset_name = None

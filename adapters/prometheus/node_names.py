@@ -17,7 +17,8 @@ series is resolved, in order, through:
 
 Every value loses its `:port` first (`[v6]:port` its brackets): a node name never holds a colon.
 The lookup dicts are built once per node set (`NodeIndex`), so a series costs a few dict lookups,
-never a scan over the nodes.
+never a scan over the nodes; `resolve_cached` remembers each outcome by the values of the labels the
+chain reads, so the next refreshes (the same series again) cost one dict lookup per series.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ BY_INTERNAL_IP = "internal_ip"
 BY_HOSTNAME_LABEL = "hostname_label"
 BY_SHORT_NAME = "short_name"  # the value is a short name, the node's name (or hostname label) its FQDN
 BY_FQDN = "fqdn"  # the value is an FQDN whose first label is the node's short name
+# Outcomes remembered per node set: a few per node and metric label layout; past this (series churning
+# through ever new node-label values) the memo starts over rather than grow.
+RESOLVED_LIMIT = 200_000
 
 
 def strip_port(instance: str) -> str:
@@ -94,6 +98,23 @@ class NodeIndex:
         self.by_short_of_fqdn = _unique((key.partition(".")[0], node) for key, node in identities
                                         if _is_dns_name(key))
         self.by_short = _unique((key, node) for key, node in identities if "." not in key)
+        self._chains: dict[tuple[str, ...], tuple[str, ...]] = {}
+        # (configured labels, value of each label of the chain...) -> outcome
+        self._resolved: dict[tuple[object, ...], Match] = {}
+
+    def resolve_cached(self, labels: Mapping[str, str], configured: tuple[str, ...] = ()) -> Match:
+        """`resolve`, remembered by the values of the labels it reads (the configured ones and the built-in
+        chain): the same outcome for the same values, whatever the series' other labels."""
+        chain = self._chains.get(configured)
+        if chain is None:
+            chain = self._chains[configured] = configured + tuple(x for x in BUILT_IN_LABELS if x not in configured)
+        key = (configured, *map(labels.get, chain))
+        match = self._resolved.get(key)
+        if match is None:
+            if len(self._resolved) >= RESOLVED_LIMIT:
+                self._resolved.clear()
+            match = self._resolved[key] = self.resolve(labels, configured)
+        return match
 
     def resolve(self, labels: Mapping[str, str], configured: Sequence[str] = ()) -> Match:
         """The series' node and the rule that found it (see the module docstring for the order)."""

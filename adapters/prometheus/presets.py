@@ -2,17 +2,28 @@
 
 Each preset has a value query and a timestamp query. Prometheus stamps a computed result (a rate, a
 division, an aggregation) with the evaluation time, so `timestamp()` is only meaningful on a plain
-series selector: the timestamp query is `timestamp(<selector>)` on the raw input, reduced `without`
-the labels the value query drops, so both queries yield series with the same label sets. Queries keep
-every node-identifying label (aggregations use `without`, never `by`): which label holds the node name
-depends on the install, and the adapter resolves it. DCGM presets aggregate the GPUs of a node in
-Prometheus (`without` the per-GPU labels), so a refresh ships one series per node.
+series selector: the timestamp query is `timestamp(<selector>)` on the raw input, reduced over the same
+labels as the value query, so both queries yield series with the same label sets.
+
+Which label holds the node name depends on the install, and the adapter resolves it from a fixed list
+(adapters.prometheus.node_names: the configured `nodeLabels`, then `node`, `kubernetes_node`, `nodename`,
+`hostname`, `Hostname`, `instance`, `exported_node`, `exported_instance`). The DCGM and OpenCost presets
+aggregate in Prometheus `by` exactly those labels (`NODE_LABELS` in a template, filled in by `render`): one
+series per node, carrying only what the resolver reads, so a refresh ships and parses a fraction of the
+data (8 GPUs a node become one series; OpenCost's `instance_type`, `provider_id`, `region` stay home), and
+Prometheus' grouping hashes a few labels instead of all but eleven. A series whose node is in some other
+label therefore shows only these labels among the unmatched examples of `/sources`: name that label in
+`nodeLabels` (it joins the `by` list). The node-exporter presets divide two metrics and keep `without`
+(`by` would lose the `job` both sides must match on).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from adapters.prometheus.node_names import BUILT_IN_LABELS
 
 Aggregation = Literal["max", "min", "avg", "sum", "last"]
 AGGREGATIONS: tuple[Aggregation, ...] = ("max", "min", "avg", "sum", "last")
@@ -29,32 +40,38 @@ _CPU = "node_cpu_seconds_total"
 _CORES = f"sum without (cpu, mode) (rate({_CPU}[5m]))"
 
 
+# Where a template takes the node-identifying labels (`Preset.render`).
+NODE_LABELS = "<node labels>"
+
+
 @dataclass(frozen=True)
 class Preset:
-    query: str
+    query: str  # templates: NODE_LABELS stands for the node-identifying labels
     timestamp_query: str
     aggregation: Aggregation
     unit: str
     sentinel_above: float = DEFAULT_SENTINEL
 
+    def render(self, node_labels: Sequence[str] = ()) -> tuple[str, str]:
+        """(value query, timestamp query) aggregating by the configured node labels and the built-in ones."""
+        labels = ", ".join(dict.fromkeys((*node_labels, *BUILT_IN_LABELS)))
+        return self.query.replace(NODE_LABELS, labels), self.timestamp_query.replace(NODE_LABELS, labels)
+
 
 def _selector(name: str, aggregation: Aggregation, unit: str, sentinel: float = DEFAULT_SENTINEL) -> Preset:
-    return Preset(name, f"timestamp({name})", aggregation, unit, sentinel)
-
-
-# Labels that tell one GPU (or, with MIG, one GPU instance: GPU_I_ID, GPU_I_PROFILE) of a node from another;
-# everything else (hostname, instance, ...) is kept.
-_GPU_LABELS = ("gpu, UUID, device, pci_bus_id, modelName, minor_number, GPU_I_ID, GPU_I_PROFILE, pod, container, "
-               "namespace")
+    """One series per node, with only its node-identifying labels (an exporter such as OpenCost adds many)."""
+    op = {"last": "max"}.get(aggregation, aggregation)
+    return Preset(f"{op} by ({NODE_LABELS}) ({name})", f"min by ({NODE_LABELS}) (timestamp({name}))",
+                  aggregation, unit, sentinel)
 
 
 def _per_gpu(name: str, aggregation: Aggregation, unit: str) -> Preset:
-    """One series per node instead of one per GPU: Prometheus aggregates (8x less to ship and parse at
-    8 GPUs a node). Blank sentinels are dropped first so they cannot win a max; the node's timestamp is
-    its oldest GPU sample."""
+    """One series per node instead of one per GPU (or MIG instance): Prometheus aggregates (8x less to ship
+    and parse at 8 GPUs a node). Blank sentinels are dropped first so they cannot win a max; the node's
+    timestamp is its oldest GPU sample."""
     op = {"last": "max"}.get(aggregation, aggregation)
-    return Preset(f"{op} without ({_GPU_LABELS}) ({name} < {DCGM_SENTINEL:g})",
-                  f"min without ({_GPU_LABELS}) (timestamp({name}))", aggregation, unit, DCGM_SENTINEL)
+    return Preset(f"{op} by ({NODE_LABELS}) ({name} < {DCGM_SENTINEL:g})",
+                  f"min by ({NODE_LABELS}) (timestamp({name}))", aggregation, unit, DCGM_SENTINEL)
 
 
 PRESETS: dict[str, Preset] = {

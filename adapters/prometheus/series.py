@@ -24,8 +24,7 @@ from adapters.prometheus.node_names import NodeIndex
 from metrics_sched.ports import Sample, SeriesMatching
 
 PART_LABEL = "metrics_sched_part"
-_IGNORED = frozenset({"__name__", PART_LABEL})
-SeriesKey = frozenset[tuple[str, str]]
+SeriesKey = frozenset[tuple[str, str]]  # a series' labels but the part marker and __name__
 UNMATCHED_EXAMPLES = 10  # label sets of unmatched series kept per metric and refresh
 
 
@@ -65,7 +64,21 @@ def refusal(raw: float, metric: MetricSpec) -> str | None:
 
 
 def _parse(element: object) -> tuple[dict[str, str], float] | None:
-    """(labels, value) of one vector element (its time is the evaluation time: useless), or None."""
+    """(labels, value) of one vector element (its time is the evaluation time: useless), or None. The labels
+    are the caller's to change: the decoded dict itself when it is well-formed (no copy per element), else a
+    copy with every label as a string."""
+    if type(element) is dict:
+        labels, pair = element.get("metric"), element.get("value")
+        if type(labels) is dict and type(pair) is list and len(pair) == 2:
+            try:
+                value = float(pair[1])
+            except (TypeError, ValueError):
+                return None
+            try:
+                "".join(labels.values())  # TypeError unless every label value is a string (keys always are)
+            except TypeError:
+                return {str(k): str(v) for k, v in labels.items()}, value
+            return labels, value
     if not isinstance(element, Mapping):
         return None
     labels, pair = element.get("metric"), element.get("value")
@@ -77,53 +90,60 @@ def _parse(element: object) -> tuple[dict[str, str], float] | None:
         return None
 
 
-def _key(labels: Mapping[str, str]) -> SeriesKey:
-    return frozenset((k, v) for k, v in labels.items() if k not in _IGNORED)
-
-
 def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduced:
     if not isinstance(result, list):
         raise MalformedResult(f"expected an instant vector, got {type(result).__name__}")
     out = Reduced()
     stamps: dict[SeriesKey, float] = {}
     oldest_by_node: dict[str, float] = {}
-    values: list[tuple[dict[str, str], float]] = []
+    # (labels without the part marker and __name__, their key, value, __name__) of each value series
+    values: list[tuple[dict[str, str], SeriesKey, float, str | None]] = []
+    malformed = 0
+    resolve, node_labels = nodes.resolve_cached, metric.node_labels
     for element in result:
         parsed = _parse(element)
         if parsed is None:
-            out.dropped["malformed"] += 1
+            malformed += 1
             continue
         labels, value = parsed
-        part = labels.get(PART_LABEL)
+        # A value and its timestamp series pair up by every other label (not the marker, nor __name__, which
+        # timestamp() drops).
+        part = labels.pop(PART_LABEL, None)
+        name = labels.pop("__name__", None)
         if part == "v":
-            values.append((labels, value))
-        elif part == "t" and math.isfinite(value):
-            stamps[_key(labels)] = value
-            node = nodes.resolve(labels, metric.node_labels).node
-            if node is not None:
-                oldest_by_node[node] = min(value, oldest_by_node.get(node, value))
-        elif part != "t":
-            out.dropped["malformed"] += 1
-    if result and out.dropped["malformed"] == len(result):
+            values.append((labels, frozenset(labels.items()), value, name))
+        elif part == "t":
+            if math.isfinite(value):
+                stamps[frozenset(labels.items())] = value
+                node = resolve(labels, node_labels).node
+                if node is not None:
+                    oldest = oldest_by_node.get(node)
+                    if oldest is None or value < oldest:
+                        oldest_by_node[node] = value
+        else:
+            malformed += 1
+    if malformed:
+        out.dropped["malformed"] = malformed
+    if result and malformed == len(result):
         # A scalar, a string or a range vector: the query itself is wrong, not a few of its series.
         raise MalformedResult(f"expected an instant vector, got {str(result)[:80]}")
 
     per_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for labels, raw in values:
-        match = nodes.resolve(labels, metric.node_labels)
+    for labels, key, raw, name in values:
+        match = resolve(labels, node_labels)
         node = match.node
         if node is None:
             out.unmatched += 1
             out.dropped["unknown_node" if match.had_label else "no_node_label"] += 1
             if len(out.unmatched_examples) < UNMATCHED_EXAMPLES:
-                out.unmatched_examples.append({k: v for k, v in labels.items() if k != PART_LABEL})
+                out.unmatched_examples.append({"__name__": name, **labels} if name is not None else dict(labels))
             continue
         out.matched_by_rule[match.rule] += 1
         reason = refusal(raw, metric)
         if reason is not None:
             out.dropped[reason] += 1
             continue
-        observed = stamps.get(_key(labels), oldest_by_node.get(node))
+        observed = stamps.get(key, oldest_by_node.get(node))
         if observed is None:
             out.dropped["no_timestamp"] += 1
             continue
@@ -138,6 +158,8 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
 def aggregate(how: str, points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(value, observed_at) of a node's (value, timestamp) points. A combined value is as old as its oldest
     input; `last` is the newest point, with its own time."""
+    if len(points) == 1:  # one series per node (an aggregating query): nothing to combine
+        return points[0]
     if how == "last":
         return max(points, key=lambda p: p[1])
     values = [v for v, _ in points]

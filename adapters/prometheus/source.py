@@ -15,9 +15,9 @@ from typing import Any
 import requests
 
 from adapters.prometheus.client import PrometheusClient, QueryError
-from adapters.prometheus.config import PrometheusConfig, parse_config
-from adapters.prometheus.node_names import IndexCache
-from adapters.prometheus.series import MalformedResult, combined_query, reduce_result
+from adapters.prometheus.config import MetricSpec, PrometheusConfig, parse_config
+from adapters.prometheus.node_names import IndexCache, NodeIndex
+from adapters.prometheus.series import MalformedResult, Reduced, combined_query, reduce_result
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry import PolledSource, SourceContext
 
@@ -45,14 +45,15 @@ class PrometheusSource(PolledSource):
     def fetch(self, nodes: NodeDirectory) -> FetchResult:
         result = FetchResult(samples=[], dropped={}, errors={})
         dropped: Counter[str] = Counter()
-        # The queries of one refresh run side by side: a refresh costs the slowest query, not their sum.
-        pending = {m.name: self._pool.submit(self._client.query, self._queries[m.name]) for m in self.config.metrics}
         index = self._node_index.index(nodes)
+        # The queries of one refresh run side by side, each reduced in its own thread as soon as its answer
+        # is in: a refresh costs the slowest query (and its reduction), not their sum.
+        pending = {m.name: self._pool.submit(self._query_and_reduce, m, index) for m in self.config.metrics}
         for metric in self.config.metrics:
             result.queries += 1
             try:
                 # PrometheusUnreachable propagates: the whole source is down this round.
-                reduced = reduce_result(metric, pending[metric.name].result(), index)
+                reduced = pending[metric.name].result()
             except (QueryError, MalformedResult) as exc:
                 result.errors[metric.name] = str(exc)
                 continue
@@ -62,6 +63,9 @@ class PrometheusSource(PolledSource):
             dropped.update(reduced.dropped)
         result.dropped = dict(dropped)
         return result
+
+    def _query_and_reduce(self, metric: MetricSpec, index: NodeIndex) -> Reduced:
+        return reduce_result(metric, self._client.query(self._queries[metric.name]), index)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

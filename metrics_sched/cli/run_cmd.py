@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +58,30 @@ def _run(args: argparse.Namespace) -> int:
     config = load_or_exit(args.config, registry)
     from metrics_sched.cli import app
 
-    return app.run(app.build(config, registry, args.kubeconfig, port=args.port, identity=args.identity,
-                             config_dir=args.config.resolve().parent,
-                             startup_timeout=app.DEFAULT_STARTUP_TIMEOUT if args.startup_timeout is None
-                             else args.startup_timeout))
+    built = app.build(config, registry, args.kubeconfig, port=args.port, identity=args.identity,
+                      config_dir=args.config.resolve().parent,
+                      startup_timeout=app.DEFAULT_STARTUP_TIMEOUT if args.startup_timeout is None
+                      else args.startup_timeout)
+    tune_gc(built.scheduler.handlers.on_all_synced)
+    return app.run(built)
+
+
+# Young-generation collections every this many allocations (CPython's default: 700). Decoding one pod event
+# allocates ~50 containers and handling it more; most die young or live as long as the pod. Feeding 20,000
+# bound-pod events through the handlers after a 20,000-pod sync: 0.150 ms CPU per event with the defaults,
+# 0.099 with these thresholds and the freeze below (the collector's own time 28x less).
+GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def tune_gc(on_all_synced: list[Callable[[], None]]) -> None:
+    """Collector settings for a process whose heap is mostly long-lived caches: a larger young generation, and
+    everything alive after the initial LIST of every resource moved out of the collector's sight (gc.freeze: the
+    full collections that the cache's growth triggers no longer walk the nodes and pods listed at start)."""
+    gc.set_threshold(*GC_THRESHOLDS)
+    gc.freeze()  # the modules and configuration: here for good
+
+    def freeze_caches() -> None:
+        gc.collect()  # the garbage of the sync is freed first, not frozen with it
+        gc.freeze()
+
+    on_all_synced.append(freeze_caches)

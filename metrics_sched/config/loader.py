@@ -282,6 +282,7 @@ def _profile(data: Any, i: int, catalog: PluginCatalog, percentage: int, warning
                     raise ConfigError(f"{where}.pluginConfig", f"{ref.name} ({point}) needs args: {exc}") from None
     return ProfileConfig(scheduler_name=name, plugins=resolved, plugin_args=args,
                          shadow=read_bool(data, "shadow", where, False),
+                         opportunistic_batching=read_bool(data, "opportunisticBatching", where, True),
                          percentage_of_nodes_to_score=_percentage(data, where, percentage, warnings))
 
 

@@ -29,6 +29,9 @@ class ProfileConfig:
     plugin_args: dict[str, Any] = field(default_factory=dict)  # plugin name -> its parsed (typed) Args
     shadow: bool = False  # score this schedulerName's pods and record the decision, never bind
     percentage_of_nodes_to_score: int = 100  # the profile's or the top-level value; see SchedulerConfig
+    # Pods of one template reuse the previous such pod's cycle, re-evaluating only the nodes that changed (the
+    # same decisions: metrics_sched.framework.batching); off: every pod's cycle runs over every node.
+    opportunistic_batching: bool = True
 
     def enabled(self, point: str) -> tuple[PluginRef, ...]:
         return self.plugins.get(point, ())

@@ -31,6 +31,7 @@ from metrics_sched.framework.interfaces import (
     FilterPlugin,
     MetricAwarePlugin,
     MetricEvidence,
+    Normalized,
     PermitPlugin,
     Plugin,
     PostBindPlugin,
@@ -45,6 +46,7 @@ from metrics_sched.framework.interfaces import (
     ScoreDetail,
     ScorePlugin,
     max_normalize,
+    unchanged,
 )
 from metrics_sched.framework.metric_score import (
     Direction,
@@ -67,9 +69,10 @@ __all__ = [
     "BindOutcomeKind", "BindPlugin", "BindStatus", "BoolArray", "ClusterEvent", "Code", "CycleState", "Direction",
     "EventHint", "FilterPlugin", "Filtered", "FloatArray", "FreshnessContract", "Handle", "HintFn", "IntArray",
     "MetricAwarePlugin", "MetricColumn", "MetricEvidence", "MetricRead", "MetricReader", "MetricScorePlugin",
-    "MetricTerm", "NoArgs", "NodeTable", "Normalization", "OnMissing", "PermitPlugin", "Plugin", "PodInfo",
+    "MetricTerm", "NoArgs", "NodeTable", "Normalization", "Normalized", "OnMissing", "PermitPlugin", "Plugin",
+    "PodInfo",
     "PostBindPlugin", "PostFilterPlugin", "PostFilterResult", "PreBindPlugin", "PreEnqueuePlugin", "PreFilterPlugin",
     "PreScorePlugin", "QueueSortPlugin", "QueueingHint", "ReservePlugin", "Scale", "ScoreDetail", "ScorePlugin",
     "Services", "StateData", "StateKey", "Status", "WaitingPod", "WaitingPods", "annotate_binding", "explain",
-    "max_normalize", "parse_args", "read_metric",
+    "max_normalize", "parse_args", "read_metric", "unchanged",
 ]

@@ -69,8 +69,21 @@ class CycleState:
 
     def clone(self) -> CycleState:
         copy = CycleState()
-        copy._data = {k: (v.clone() if isinstance(v, StateData) else v) for k, v in self._data.items()}
+        copy._data = {k: (v.clone() if _is_state_data(v) else v) for k, v in self._data.items()}
         return copy
+
+
+# Whether a type implements StateData, by type: an isinstance() against a runtime-checkable Protocol inspects the
+# class each time, and batched cycles clone a cycle state per pod.
+_STATE_DATA: dict[type, bool] = {}
+
+
+def _is_state_data(value: object) -> bool:
+    kind = type(value)
+    known = _STATE_DATA.get(kind)
+    if known is None:
+        known = _STATE_DATA[kind] = isinstance(value, StateData)
+    return known
 
 
 # Annotations the Binding carries onto the pod (the audit writes its decision summary here): no extra write.

@@ -25,6 +25,7 @@ import numpy as np
 from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint
+from metrics_sched.framework.signature import BatchScope
 from metrics_sched.framework.status import Status
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
@@ -42,6 +43,7 @@ __all__ = [
     "Filtered",
     "MetricAwarePlugin",
     "MetricEvidence",
+    "Normalized",
     "PermitPlugin",
     "PlacementPlugin",
     "Plugin",
@@ -57,6 +59,7 @@ __all__ = [
     "ScoreDetail",
     "ScorePlugin",
     "max_normalize",
+    "unchanged",
 ]
 
 
@@ -84,12 +87,13 @@ class Filtered:
 
 @dataclass(frozen=True)
 class MetricEvidence:
-    """The raw telemetry behind a score term, per candidate row, for the decision record."""
+    """The raw telemetry behind a score term, for the decision record. Over ALL the table's rows (index by
+    row, not by position among the candidates): the arrays are the cache's own, shared, never copied."""
 
     metric: str
-    values: FloatArray  # the sample as measured (without the in-flight part), over the scored rows
-    in_flight: FloatArray | None  # what the in-flight ledger added, over the scored rows
-    observed_at: FloatArray  # unix seconds, NaN when no sample
+    values: FloatArray  # the sample as measured (without the in-flight part), NaN where none is fresh
+    in_flight: FloatArray | None  # what the in-flight ledger added
+    observed_at: FloatArray  # unix seconds, -inf when no sample
     sources: tuple[str, ...]
 
 
@@ -155,6 +159,12 @@ class Plugin:
         """Events that may make a pod this plugin rejected schedulable; override to add queueing hints."""
         return [EventHint(event) for event in self.events]
 
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """What this plugin's verdict on one node reads of the cluster for `pod` (see framework.signature), so that
+        pods of the same template may reuse a cycle (opportunistic batching); None: it cannot say, and the pod
+        is never batched. The default: a plugin that does not know about batching turns it off."""
+        return None
+
 
 class MetricAwarePlugin(Plugin):
     """A plugin whose filter depends on telemetry: told after each refresh, it answers whether a node
@@ -185,6 +195,11 @@ class FilterPlugin(Plugin):
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         raise NotImplementedError
 
+    def filter_rows(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> BoolArray:
+        """filter()'s verdict on `rows` only (a batched cycle re-checks the nodes that changed); override when a
+        plugin can answer for a few rows without a pass over the table."""
+        return np.asarray(self.filter(cycle, pod, table).feasible[rows], dtype=bool)
+
 
 class PlacementPlugin(Plugin):
     """After Score, before the pick: narrows where the pod may go among its scored `rows` (`total` are their
@@ -211,15 +226,33 @@ class PreScorePlugin(Plugin):
         raise NotImplementedError
 
 
+class Normalized(enum.Enum):
+    """What a score plugin's normalize() promises; the runtime checks whatever is not promised (two reductions
+    and a mask per plugin per cycle, which the built-in plugins, correct by construction, spare it).
+    tests/unit/test_score_promises.py holds every built-in plugin to its promise."""
+
+    UNCHECKED = "unchecked"  # anything: held to 0-100, anything not finite made NaN
+    IN_RANGE = "in-range"  # 0-100, or NaN where there is no value
+    COMPLETE = "complete"  # 0-100 on every row, never NaN
+
+
 class ScorePlugin(Plugin):
     """score() returns raw values over `rows` (or a ScoreDetail with evidence); normalize() maps them
     to 0-100 (NaN = no value: the term drops out for that node and the others are re-weighted)."""
+
+    normalized: ClassVar[Normalized] = Normalized.UNCHECKED
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | ScoreDetail:
         raise NotImplementedError
 
     def normalize(self, scores: FloatArray) -> FloatArray:
         return np.clip(scores, 0.0, 100.0)
+
+
+def unchanged(plugin: ScorePlugin, scores: FloatArray) -> FloatArray:
+    """normalize() for a plugin whose scores are already on 0-100: each maps to itself (so opportunistic batching
+    normalises only the rows that changed, as for the default clip)."""
+    return scores
 
 
 class ReservePlugin(Plugin):
@@ -275,7 +308,9 @@ def max_normalize(scores: FloatArray, reverse: bool = False) -> FloatArray:
     """kube-scheduler's DefaultNormalizeScore: scale so the best is 100 (reverse: the lowest is best)."""
     if scores.size == 0:
         return scores
-    top = float(np.nanmax(scores)) if not np.all(np.isnan(scores)) else 0.0
+    top = float(scores.max())
+    if np.isnan(top):  # some row has no score: the best of the others
+        top = float(np.nanmax(scores)) if not np.all(np.isnan(scores)) else 0.0
     if top <= 0:
         return np.full_like(scores, 0.0 if not reverse else 100.0)
     normalized = scores * (100.0 / top)

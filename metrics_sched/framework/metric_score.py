@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from metrics_sched.config.contract import OnMissing
+from metrics_sched.config.contract import FreshnessContract, OnMissing
 from metrics_sched.config.errors import ArgsError
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.events import ClusterEvent
@@ -30,10 +30,13 @@ from metrics_sched.framework.interfaces import (
     FilterPlugin,
     MetricAwarePlugin,
     MetricEvidence,
+    Normalized,
     ScoreDetail,
     ScorePlugin,
+    unchanged,
 )
 from metrics_sched.framework.scoring import nan_weighted_mean
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
@@ -54,19 +57,29 @@ class Scale:
 
     def apply(self, values: FloatArray, better: Direction) -> FloatArray:
         """0-100, 100 = best; NaN stays NaN (no value)."""
-        finite = values[np.isfinite(values)]
         low, high = self.low, self.high
         if self.method == "minmax":
+            finite = values[np.isfinite(values)]
             if finite.size == 0:
                 return np.full(values.shape, np.nan)
             low, high = float(finite.min()), float(finite.max())
             if high == low:
                 return np.where(np.isfinite(values), 100.0, np.nan)
         with np.errstate(invalid="ignore"):
-            scaled = (np.clip(values, low, high) - low) / (high - low)
+            scaled = np.clip(values, low, high)
+            scaled -= low
+            scaled /= high - low
         if better == "lower":
-            scaled = 1.0 - scaled
-        return np.where(np.isfinite(values), 100.0 * scaled, np.nan)
+            np.subtract(1.0, scaled, out=scaled)
+        scaled *= 100.0
+        if np.isinf(values).any():  # ±inf is no value either (the cache never holds one; a plugin might)
+            scaled[np.isinf(values)] = np.nan
+        return scaled
+
+    @property
+    def pointwise(self) -> bool:
+        """A node's score depends on its value alone (not on the other candidates')."""
+        return self.method == "range"
 
 
 @dataclass(frozen=True)
@@ -104,27 +117,88 @@ class MetricRead:
     values: FloatArray  # over all rows, ledger applied, NaN where not fresh
     missing: BoolArray  # over all rows
     in_flight: FloatArray | None = None  # the ledger's part of `values`
+    measured: FloatArray | None = None  # `values` without the ledger's part (None: the same as values)
 
 
 def read_metric(handle: Handle, metric: str, table: NodeTable, *, with_ledger: bool = True) -> MetricRead:
     column = handle.metrics.column(metric, table)
-    values = np.where(column.fresh, column.values, np.nan)
-    in_flight = None
+    measured = np.where(column.fresh, column.values, np.nan)
     if with_ledger and len(handle.ledger):
         in_flight = handle.ledger.adjustment(metric, table, column.observed_at)
-        values = values + in_flight
-    return MetricRead(column, values, ~column.fresh, in_flight)
+        return MetricRead(column, measured + in_flight, ~column.fresh, in_flight, measured)
+    return MetricRead(column, measured, ~column.fresh, None, measured)
+
+
+@dataclass
+class _Memo:
+    """One term's reads and scores over all rows, kept while the column (values and fresh mask) and the
+    ledger's adjustment are the same objects: between placements and refreshes they are (cache.column,
+    InFlightLedgerStore.adjustment), so a cycle costs a gather instead of a dozen passes."""
+
+    column: MetricColumn
+    in_flight: FloatArray | None
+    read: MetricRead
+    scores: FloatArray | None = None  # pointwise terms only: 0-100 over all rows
+    # A placement changes the ledger's adjustment on its node alone: the memo it was patched from (one step,
+    # never a chain) and the rows that differ, so the scores are patched there too, not recomputed.
+    previous: _Memo | None = None
+    changed: IntArray | None = None
+    extremes: IntArray | None = None  # the rows of the lowest and highest finite value (none: no value)
 
 
 class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.METRIC_CHANGED})
     TERMS: ClassVar[tuple[MetricTerm, ...]] = ()
+    normalized = Normalized.IN_RANGE  # Scale.apply gives 0-100, NaN where a node has no value
     # Thresholds compare the measured value, or the value with the in-flight ledger's estimate added.
     filter_with_ledger: ClassVar[bool] = False
 
     def __init__(self, args: Any, handle: Handle) -> None:
         super().__init__(args, handle)
         self._terms = tuple(self.make_terms())
+        self._memos: dict[tuple[str, bool], _Memo] = {}
+        self._combined: tuple[tuple[object, ...], FloatArray] | None = None  # all terms pointwise: their mean
+
+    def _memo(self, metric: str, table: NodeTable, with_ledger: bool) -> _Memo:
+        column = self.handle.metrics.column(metric, table)
+        in_flight = (self.handle.ledger.adjustment(metric, table, column.observed_at)
+                     if with_ledger and len(self.handle.ledger) else None)
+        memo = self._memos.get((metric, with_ledger))
+        if memo is not None and memo.column is column and memo.in_flight is not in_flight \
+                and memo.in_flight is not None and in_flight is not None and memo.read.measured is not None:
+            changed = np.flatnonzero(in_flight != memo.in_flight)
+            values = memo.read.values.copy()
+            values[changed] = memo.read.measured[changed] + in_flight[changed]  # as the full sum gives them
+            memo.previous = None
+            memo = _Memo(column, in_flight, MetricRead(column, values, memo.read.missing, in_flight,
+                                                       memo.read.measured), previous=memo, changed=changed)
+            self._memos[(metric, with_ledger)] = memo
+        elif memo is None or memo.column is not column or memo.in_flight is not in_flight:
+            measured = np.where(column.fresh, column.values, np.nan)
+            values = measured if in_flight is None else measured + in_flight
+            memo = _Memo(column, in_flight, MetricRead(column, values, ~column.fresh, in_flight, measured))
+            self._memos[(metric, with_ledger)] = memo
+        return memo
+
+    def _term_scores(self, term: MetricTerm, memo: _Memo, table: NodeTable, rows: IntArray) -> FloatArray:
+        """The term's 0-100 scores over `rows` (computed over all rows and kept, when pointwise)."""
+        read = memo.read
+        if not term.per_resource and not term.scale.pointwise and self._extremes_among(memo, rows):
+            # minmax over the candidates is minmax over all rows when the lowest and highest are candidates
+            # (the usual case): the scores over all rows are kept, as for a pointwise term.
+            return self._full_scores(term, memo)[rows]
+        if term.per_resource or not term.scale.pointwise:
+            values = read.values[rows]
+            if term.per_resource:
+                col = table.resource_index.get(term.per_resource)
+                units = table.allocatable[rows, col].astype(np.float64) if col is not None else np.zeros(rows.size)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    values = np.where(units > 0, values / units, np.nan)
+            scores = term.scale.apply(values, term.better)
+            if read.column.contract.on_missing == OnMissing.LOWEST:
+                scores = np.where(read.missing[rows], 0.0, scores)
+            return scores
+        return self._full_scores(term, memo)[rows]
 
     def make_terms(self) -> Sequence[MetricTerm]:
         """The terms, built once from the parsed args (self.args) when the base is constructed, before a
@@ -137,6 +211,14 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def applies(self, pod: PodInfo) -> bool:
         """Pods this plugin neither filters nor scores (e.g. CPU pods for a GPU metric) answer False."""
         return True
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads its metrics (a refresh or a value going stale ends batches), the node's
+        allocatable (per-resource terms) and, where the ledger applies, the in-flight entries on the node."""
+        reads = Reads.NODE | Reads.TELEMETRY
+        scoring = reads | (Reads.LEDGER if any(term.ledger for term in self.terms()) else Reads.NONE)
+        filtering = reads | (Reads.LEDGER if self.filter_with_ledger else Reads.NONE)
+        return BatchScope(scoring, tuple(dict.fromkeys(term.metric for term in self.terms())), filtering)
 
     def metrics_changed(self, table: NodeTable) -> bool:
         # Thresholds (or a deny-on-missing contract) can admit a node after a refresh: let parked pods retry.
@@ -152,7 +234,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             deny = self.handle.metrics.contract(term.metric).on_missing == OnMissing.DENY
             if term.filter_above is None and term.filter_below is None and not deny:
                 continue
-            read = read_metric(self.handle, term.metric, table, with_ledger=self.filter_with_ledger)
+            read = self._memo(term.metric, table, self.filter_with_ledger).read
             with np.errstate(invalid="ignore"):
                 if term.filter_above is not None:
                     reasons[f"node(s) had {term.metric} above {term.filter_above:g}"] = over = (
@@ -170,27 +252,72 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> ScoreDetail:
         if not self.applies(pod):
             return ScoreDetail(np.full(rows.shape[0], np.nan))
-        parts: list[FloatArray] = []
-        evidence: list[MetricEvidence] = []
         terms = self.terms()
-        for term in terms:
-            read = read_metric(self.handle, term.metric, table, with_ledger=term.ledger)
-            sample = read.values if read.in_flight is None else read.values - read.in_flight
-            evidence.append(MetricEvidence(
-                term.metric, sample[rows], None if read.in_flight is None else read.in_flight[rows],
-                read.column.observed_at[rows], tuple(read.column.sources)))
-            values = read.values[rows]
-            if term.per_resource:
-                col = table.resource_index.get(term.per_resource)
-                units = table.allocatable[rows, col].astype(np.float64) if col is not None else np.zeros(rows.size)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    values = np.where(units > 0, values / units, np.nan)
-            scores = term.scale.apply(values, term.better)
-            if read.column.contract.on_missing == OnMissing.LOWEST:
-                scores = np.where(read.missing[rows], 0.0, scores)
-            parts.append(scores)
+        memos = [self._memo(term.metric, table, term.ledger) for term in terms]
+        # Evidence over all rows (the audit picks its candidates' rows): no per-cycle copies.
+        evidence = tuple(MetricEvidence(term.metric, memo.read.measured if memo.read.measured is not None
+                                        else memo.read.values, memo.read.in_flight, memo.column.observed_at,
+                                        tuple(memo.column.sources)) for term, memo in zip(terms, memos, strict=True))
+        if all(t.scale.pointwise and not t.per_resource for t in terms):
+            # Every term pointwise: their weighted mean over all rows is kept too, one gather a cycle.
+            key = tuple(m.read for m in memos)
+            if self._combined is None or any(a is not b for a, b in zip(self._combined[0], key, strict=True)):
+                self._combined = (key, self._combine(terms, memos, table.capacity))
+            return ScoreDetail(self._combined[1][rows], evidence)
+        parts = [self._term_scores(t, m, table, rows) for t, m in zip(terms, memos, strict=True)]
         combined = nan_weighted_mean(parts, [t.weight for t in terms], rows.size)
-        return ScoreDetail(combined, tuple(evidence))
+        return ScoreDetail(combined, evidence)
 
-    def normalize(self, scores: FloatArray) -> FloatArray:
-        return scores  # score() is already on 0-100 (NaN = no value)
+    def _combine(self, terms: Sequence[MetricTerm], memos: Sequence[_Memo], size: int) -> FloatArray:
+        """The terms' weighted mean over all rows: patched on the changed rows when every term is the one last
+        combined or patched from it (a placement), computed afresh otherwise. Elementwise either way, so the same."""
+        weights = [t.weight for t in terms]
+        if self._combined is not None:
+            before, combined = self._combined
+            patched = [m.changed for m, old in zip(memos, before, strict=True) if m.read is not old
+                       and m.previous is not None and m.previous.read is old and m.changed is not None]
+            if len(patched) == sum(m.read is not old for m, old in zip(memos, before, strict=True)):
+                rows = patched[0] if len(patched) == 1 else np.unique(np.concatenate(patched))
+                combined = combined.copy()
+                if rows.size:
+                    parts = [self._full_scores(t, m)[rows] for t, m in zip(terms, memos, strict=True)]
+                    combined[rows] = nan_weighted_mean(parts, weights, rows.size)
+                return combined
+        return nan_weighted_mean([self._full_scores(t, m) for t, m in zip(terms, memos, strict=True)], weights, size)
+
+    @staticmethod
+    def _scaled(term: MetricTerm, values: FloatArray, missing: BoolArray, contract: FreshnessContract) -> FloatArray:
+        scores = term.scale.apply(values, term.better)
+        if contract.on_missing == OnMissing.LOWEST:
+            scores = np.where(missing, 0.0, scores)
+        return scores
+
+    @staticmethod
+    def _extremes_among(memo: _Memo, rows: IntArray) -> bool:
+        """Whether the rows holding the lowest and the highest finite value are among `rows` (sorted)."""
+        if memo.extremes is None:
+            values = memo.read.values
+            finite = np.isfinite(values)
+            if not finite.any():
+                memo.extremes = np.zeros(0, dtype=np.int64)
+            else:
+                memo.extremes = np.array([np.nanargmin(np.where(finite, values, np.nan)),
+                                          np.nanargmax(np.where(finite, values, np.nan))], dtype=np.int64)
+        if memo.extremes.size == 0 or rows.size == 0:
+            return False
+        at = np.searchsorted(rows, memo.extremes)
+        return bool((at < rows.size).all() and (rows[np.minimum(at, rows.size - 1)] == memo.extremes).all())
+
+    def _full_scores(self, term: MetricTerm, memo: _Memo) -> FloatArray:
+        if memo.scores is None:
+            read, previous, changed = memo.read, memo.previous, memo.changed
+            contract = read.column.contract
+            if previous is not None and previous.scores is not None and changed is not None and term.scale.pointwise:
+                scores = previous.scores.copy()
+                scores[changed] = self._scaled(term, read.values[changed], read.missing[changed], contract)
+            else:
+                scores = self._scaled(term, read.values, read.missing, contract)
+            memo.scores = scores
+        return memo.scores
+
+    normalize = unchanged  # score() is already on 0-100 (NaN = no value)

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from metrics_sched.framework.interfaces import (
     FilterPlugin,
     MetricAwarePlugin,
     MetricEvidence,
+    Normalized,
     PermitPlugin,
     PlacementPlugin,
     Plugin,
@@ -55,11 +56,14 @@ from metrics_sched.framework.interfaces import (
     ScoreDetail,
     ScorePlugin,
 )
-from metrics_sched.framework.scoring import nan_weighted_mean
+from metrics_sched.framework.scoring import WeightedMean
 from metrics_sched.framework.status import SUCCESS, Code, Status
 from metrics_sched.framework.waiting import WaitingPod
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
+
+if TYPE_CHECKING:
+    from metrics_sched.framework.batching import Batcher
 
 __all__ = ["CycleResult", "Framework", "ScoreTerm", "WhatIf"]
 
@@ -98,6 +102,7 @@ class CycleResult:
     assumed: bool = False
     waiting: WaitingPod | None = None  # held at Permit (status WAIT) until Framework.hold() starts the wait
     skipped: set[str] = field(default_factory=set)  # plugins whose PreFilter/PreScore said Skip
+    filter_skipped: frozenset[str] = frozenset()  # those whose PreFilter said Skip (set when scoring begins)
     bind_retries: int = 0  # binding cycles rerun because the bind's outcome was unknown
     summary: str = ""  # set by the audit: the Scheduled event's text
 
@@ -143,6 +148,18 @@ _PERMIT = frozenset({Code.SUCCESS, Code.SKIP, Code.WAIT, Code.ERROR}) | _REJECTI
 _BIND = frozenset({Code.SUCCESS, Code.SKIP, Code.PENDING, Code.ERROR}) | _REJECTIONS
 
 
+def _bounded(normalized: FloatArray) -> tuple[FloatArray, bool]:
+    """A normalised score held to 0-100, anything not finite made NaN (no value); and whether it has NaN.
+    Two reductions tell the usual case (every value already in range) from the one that needs the masks."""
+    if normalized.size == 0:
+        return normalized, False
+    low, high = normalized.min(), normalized.max()  # NaN if any is NaN
+    if low >= 0.0 and high <= 100.0:
+        return normalized, False
+    bounded = np.where(np.isfinite(normalized), np.clip(normalized, 0.0, 100.0), np.nan)
+    return bounded, bool(np.isnan(bounded).any())
+
+
 def _checked(status: Status, allowed: frozenset[Code], point: str) -> Status:
     if status.code in allowed:
         return status
@@ -184,6 +201,7 @@ class Framework:
         self.random = random.Random()
         self.percentage = profile.percentage_of_nodes_to_score
         self._next_start = 0  # where the next sample of feasible nodes starts (round-robin, as upstream)
+        self.batcher: Batcher | None = None  # opportunistic batching (set by the scheduler when it is on)
 
     def _sample(self, rows: IntArray, all_nodes: int) -> IntArray:
         """percentageOfNodesToScore below 100: only that share of the nodes (at least 100) goes on to scoring,
@@ -243,34 +261,45 @@ class Framework:
         """Narrows a mask over all rows. With a result, counts per reason the nodes each filter rejected
         among those still feasible (kube-scheduler's "0/N nodes are available: ..."), and times each."""
         feasible = table.present[: table.capacity].copy()
+        count = int(np.count_nonzero(feasible))
         reasons: dict[str, BoolArray] = {}
         skipped = result.skipped if result is not None else set()
+        clock = time.perf_counter
         for plugin in self.filters:
             if plugin.name in skipped:
                 continue
-            started = time.perf_counter()
+            started = clock()
             verdict = plugin.filter(cycle, pod, table)
             before = feasible
             feasible = before & verdict.feasible
+            remaining = int(np.count_nonzero(feasible))
+            rejected, count = count - remaining, remaining
             if result is None:  # a what-if run returns the reasons; a cycle counts them instead
                 for reason, rows in verdict.reasons.items():
                     reasons[reason] = rows & before
             else:
-                rejected = int(before.sum() - feasible.sum())
                 if rejected:
                     result.rejected_by.add(plugin.name)
                     for reason, rows in verdict.reasons.items():
-                        count = int(np.count_nonzero(rows & before))
-                        if count:
-                            result.rejections[reason] += count
-                result.timings.append((plugin.name, "Filter", time.perf_counter() - started,
+                        rejected_here = int(np.count_nonzero(rows & before))
+                        if rejected_here:
+                            result.rejections[reason] += rejected_here
+                result.timings.append((plugin.name, "Filter", clock() - started,
                                        "Unschedulable" if rejected else "Success"))
-            if not feasible.any():
+            if not count:
                 break
         return Filtered(feasible, reasons)
 
     def schedule(self, pod: PodInfo, table: NodeTable) -> CycleResult:
-        """PreFilter → Filter → (PostFilter) → PreScore → Score: picks a node, changes nothing."""
+        """PreFilter → Filter → (PostFilter) → PreScore → Score: picks a node, changes nothing. With batching on,
+        a pod of the same template as an earlier one may reuse that cycle (the same decision, computed on the
+        nodes that changed: framework.batching)."""
+        if self.batcher is not None:
+            return self.batcher.schedule(pod, table)
+        return self.schedule_unbatched(pod, table)
+
+    def schedule_unbatched(self, pod: PodInfo, table: NodeTable) -> CycleResult:
+        """The whole cycle over every node."""
         result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
         # Nominated pods of at least this pod's priority hold the room preemption made for them (kube-scheduler's
         # RunFilterPluginsWithNominatedPods): counted on their nodes for PreFilter and Filter, never for scoring.
@@ -278,7 +307,7 @@ class Framework:
             passed = self._pre_filter(result)
             if passed:
                 rows: IntArray = np.flatnonzero(
-                    self._filter(result.cycle, pod, table, result).feasible).astype(np.int64)
+                    self._filter(result.cycle, pod, table, result).feasible).astype(np.int64, copy=False)
         if not passed:
             if result.status.code in _REJECTIONS:
                 self._post_filter(result, table)
@@ -294,15 +323,21 @@ class Framework:
 
         if not self._score(result, table, rows):
             return result
+        self.choose(result, table, rows)
+        return result
+
+    def choose(self, result: CycleResult, table: NodeTable, rows: IntArray) -> None:
+        """The pick among the scored `rows` (result.total): the placement plugins' narrowing, then the highest
+        total, ties broken at random (as kube-scheduler's selectHost). result.node stays None when a placement
+        plugin turns the pod down."""
         allowed = self._place(result, table, rows)
         if allowed is None:
-            return result
+            return
         total = np.where(allowed, result.total, -np.inf)
         best = np.flatnonzero(total == total.max())
         pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
         result.row = int(rows[pick])
         result.node = table.name(result.row)
-        return result
 
     def what_if(self, pod: PodInfo, table: NodeTable, also: IntArray) -> WhatIf:
         """What the cycle would make of `pod`, changing and picking nothing (the rebalancer's simulation):
@@ -357,6 +392,7 @@ class Framework:
         """PreScore → Score → normalise → weights over `rows`, into result.terms and result.total; False
         (result.status says why) when a PreScore fails."""
         cycle, pod, clock = result.cycle, result.pod, time.perf_counter
+        result.filter_skipped = frozenset(result.skipped)
         result.skipped.clear()  # PreScore's skips are about scores
         for pre in self.pre_scores:
             started = clock()
@@ -368,8 +404,7 @@ class Framework:
                 result.status = status
                 return False
 
-        parts: list[FloatArray] = []
-        weights: list[float] = []
+        mean = WeightedMean(rows.size)
         for scorer, weight in self.scores:
             if scorer.name in result.skipped:
                 continue
@@ -378,12 +413,17 @@ class Framework:
             detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
             raw = np.asarray(detail.scores, dtype=np.float64)
             normalized = np.asarray(scorer.normalize(raw), dtype=np.float64)
-            normalized = np.where(np.isfinite(normalized), np.clip(normalized, 0.0, 100.0), np.nan)
+            promise = scorer.normalized
+            if promise is Normalized.COMPLETE:
+                gaps = False
+            elif promise is Normalized.IN_RANGE:
+                gaps = bool(np.isnan(normalized).any())
+            else:
+                normalized, gaps = _bounded(normalized)
             result.terms.append(ScoreTerm(scorer.name, weight, raw, normalized, detail.evidence))
-            parts.append(normalized)
-            weights.append(weight)
+            mean.add(normalized, weight, gaps=gaps)
             result.timings.append((scorer.name, "Score", clock() - started, "Success"))
-        result.total = nan_weighted_mean(parts, weights, rows.size, empty=0.0)
+        result.total = mean.result(empty=0.0)
         return True
 
     def _place(self, result: CycleResult, table: NodeTable, rows: IntArray) -> BoolArray | None:

@@ -32,7 +32,11 @@ class Status:
 
     def by(self, plugin: str) -> Status:
         """The same status attributed to `plugin` (the runtime records who said it)."""
-        return self if self.plugin == plugin else dataclasses.replace(self, plugin=plugin)
+        if self.plugin == plugin:
+            return self
+        if type(self) is Status:  # the usual case, without dataclasses.replace's field walk
+            return Status(self.code, self.reason, plugin)
+        return dataclasses.replace(self, plugin=plugin)  # a subclass (BindStatus) keeps its own fields
 
     @classmethod
     def error(cls, reason: str, plugin: str = "") -> Status:

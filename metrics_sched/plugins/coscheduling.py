@@ -51,6 +51,7 @@ from metrics_sched.framework import (
     explain,
 )
 from metrics_sched.framework.interfaces import PlacementPlugin
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.gangs.membership import GroupKey, GroupRefError, group_of
 from metrics_sched.gangs.placement import choose_domain
 from metrics_sched.gangs.tracker import FailureReason, GangDecision, GangTracker
@@ -105,6 +106,13 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
                 raise ArgsError("podGroupBackoffSeconds", "must be >= 0")
 
     args: Args
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: a pod outside any group is skipped (pod-only); a member is never batched."""
+        try:
+            return None if group_of(pod) is not None else BatchScope(Reads.NONE)
+        except GroupRefError:
+            return None
 
     def __init__(self, args: Any, handle: Handle) -> None:
         super().__init__(args, handle)

@@ -19,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from metrics_sched.framework import CycleState, FloatArray, IntArray, NodeTable, PodInfo, ScorePlugin
+from metrics_sched.framework import (
+    CycleState,
+    FloatArray,
+    IntArray,
+    NodeTable,
+    Normalized,
+    PodInfo,
+    ScorePlugin,
+    unchanged,
+)
+from metrics_sched.framework.signature import BatchScope, Reads
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB
@@ -60,7 +70,12 @@ def calculate_priority(sums: IntArray, images: int) -> IntArray:
 
 class ImageLocality(ScorePlugin):
     name = "ImageLocality"
+    normalized = Normalized.COMPLETE  # calculate_priority's 0-100
     events = frozenset()  # a score: it never rejects a pod
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's images (and how many nodes hold each: any node change)."""
+        return BatchScope(Reads.NODE)
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         images = pod_images(pod.raw)
@@ -80,5 +95,4 @@ class ImageLocality(ScorePlugin):
             return np.zeros(rows.shape[0], dtype=np.float64)
         return calculate_priority(sums[rows], len(images)).astype(np.float64)
 
-    def normalize(self, scores: FloatArray) -> FloatArray:
-        return scores  # already 0-100 (upstream has no NormalizeScore for it)
+    normalize = unchanged  # already 0-100 (upstream has no NormalizeScore for it)

@@ -37,6 +37,7 @@ from metrics_sched.framework import (
     Filtered,
     FilterPlugin,
     NodeTable,
+    Normalized,
     PodInfo,
     PreFilterPlugin,
     PreScorePlugin,
@@ -45,6 +46,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.affinity import AffinityTerm, PodAffinityTerms, TermKind, parse_affinity
 from metrics_sched.model.selectors import SelectorError
 from metrics_sched.state.cluster_state import PodRecord
@@ -99,10 +101,21 @@ def _at(codes: IntArray, sums: FloatArray) -> FloatArray:
 
 class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
     name = "InterPodAffinity"
+    normalized = Normalized.COMPLETE  # min-max to 0-100 of finite sums
     # Pods coming and going change the counts; node labels change the domains; namespace labels what a
     # namespaceSelector selects.
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.POD_ADDED,
                         ClusterEvent.POD_LABELS, ClusterEvent.POD_DELETED, ClusterEvent.NAMESPACE_LABELS})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: a pod with terms of its own reads matching pods per domain over every node; one
+        without reads only the terms placed pods carry (their counts and namespaces: a token) and node labels."""
+        affinity = pod.affinity
+        if affinity.get("podAffinity") or affinity.get("podAntiAffinity"):
+            return BatchScope(Reads.CLUSTER)
+        cluster = self.handle.cluster
+        return BatchScope(Reads.NODE, token=lambda: (cluster.pod_index.carried_generation,
+                                                     cluster.namespaces.generation))
 
     @dataclass(frozen=True)
     class Args:

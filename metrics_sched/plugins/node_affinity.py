@@ -20,10 +20,12 @@ from metrics_sched.framework import (
     FilterPlugin,
     Handle,
     NoArgs,
+    Normalized,
     QueueingHint,
     ScorePlugin,
     max_normalize,
 )
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.plugins.node_selector import selector_mask, term_mask
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
@@ -33,7 +35,12 @@ _CACHE_SIZE = 256
 
 class NodeAffinity(FilterPlugin, ScorePlugin):
     name = "NodeAffinity"
+    normalized = Normalized.COMPLETE  # max_normalize of non-negative weight sums
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's labels."""
+        return BatchScope(Reads.NODE)
 
     def __init__(self, args: NoArgs, handle: Handle) -> None:
         super().__init__(args, handle)

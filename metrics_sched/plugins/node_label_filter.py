@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metrics_sched.framework import ArgsError, ClusterEvent, CycleState, Filtered, FilterPlugin, Handle
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, NodeTable
 
@@ -20,6 +21,10 @@ from metrics_sched.state.node_table import BoolArray, NodeTable
 class NodeLabelFilter(FilterPlugin):
     name = "NodeLabelFilter"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's labels."""
+        return BatchScope(Reads.NODE)
 
     @dataclass(frozen=True)
     class Args:

@@ -12,14 +12,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrics_sched.framework import ArgsError, ClusterEvent, CycleState, Handle, ScorePlugin
+from metrics_sched.framework import ArgsError, ClusterEvent, CycleState, Handle, Normalized, ScorePlugin, unchanged
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 
 class NodeLabelScore(ScorePlugin):
     name = "NodeLabelScore"
+    normalized = Normalized.COMPLETE  # the mean over keys of one 0-100 weight each
+    normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's labels."""
+        return BatchScope(Reads.NODE)
 
     @dataclass(frozen=True)
     class Args:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from metrics_sched.framework import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import NodeTable
 
@@ -12,6 +13,10 @@ from metrics_sched.state.node_table import NodeTable
 class NodeName(FilterPlugin):
     name = "NodeName"
     events = frozenset({ClusterEvent.NODE_ADDED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's name."""
+        return BatchScope(Reads.NODE)
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         if not pod.node_name:

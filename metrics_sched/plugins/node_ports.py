@@ -32,6 +32,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.state.cluster_state import WILDCARD_IP, HostPort, PodRecord, host_ports
 
 ERR_REASON = "node(s) didn't have free ports for the requested pod ports"
@@ -54,6 +55,10 @@ def ports_conflict(wanted: Sequence[HostPort], used: Sequence[HostPort]) -> bool
 class NodePorts(PreFilterPlugin, FilterPlugin):
     name = "NodePorts"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.POD_DELETED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the host ports of the pods on the node."""
+        return BatchScope(Reads.NODE | Reads.PODS)
 
     def events_to_register(self) -> list[EventHint]:
         # Container ports are immutable, so only a deleted pod (freeing its ports) or a new node may help.

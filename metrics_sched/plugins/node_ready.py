@@ -7,6 +7,7 @@ that may run without that controller (or ahead of it) checks the condition itsel
 from __future__ import annotations
 
 from metrics_sched.framework import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import NodeTable
 
@@ -14,6 +15,10 @@ from metrics_sched.state.node_table import NodeTable
 class NodeReady(FilterPlugin):
     name = "NodeReady"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's Ready condition."""
+        return BatchScope(Reads.NODE)
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         return Filtered.single(table.ready.copy(), "node(s) were not ready")

@@ -25,12 +25,15 @@ from metrics_sched.framework import (
     FloatArray,
     IntArray,
     NodeTable,
+    Normalized,
     PodInfo,
     PreScorePlugin,
     ScorePlugin,
     StateKey,
     Status,
+    unchanged,
 )
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 _REQUESTS = StateKey[tuple[int, ...]]("NodeResourcesBalancedAllocation/requests")
@@ -46,7 +49,12 @@ class ResourceSpec:
 
 class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
     name = "NodeResourcesBalancedAllocation"
+    normalized = Normalized.COMPLETE  # 100 * (1 - std) of fractions in [0, 1]
     events = frozenset()  # a score: it never rejects a pod
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's allocatable and what its pods request."""
+        return BatchScope(Reads.NODE | Reads.PODS)
 
     @dataclass(frozen=True)
     class Args:
@@ -91,10 +99,10 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             col = table.resource_index.get(name)
             if col is None:
                 continue  # no node offers it
-            allocatable = table.allocatable[:, col][rows]  # a column, then the rows: cheaper than [rows, col]
-            used = table.requested[:, col][rows] + request
+            allocatable = table.allocatable_by_resource[col][rows]  # contiguous per resource
+            used = table.requested_by_resource[col][rows] + request
             if allocatable.all():
-                fraction: FloatArray = used / allocatable  # int / int: float64, as float64(a) / float64(b)
+                fraction: FloatArray = used / allocatable  # int / float: float64, as float64(a) / float64(b)
                 valid.append(None)
             else:
                 offered = allocatable > 0
@@ -105,8 +113,7 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             fractions.append(fraction)
         return _balanced_scores(fractions, valid, rows.shape[0])
 
-    def normalize(self, scores: FloatArray) -> FloatArray:
-        return scores  # already 0-100 (upstream has no NormalizeScore for it)
+    normalize = unchanged  # already 0-100 (upstream has no NormalizeScore for it)
 
 
 def _balanced_scores(fractions: list[FloatArray], valid: list[BoolArray | None], n: int) -> FloatArray:

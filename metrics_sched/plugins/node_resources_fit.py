@@ -21,15 +21,18 @@ from metrics_sched.framework import (
     Filtered,
     FilterPlugin,
     Handle,
+    Normalized,
     PreFilterPlugin,
     QueueingHint,
     ScorePlugin,
     StateKey,
     Status,
+    unchanged,
 )
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, MEMORY, PODS
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeRecord, NodeTable
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
 
 _REQUESTS = StateKey[IntArray]("NodeResourcesFit/requests")
 
@@ -52,7 +55,13 @@ class ScoringStrategy:
 
 class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
     name = "NodeResourcesFit"
+    normalized = Normalized.COMPLETE  # 100 * (1 - used/capacity), used/capacity held to [0, 1]
+    normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_ALLOCATABLE, ClusterEvent.POD_DELETED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's allocatable and what its pods request."""
+        return BatchScope(Reads.NODE | Reads.PODS)
 
     @dataclass(frozen=True)
     class Args:
@@ -90,15 +99,22 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         request = self._requests(cycle, pod, table)
-        wanted = np.flatnonzero(request)
-        free = table.allocatable[:, wanted] - table.requested[:, wanted]
-        short = free < request[wanted]
         reasons = {}
-        for i, col in enumerate(wanted):
+        fits = np.ones(table.capacity, dtype=bool)
+        for col in np.flatnonzero(request).tolist():
             resource = table.resources[col]
-            reason = "Too many pods" if resource == PODS else f"Insufficient {resource}"
-            reasons[reason] = short[:, i]
-        return Filtered(np.asarray(~short.any(axis=1), dtype=bool), reasons)
+            short = table.free_by_resource[col] < request[col]
+            reasons["Too many pods" if resource == PODS else f"Insufficient {resource}"] = short
+            fits &= ~short
+        return Filtered(fits, reasons)
+
+    def filter_rows(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> BoolArray:
+        """filter() on a few rows (a batched cycle re-checks the nodes whose pods changed)."""
+        request = self._requests(cycle, pod, table)
+        wanted = np.flatnonzero(request)
+        cells = np.ix_(rows, wanted)
+        return np.asarray(~(table.allocatable[cells] - table.requested[cells] < request[wanted]).any(axis=1),
+                          dtype=bool)
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         total = np.zeros(rows.shape[0], dtype=np.float64)
@@ -107,16 +123,26 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
             col = table.resource_index.get(resource)
             if col is None:
                 continue
-            capacity = table.allocatable[rows, col].astype(np.float64)
+            capacity = table.allocatable_by_resource[col][rows]
             if resource == CPU:
-                used = table.nonzero_requested[rows, 0] + pod.non_zero_requests.get(CPU, 0)
+                used = table.nonzero_by_resource[0][rows] + pod.non_zero_requests.get(CPU, 0)
             elif resource == MEMORY:
-                used = table.nonzero_requested[rows, 1] + pod.non_zero_requests.get(MEMORY, 0)
+                used = table.nonzero_by_resource[1][rows] + pod.non_zero_requests.get(MEMORY, 0)
             else:
-                used = table.requested[rows, col] + pod.requests.get(resource, 0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(capacity > 0, np.minimum(used / capacity, 1.0), 1.0)
-            total += weight * (100.0 * ((1.0 - ratio) if self.strategy == "LeastAllocated" else ratio))
+                used = table.requested_by_resource[col][rows] + pod.requests.get(resource, 0)
+            # The same float operations as weight * (100 * (1 - min(used / capacity, 1))), in place.
+            if capacity.size and capacity.min() > 0:
+                ratio = used / capacity
+                np.minimum(ratio, 1.0, out=ratio)
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = np.where(capacity > 0, np.minimum(used / capacity, 1.0), 1.0)
+            if self.strategy == "LeastAllocated":
+                np.subtract(1.0, ratio, out=ratio)
+            ratio *= 100.0
+            if weight != 1:
+                ratio *= weight
+            total += ratio
             weights += weight
         result: FloatArray = total / weights if weights else total
         return result

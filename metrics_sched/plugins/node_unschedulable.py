@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from metrics_sched.framework import ClusterEvent, CycleState, Filtered, FilterPlugin
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import NodeTable
 
@@ -14,6 +15,10 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 class NodeUnschedulable(FilterPlugin):
     name = "NodeUnschedulable"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the node's spec.unschedulable."""
+        return BatchScope(Reads.NODE)
 
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         if any(t.tolerates(UNSCHEDULABLE_TAINT, None, "NoSchedule") for t in pod.tolerations):

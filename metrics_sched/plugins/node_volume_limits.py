@@ -49,6 +49,7 @@ from metrics_sched.framework import (
     QueueingHint,
     Status,
 )
+from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.volumes import (
     AttachmentInfo,
     PersistentVolumeClaim,
@@ -127,6 +128,10 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
     name = "NodeVolumeLimits"
     events = frozenset({ClusterEvent.CSI_NODE_CHANGED, ClusterEvent.POD_DELETED, ClusterEvent.PVC_CHANGED,
                         ClusterEvent.VOLUME_DETACHED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads volumes attached across the cluster: a pod with any is not batched."""
+        return BatchScope(Reads.NODE) if has_only_local_volumes(pod) else None
 
     def __init__(self, args: NoArgs, handle: Handle) -> None:
         super().__init__(args, handle)

@@ -39,6 +39,7 @@ from metrics_sched.framework import (
     Filtered,
     FilterPlugin,
     NodeTable,
+    Normalized,
     PodInfo,
     PreFilterPlugin,
     PreScorePlugin,
@@ -47,6 +48,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.selectors import LabelSelector, Requirement, SelectorError
 from metrics_sched.plugins.node_selector import pod_required_affinity_mask
 from metrics_sched.plugins.taint_toleration import tolerated_rows
@@ -118,8 +120,17 @@ _SCORE = StateKey[_ScoreState]("PodTopologySpread/score")
 
 class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
     name = "PodTopologySpread"
+    normalized = Normalized.COMPLETE  # upstream's integer formula, 0 for ignored nodes
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.NODE_TAINTS,
                         ClusterEvent.POD_ADDED, ClusterEvent.POD_LABELS, ClusterEvent.POD_DELETED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads matching pods counted per domain over every node, and workloads; nothing
+        for a pod without constraints of its own when no default constraints are configured."""
+        if (not (pod.raw.get("spec") or {}).get("topologySpreadConstraints")
+                and self.args.defaulting_type == "List" and not self.args.default_constraints):
+            return BatchScope(Reads.NONE)
+        return BatchScope(Reads.CLUSTER)
 
     @dataclass(frozen=True)
     class Args:
@@ -264,11 +275,12 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         has_all = np.ones(size, dtype=bool)
         for c in constraints:
             has_all &= table.topology(c.topology_key).codes[:size] >= 0
-        ignored = ~has_all[rows] if require_all else np.zeros(rows.shape[0], dtype=bool)
-        scored = rows[~ignored]
+        # Computed over every row (cheaper than gathering the candidates' at each step); only the candidates'
+        # are read, and each is what the same operations give on the candidates alone.
+        scored = rows[has_all[rows]] if require_all else rows
         masks: dict[str, BoolArray] = {}
         per_selector: dict[LabelSelector, FloatArray] = {}  # the defaults share one selector
-        total = np.zeros(rows.shape[0], dtype=np.float64)
+        total = np.zeros(size, dtype=np.float64)
         for c in constraints:
             topology = table.topology(c.topology_key)
             per_row = per_selector.get(c.selector)
@@ -276,7 +288,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                 per_row = per_selector[c.selector] = self._counts(pod, c.selector, size).astype(np.float64)
             codes_all = topology.codes[:size]
             if c.topology_key == HOSTNAME:
-                credit = per_row[rows]
+                credit = per_row
                 weight = float(np.log(scored.shape[0] + 2))
             else:
                 # A node without the key stands in the "" domain here (upstream reads its value as ""),
@@ -289,12 +301,13 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                 if require_all:
                     counted &= has_all
                 sums = np.bincount(codes[counted], weights=per_row[counted], minlength=missing + 1)
-                credit = np.asarray(sums[codes[rows]], dtype=np.float64)
+                credit = np.asarray(sums[codes], dtype=np.float64)
                 weight = float(np.log(int(domains.sum()) + 2))
-            total += np.where(codes_all[rows] >= 0, credit * weight + (c.max_skew - 1), 0.0)
+            total += np.where(codes_all >= 0, credit * weight + (c.max_skew - 1), 0.0)
         # int64(math.Round(score)): halves away from zero (scores are never negative).
-        raw = np.zeros(size, dtype=np.float64)
-        raw[rows] = np.where(ignored, _IGNORED, np.floor(total + 0.5))
+        raw = np.floor(total + 0.5)
+        if require_all:
+            raw = np.where(has_all, raw, _IGNORED)
         cycle.write(_SCORE, _ScoreState(raw))
         return SUCCESS
 

@@ -34,6 +34,7 @@ from metrics_sched.framework import (
     PreFilterPlugin,
     Status,
 )
+from metrics_sched.framework.signature import BatchScope, Reads
 
 RESOURCE_CLAIMS = "spec.resourceClaims"
 # A gang member of the 1.36 Workload API: honoured by Coscheduling now (refused before it existed).
@@ -60,6 +61,10 @@ def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozens
 class UnsupportedFields(PreFilterPlugin):
     name = "UnsupportedFields"
     events: ClassVar[frozenset[ClusterEvent]] = frozenset()  # no cluster event helps: only the pod's update
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads pod-only: it reads the pod's fields."""
+        return BatchScope(Reads.NONE)
 
     @dataclass(frozen=True)
     class Args:

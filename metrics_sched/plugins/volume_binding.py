@@ -49,6 +49,7 @@ from metrics_sched.framework import (
     Status,
     explain,
 )
+from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.selectors import LabelSelector
 from metrics_sched.model.volumes import (
     ANN_BIND_COMPLETED,
@@ -181,6 +182,10 @@ _SENT = StateKey[frozenset[tuple[str, str]]]("VolumeBinding/sent")  # ("pv", nam
 
 class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin):
     name = "VolumeBinding"
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads claims and volumes across the cluster: a pod with any is not batched."""
+        return BatchScope(Reads.NODE) if has_only_local_volumes(pod) else None
 
     @dataclass(frozen=True)
     class Args:

@@ -34,6 +34,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
+from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.volumes import PersistentVolumeClaim, PodVolumes, claim_key
 from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.volume_usage import disks_conflict
@@ -63,6 +64,10 @@ def _claim_names(volumes: PodVolumes) -> set[str]:
 class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
     name = "VolumeRestrictions"
     events = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.PVC_CHANGED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads claims and disks across the cluster: a pod with any is not batched."""
+        return BatchScope(Reads.NODE) if has_only_local_volumes(pod) else None
 
     def events_to_register(self) -> list[EventHint]:
         return [EventHint(ClusterEvent.POD_DELETED, self._after_pod_deleted), EventHint(ClusterEvent.NODE_ADDED),

@@ -35,6 +35,7 @@ from metrics_sched.framework import (
     Status,
     explain,
 )
+from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.volumes import PersistentVolume, PersistentVolumeClaim, StorageClass, claim_key
 
 ERR_REASON_CONFLICT = "node(s) had no available volume zone"
@@ -87,6 +88,10 @@ class VolumeZone(PreFilterPlugin, FilterPlugin):
     name = "VolumeZone"
     events = frozenset({ClusterEvent.STORAGE_CLASS_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS,
                         ClusterEvent.PVC_CHANGED, ClusterEvent.PV_CHANGED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the zones of the pod's volumes: a pod with any is not batched."""
+        return BatchScope(Reads.NODE) if has_only_local_volumes(pod) else None
 
     def events_to_register(self) -> list[EventHint]:
         return [EventHint(ClusterEvent.STORAGE_CLASS_CHANGED, self._after_class_added),

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrics_sched.framework import ClusterEvent, CycleState, Handle, ScorePlugin
+from metrics_sched.framework import ClusterEvent, CycleState, Handle, Normalized, ScorePlugin, unchanged
+from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
@@ -19,7 +20,13 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 
 class ZoneSpread(ScorePlugin):
     name = "ZoneSpread"
+    normalized = Normalized.COMPLETE  # 100 * (high - count) / (high - low), or 100
+    normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.POD_DELETED})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """Opportunistic batching: reads the owner's pods counted per zone over every node."""
+        return BatchScope(Reads.CLUSTER)
 
     @dataclass(frozen=True)
     class Args:

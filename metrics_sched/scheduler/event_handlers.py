@@ -4,6 +4,7 @@ changes that may help parked pods to queue moves."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import get_args
 
@@ -48,7 +49,10 @@ class ClusterEventHandlers:
         self.on_pod_deleted = on_pod_deleted  # e.g. reject the pod if it is held at Permit
         self.on_pod_bound = on_pod_bound  # e.g. drop a verdict not yet reported: the pod is bound
         self.on_node_deleted = on_node_deleted  # e.g. drop the node's metric series
+        # Called once, from the watch thread that completes the initial sync (e.g. gc.freeze() the caches).
+        self.on_all_synced: list[Callable[[], None]] = []
         self.synced: set[str] = set()
+        self._synced_lock = threading.Lock()  # each watch thread reports its own resource
 
     def responsible_for(self, pod: PodInfo) -> bool:
         """Pods we schedule: ours by name, unbound, not being deleted, not finished."""
@@ -187,8 +191,14 @@ class ClusterEventHandlers:
             self.state.budgets.upsert(budget)
 
     def on_synced(self, resource: SyncedResource) -> None:
-        self.synced.add(resource)
+        with self._synced_lock:
+            before = self.caches_synced()
+            self.synced.add(resource)
+            completed = not before and self.caches_synced()
         log.info("%s synced", resource)
+        if completed:
+            for callback in self.on_all_synced:
+                callback()
 
     def caches_synced(self) -> bool:
         """True once every watched resource has delivered its initial list: the scheduler may start."""
@@ -222,5 +232,9 @@ def _shrank(before: PodRecord, after: PodRecord) -> bool:
     if after.nonzero[0] < before.nonzero[0] or after.nonzero[1] < before.nonzero[1]:
         return True
     old, new = before.vector, after.vector  # the table may have gained resource columns in between
+    if old is new:
+        return False  # the usual case: a status change kept the record's vector
+    if old.shape == new.shape:
+        return bool((new < old).any())
     size = max(old.shape[0], new.shape[0])
     return bool((np.pad(new, (0, size - new.shape[0])) < np.pad(old, (0, size - old.shape[0]))).any())

@@ -46,6 +46,8 @@ MAX_PENDING = 1000  # pods with reports waiting (client-go queues at most 1,000 
 
 T = TypeVar("T")
 _EventKey = tuple[str, str, str]  # type, action, reason: the rest of client-go's key is the pod and us
+SCHEDULED = "Scheduled"
+_SCHEDULED_KEY: _EventKey = ("Normal", "Binding", SCHEDULED)
 
 
 @dataclass(eq=False)
@@ -124,7 +126,7 @@ class PodReporter:
         note = f"Successfully assigned {pod.key} to {node}" + (f": {summary}" if summary else "")
         with self._lock:
             self._settle(pod.uid)
-            self._event(pod, "Normal", "Scheduled", "Binding", note)
+            self._event(pod, "Normal", SCHEDULED, "Binding", note)
 
     def failed(self, pod: PodInfo, message: str, *, reason: Literal["Unschedulable", "SchedulerError"]) -> None:
         with self._lock:
@@ -344,6 +346,14 @@ class PodReporter:
             else:
                 self._stats.series_updated += 1
             series.name, series.written, series.written_at = name, count, self.clock()
+            if series.event.reason == SCHEDULED and series.count == count:
+                # A bound pod is never scheduled again: nothing can join this series, so it is not kept for
+                # SERIES_FINISH (at 100 binds/s that was 36,000 events held, a kilobyte or two each).
+                by_key = self._series.get(series.event.pod_uid)
+                if by_key is not None and by_key.get(_SCHEDULED_KEY) is series:
+                    del by_key[_SCHEDULED_KEY]
+                    if not by_key:
+                        del self._series[series.event.pod_uid]
 
     def _write_condition(self, reports: _PodReports, verdict: _Verdict) -> None:
         version = verdict.resource_version or None

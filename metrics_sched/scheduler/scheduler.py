@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from metrics_sched.config.model import SchedulerConfig
+from metrics_sched.framework.batching import Batcher
 from metrics_sched.framework.events import ClusterEvent, EventHint
 from metrics_sched.framework.handle import Services
 from metrics_sched.framework.interfaces import BindOutcomeKind, Plugin
@@ -81,6 +82,8 @@ class Scheduler:
         for framework in self.frameworks.values():
             if framework.profile.shadow:
                 framework.post_filters = []  # a shadow nominates and preempts nothing
+            if framework.profile.opportunistic_batching:
+                framework.batcher = Batcher(framework)
         first = next(iter(self.frameworks.values()))
         self.queue = SchedulingQueue(
             first.queue_sort.sort_key,

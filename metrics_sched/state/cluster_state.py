@@ -77,7 +77,7 @@ class Placement(enum.StrEnum):
     SAME = "same"
 
 
-@dataclass
+@dataclass(slots=True)  # one per pod in the cluster: no per-instance __dict__
 class PodRecord:
     uid: str
     namespace: str

@@ -153,6 +153,13 @@ class NodeTable:
         self.requested: IntArray = np.zeros((capacity, len(self.resources)), dtype=np.int64)
         # cpu and memory as kube-scheduler scores them (containers without requests count a default).
         self.nonzero_requested: IntArray = np.zeros((capacity, 2), dtype=np.int64)
+        # The same, one contiguous array per resource (resource x row), kept in step with the above: the
+        # filters and scores read a resource over every node, which on the row-major arrays is a strided
+        # gather per resource and per cycle. free = allocatable - requested.
+        self.free_by_resource: IntArray = np.zeros((len(self.resources), capacity), dtype=np.int64)
+        self.requested_by_resource: IntArray = np.zeros((len(self.resources), capacity), dtype=np.int64)
+        self.allocatable_by_resource: FloatArray = np.zeros((len(self.resources), capacity))
+        self.nonzero_by_resource: IntArray = np.zeros((2, capacity), dtype=np.int64)
         # Each row's taint set as an id into `taint_sets`, so a taint filter checks each distinct set once.
         # Sets are reference-counted by the rows holding them and their ids reused, then compacted: nodes
         # whose taints carry timestamps (autoscalers) must not leave a set behind per taint ever seen.
@@ -166,6 +173,13 @@ class NodeTable:
         self.generation = 0
         self.labels_generation = 0
         self.rows_generation = 0  # changes only when a node takes or leaves a row
+        self.taints_generation = 0  # changes when a row's taint set does (or the rows grow)
+        # Opportunistic batching's dirty tracking: `nodes_generation` changes when a node is added, removed or
+        # changes (not on an identical update), `pod_stamp` counts changes of the pods counted on a row, and
+        # `row_pod_stamp[row]` is the count at that row's last one, so the rows changed since a cycle are one compare.
+        self.nodes_generation = 0
+        self.pod_stamp = 0
+        self.row_pod_stamp: IntArray = np.zeros(capacity, dtype=np.int64)
         # image name -> size and the rows holding it (node.status.images), for ImageLocality.
         self.images: dict[str, ImageState] = {}
         self.images_generation = 0
@@ -184,7 +198,10 @@ class NodeTable:
         self.present, self.ready, self.unschedulable = grow(self.present), grow(self.ready), grow(self.unschedulable)
         self.allocatable, self.requested = grow(self.allocatable), grow(self.requested)
         self.nonzero_requested, self.taint_set = grow(self.nonzero_requested), grow(self.taint_set)
+        self.row_pod_stamp = grow(self.row_pod_stamp)
         self.capacity = capacity
+        self.taints_generation += 1
+        self._transpose()
         self._label_columns.clear()
         self._topologies.clear()
 
@@ -198,7 +215,21 @@ class NodeTable:
             pad = np.zeros((self.capacity, 1), dtype=np.int64)
             self.allocatable = np.hstack([self.allocatable, pad])
             self.requested = np.hstack([self.requested, pad.copy()])
+            self._transpose()
         return col
+
+    def _transpose(self) -> None:
+        """Rebuilds the per-resource arrays from the per-row ones (on growth, rare)."""
+        self.free_by_resource = np.ascontiguousarray((self.allocatable - self.requested).T)
+        self.requested_by_resource = np.ascontiguousarray(self.requested.T)
+        self.allocatable_by_resource = np.ascontiguousarray(self.allocatable.T, dtype=np.float64)
+        self.nonzero_by_resource = np.ascontiguousarray(self.nonzero_requested.T)
+
+    def _sync_row(self, row: int) -> None:
+        self.free_by_resource[:, row] = self.allocatable[row] - self.requested[row]
+        self.requested_by_resource[:, row] = self.requested[row]
+        self.allocatable_by_resource[:, row] = self.allocatable[row]
+        self.nonzero_by_resource[:, row] = self.nonzero_requested[row]
 
     def vector(self, resources: Mapping[str, int]) -> IntArray:
         """A resource dict as a row aligned with the table's columns (adding columns as needed)."""
@@ -231,11 +262,14 @@ class NodeTable:
             self.present[row] = True
             self.rows_generation += 1
         previous = self.records[row]
+        if added or previous != record:
+            self.nodes_generation += 1
         self.records[row] = record
         self.allocatable[row] = 0
         for name, amount in record.allocatable.items():
             col = self.resource_column(name)  # may widen the arrays: look them up after
             self.allocatable[row, col] = amount
+        self._sync_row(row)
         self.ready[row] = record.ready
         self.unschedulable[row] = record.unschedulable
         if previous is None or previous.taints != record.taints:
@@ -260,6 +294,7 @@ class NodeTable:
         self.allocatable[row] = 0
         self.requested[row] = 0
         self.nonzero_requested[row] = 0
+        self._sync_row(row)
         self._release_taint_set(row)
         if previous:
             self._set_labels(row, {}, previous.labels)
@@ -267,6 +302,7 @@ class NodeTable:
         self._free.append(row)
         self.generation += 1
         self.rows_generation += 1
+        self.nodes_generation += 1
         return row
 
     def add_requests(self, row: int, requests: IntArray, nonzero: tuple[int, int], sign: int = 1) -> None:
@@ -274,7 +310,13 @@ class NodeTable:
         self.requested[row, :width] += sign * requests
         self.nonzero_requested[row, 0] += sign * nonzero[0]
         self.nonzero_requested[row, 1] += sign * nonzero[1]
+        self.free_by_resource[:width, row] -= sign * requests
+        self.requested_by_resource[:width, row] += sign * requests
+        self.nonzero_by_resource[0, row] += sign * nonzero[0]
+        self.nonzero_by_resource[1, row] += sign * nonzero[1]
         self.generation += 1
+        self.pod_stamp += 1
+        self.row_pod_stamp[row] = self.pod_stamp
 
     def _hold_taint_set(self, taints: tuple[Taint, ...]) -> int:
         taint_id = self._taint_set_ids.get(taints)
@@ -291,6 +333,7 @@ class NodeTable:
         return taint_id
 
     def _release_taint_set(self, row: int) -> None:
+        self.taints_generation += 1
         """The row no longer holds its taint set (it leaves, or its taints change); an unused set is freed."""
         taint_id = int(self.taint_set[row])
         self.taint_set[row] = 0

@@ -111,6 +111,9 @@ class PodIndex:
     _unguarded: set[PodQuery] = field(default_factory=set)
     _carried: dict[TermKind, dict[AffinityTerm, _Carried]] = field(
         default_factory=lambda: {kind: {} for kind in TermKind})
+    # Changes whenever a count of a carried term does (a pod with terms placed or gone, a node cleared): what
+    # a pod without terms of its own reads of inter-pod affinity (opportunistic batching's token).
+    carried_generation: int = 0
 
     # -- updates ---------------------------------------------------------------------------------
     def resize(self, capacity: int) -> None:
@@ -126,6 +129,7 @@ class PodIndex:
                     counts[row] += sign
         if not pod.affinity:  # most pods carry no term: nothing more to count
             return
+        self.carried_generation += 1
         for kind, term, weight in pod.affinity.carried():
             by_term = self._carried[kind]
             entry = by_term.get(term)
@@ -148,6 +152,7 @@ class PodIndex:
             for entry in by_term.values():
                 if row < entry.counts.shape[0]:
                     entry.counts[row] = 0
+        self.carried_generation += 1
 
     def _candidates(self, labels: Mapping[str, str]) -> list[PodQuery]:
         found = list(self._unguarded)

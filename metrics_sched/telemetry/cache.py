@@ -65,6 +65,18 @@ class _Entry:
         return min(self.observed_at + contract.max_age, self.fetched_at + contract.ttl)
 
 
+_FRESHNESS_MARGIN = 1e-3  # seconds
+
+
+@dataclass
+class _CachedColumn:
+    key: tuple[int, int, int]  # (generation, rows_generation, capacity) the values were built for
+    column: MetricColumn  # its fresh mask holds from `since` to `until`
+    expires: FloatArray  # per row, when its value stops being fresh (-inf without one)
+    since: float = math.inf
+    until: float = -math.inf
+
+
 class MetricCache:
     def __init__(self, contracts: Mapping[str, FreshnessContract] | None = None,
                  *, clock: Callable[[], float] = time.time) -> None:
@@ -75,7 +87,7 @@ class MetricCache:
         self._sources: dict[str, PolledSource] = {}
         self.health: dict[str, SourceHealth] = {}
         self.generation = 0
-        self._columns: dict[str, tuple[tuple[int, int, int], MetricColumn, float]] = {}
+        self._columns: dict[str, _CachedColumn] = {}
         self._listeners: list[Callable[[set[str]], None]] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -245,10 +257,15 @@ class MetricCache:
 
     # -- reads on the scheduling path ------------------------------------------------------------
     def column(self, metric: str, table: NodeTable) -> MetricColumn:
-        """The metric over the table's rows; freshness evaluated now (cheap), values cached per change."""
+        """The metric over the table's rows; values cached per change, freshness per window of time.
+
+        Freshness changes with time alone, but only when a fresh value reaches its expiry: the fresh mask
+        is kept (the same MetricColumn object, which plugins may key their own caches on) until shortly
+        before the earliest expiry among the fresh rows, then judged again by the contract's rule."""
         key = (self.generation, table.rows_generation, table.capacity)
         cached = self._columns.get(metric)
-        if cached is None or cached[0] != key:
+        now = self._clock()
+        if cached is None or cached.key != key:
             values = np.full(table.capacity, np.nan)
             observed = np.full(table.capacity, -np.inf)
             fetched = np.full(table.capacity, -np.inf)
@@ -262,17 +279,23 @@ class MetricCache:
                         fetched[row] = entry.fetched_at
                         sources.add(entry.source)
             contract = self.contract(metric)
-            column = MetricColumn(metric, values, observed, fetched, np.zeros(table.capacity, dtype=bool),
-                                  tuple(sorted(sources)), contract)
-            self._columns[metric] = (key, column, 0.0)
-        else:
-            column = cached[1]
-        now = self._clock()
-        contract = column.contract
+            expires = np.where(np.isnan(values), -np.inf,
+                               np.minimum(observed + contract.max_age, fetched + contract.ttl))
+            cached = _CachedColumn(key, MetricColumn(metric, values, observed, fetched,
+                                                     np.zeros(table.capacity, dtype=bool), tuple(sorted(sources)),
+                                                     contract), expires)
+            self._columns[metric] = cached
+        elif cached.since <= now <= cached.until:
+            return cached.column
+        column, contract = cached.column, cached.column.contract
         fresh = (~np.isnan(column.values)) & (now - column.observed_at <= contract.max_age) & (
             now - column.fetched_at <= contract.ttl)
-        return MetricColumn(column.metric, column.values, column.observed_at, column.fetched_at, fresh,
-                            column.sources, contract)
+        soonest = float(cached.expires[fresh].min()) if fresh.any() else math.inf
+        cached.column = MetricColumn(column.metric, column.values, column.observed_at, column.fetched_at, fresh,
+                                     column.sources, contract)
+        # A margin before the expiry keeps float rounding (observed + maxAge vs now - observed) out of it.
+        cached.since, cached.until = now, soonest - _FRESHNESS_MARGIN
+        return cached.column
 
     def node_values(self, node: str) -> dict[str, dict[str, Any]]:
         """Every metric held for one node, with ages and freshness (for /values and explain)."""

@@ -36,6 +36,14 @@ class _Column:
     alive: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     size: int = 0
     rows_generation: int = -1
+    # The adjustment last computed (read-only; replaced, never changed in place, since a decision record
+    # may hold it) and the sample times it was computed against. A new placement updates its one row;
+    # anything else (a removal, new samples, nodes moving rows) recomputes it.
+    dense: FloatArray | None = None
+    dense_observed: FloatArray | None = None
+
+    def forget_dense(self) -> None:
+        self.dense = self.dense_observed = None
 
     def append(self, node: str, row: int, at: float, delta: float) -> int:
         if self.size == self.rows.shape[0]:
@@ -66,6 +74,10 @@ class InFlightLedgerStore:
         self._placements: dict[str, _Placement] = {}
         self._columns: dict[str, _Column] = {}
         self._table: NodeTable | None = None
+        # Placements forgotten so far (removed, replaced or aged out): a change on rows no assume touched,
+        # which ends opportunistic batches (an addition comes with an assume, on its own row).
+        self.removals = 0
+        self.appended: dict[str, int] = {}  # metric -> placements ever added for it (a batch reading it re-scores)
 
     def bind_table(self, table: NodeTable) -> None:
         """The table whose rows placements refer to (set by the first adjustment otherwise)."""
@@ -80,13 +92,33 @@ class InFlightLedgerStore:
             for metric, delta in deltas.items():
                 column = self._columns.setdefault(metric, _Column())
                 slots[metric] = column.append(node, row, when, delta)
+                self._add_to_dense(column, row, when, delta)
+                self.appended[metric] = self.appended.get(metric, 0) + 1
             self._placements[uid] = _Placement(node, when, slots)
+
+    def _add_to_dense(self, column: _Column, row: int, when: float, delta: float) -> None:
+        """The new placement's delta on its row, as the full computation would add it (last, in order)."""
+        dense, observed = column.dense, column.dense_observed
+        if dense is None or observed is None:
+            return
+        if self._table is None or column.rows_generation != self._table.rows_generation:
+            column.forget_dense()
+            return
+        if row < 0 or when < observed[row]:
+            return  # not a node, or already covered by its sample
+        updated = dense.copy()
+        updated[row] += delta
+        updated.flags.writeable = False
+        column.dense = updated
 
     def _remove(self, uid: str) -> None:
         placement = self._placements.pop(uid, None)
         if placement is not None:
+            self.removals += 1
             for metric, index in placement.slots.items():
-                self._columns[metric].alive[index] = False
+                column = self._columns[metric]
+                column.alive[index] = False
+                column.forget_dense()  # subtracting would not give the sum without it, bit for bit
 
     def remove(self, uid: str) -> None:
         with self._lock:
@@ -128,29 +160,38 @@ class InFlightLedgerStore:
             return counts
 
     def adjustment(self, metric: str, table: NodeTable, observed_at: FloatArray) -> FloatArray:
-        """Per row: the summed deltas of placements made after that row's sample was measured."""
+        """Per row: the summed deltas of placements made after that row's sample was measured (read-only;
+        the same array until a placement, a removal or new samples change it)."""
         with self._lock:
             if self._table is not table:
                 self._table = table
                 for each in self._columns.values():
                     each.rows_generation = -1
+                    each.forget_dense()
             found = self._columns.get(metric)
-            if found is None or found.size == 0:
-                return np.zeros(table.capacity)
+            if found is None:
+                found = self._columns[metric] = _Column()
             column = found
             if column.rows_generation != table.rows_generation:
                 # Nodes came or went since: look the rows up again (rare).
                 column.rows[: column.size] = [table.index.get(n, -1) for n in column.nodes]
                 column.rows_generation = table.rows_generation
+                column.forget_dense()
+            if (column.dense is not None and column.dense_observed is observed_at
+                    and column.dense.shape[0] == table.capacity):
+                return column.dense
             rows = column.rows[: column.size]
             live = column.alive[: column.size] & (rows >= 0)
             rows = rows[live]
             times = column.times[: column.size][live]
             deltas = column.deltas[: column.size][live]
-        if rows.size == 0:
-            return np.zeros(table.capacity)
-        # a sample taken at the bind instant cannot show it yet
-        uncovered = times >= observed_at[rows]
-        adjusted: FloatArray = np.bincount(rows[uncovered], weights=deltas[uncovered], minlength=table.capacity)[
-            : table.capacity].astype(np.float64)
-        return adjusted
+            if rows.size == 0:
+                adjusted: FloatArray = np.zeros(table.capacity)
+            else:
+                # a sample taken at the bind instant cannot show it yet
+                uncovered = times >= observed_at[rows]
+                adjusted = np.bincount(rows[uncovered], weights=deltas[uncovered], minlength=table.capacity)[
+                    : table.capacity].astype(np.float64)
+            adjusted.flags.writeable = False
+            column.dense, column.dense_observed = adjusted, observed_at
+            return adjusted

@@ -595,17 +595,32 @@ def test_metrics_api_sync_needs_configuration(ctl: EmulatorControl) -> None:
 
 
 # -- scale -----------------------------------------------------------------------------------------------
-def test_5000_nodes_render_well_under_a_second(server: EmulatorServer, clock: Clock) -> None:
+def test_5000_nodes_render_from_templates_built_once(server: EmulatorServer, clock: Clock,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What keeps a 5,000-node scrape cheap: the lines are templates built once per fleet, and each render only
+    fills in the values (bench/sources_bench.py measures the time; a timed unit test would only be flaky)."""
+    from devcluster.emulator.exposition import Renderer
+
+    built: list[str] = []
+    original = Renderer.render
+
+    def counting(self: Renderer, view: Any, sample: Any) -> bytes:
+        before = self._key
+        body = original(self, view, sample)
+        if self._key != before:
+            built.append(type(self).__name__)
+        return body
+
+    monkeypatch.setattr(Renderer, "render", counting)
     emulator = server.emulator
     emulator.register({"nodes": [{"name": f"node-{i}", "ip": f"10.242.{i >> 8}.{i & 255}", "gpus": 8}
                                  for i in range(5000)]})
     for endpoint in ("dcgm", "node-exporter", "opencost"):
         emulator.exposition(endpoint)  # builds the templates once per fleet
+    first = len(built)
+    assert first == 3, built  # one build per endpoint's renderer
     clock.t += 1
     for endpoint in ("dcgm", "node-exporter", "opencost"):
-        started = time.perf_counter()
-        body = emulator.exposition(endpoint)
-        elapsed = time.perf_counter() - started
-        assert elapsed < 1.0, f"{endpoint} took {elapsed:.2f}s"
-        assert body
+        assert emulator.exposition(endpoint)
+    assert len(built) == first, built  # the same fleet: the values change, the templates do not
     assert emulator.exposition("dcgm").count(b"\nDCGM_FI_DEV_GPU_TEMP{") == 40000

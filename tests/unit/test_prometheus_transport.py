@@ -204,8 +204,11 @@ def test_the_engine_active_preset_works_on_mig_and_is_a_ratio() -> None:
     preset = PRESETS["dcgm_gpu_engine_active"]
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in preset.query and preset.unit == "ratio 0-1"
     assert preset.aggregation == "avg"
-    # A MIG instance's series differ from its siblings by GPU_I_ID/GPU_I_PROFILE: averaged per node.
-    assert "GPU_I_ID" in preset.query and "GPU_I_PROFILE" in preset.timestamp_query
+    # A MIG instance's series differ from its siblings by GPU_I_ID/GPU_I_PROFILE: aggregated `by` the node
+    # labels, every GPU and MIG instance of a node is averaged into one series.
+    query, timestamp_query = preset.render()
+    assert query.startswith("avg by (node, ") and timestamp_query.startswith("min by (node, ")
+    assert "GPU_I_ID" not in query
     assert PRESETS["dcgm_gpu_util"].unit == "%"
     src = from_config("p", {"url": "http://p", "metrics": [{"name": "u", "preset": "dcgm_gpu_engine_active",
                                                              "scale": 100}]}, SourceContext(Path(".")))

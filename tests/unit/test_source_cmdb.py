@@ -292,7 +292,7 @@ def test_netbox_preset_sees_emulator_faults(emulator: tuple[EmulatorServer, Emul
     control.set_fault("cmdb", bad_auth=True)
     result = src.poll(NODES)
     assert result is not None
-    assert result.errors["hourly_cost"].startswith(f"GET {server.url}/api/dcim/devices/?limit=500: HTTP 401")
+    assert result.errors["hourly_cost"].startswith(f"GET {server.url}/api/dcim/devices/?limit=1000: HTTP 401")
 
     control.set_fault("cmdb", status=503)
     with pytest.raises(SourceError, match=r"HTTP 503 \(2 attempts\)"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -12,7 +13,9 @@ import pytest
 
 from adapters.http_common import SourceError
 from adapters.metrics_server import MetricsServerSource, from_config
+from adapters.metrics_server.source import _utilisation
 from metrics_sched.config import ConfigError
+from metrics_sched.model.quantity import QuantityError, parse_quantity
 from metrics_sched.ports import NodeDirectory
 from metrics_sched.telemetry import SourceContext
 
@@ -158,3 +161,29 @@ def test_config_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:
         from_config("ms", spec, SourceContext(Path("."), httpx.Client))
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("raw", ["287982098n", "1156520Ki", "2", "0", "1500m", "3u", "7k", "5Mi", "4Gi", "1Ei",
+                                 "99999999999999999999999n", "1.5", "2e3", "-5", "+7", "0.25Gi", " 5", "5 "])
+@pytest.mark.parametrize("allocatable", [4.0, 0.1, 3.7, 256.0 * 2**30, 1e-9])
+def test_the_plain_quantity_fast_path_equals_exact_fraction_arithmetic(raw: str, allocatable: float) -> None:
+    dropped: Counter[str] = Counter()
+    got = _utilisation(raw, allocatable, dropped)
+    try:
+        usage = parse_quantity(raw)
+    except QuantityError:
+        assert got is None and dropped == {"malformed": 1}
+        return
+    if usage < 0:
+        assert got is None and dropped == {"negative": 1}
+    else:
+        assert got == float(usage / Fraction(allocatable)) and not dropped
+
+
+def test_items_sharing_a_timestamp_and_bad_ones_are_still_counted() -> None:
+    body = node_metrics(item("n1", "500m", "1Gi"), item("n2", "1", "2Gi"), item("n1", "250m", "1Gi", "yesterday"),
+                        item("n2", "x", "-1Gi"))
+    src = make(lambda request: httpx.Response(200, json=body))
+    result = src.fetch(NODES)
+    assert len(result.samples) == 4 and {s.observed_at for s in result.samples} == {1714557600.0}
+    assert result.dropped == {"no_timestamp": 1, "malformed": 1, "negative": 1}

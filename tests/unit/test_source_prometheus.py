@@ -22,9 +22,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from adapters.http_common import SourceError
-from adapters.prometheus import PRESETS, PrometheusSource, from_config
+from adapters.prometheus import PRESETS, PrometheusSource, from_config, node_names
 from adapters.prometheus.config import is_plain_selector
-from adapters.prometheus.node_names import strip_port
+from adapters.prometheus.node_names import BUILT_IN_LABELS, NodeIndex, strip_port
 from adapters.prometheus.series import PART_LABEL, combined_query
 from devcluster.certs import generate_pki
 from metrics_sched.config import ConfigError
@@ -127,7 +127,7 @@ def test_each_metric_is_one_instant_query_carrying_values_and_their_timestamps(p
     assert result.queries == 2
     # (the queries of one refresh run concurrently, so their order is not fixed)
     assert sorted(s.query for s in prom.seen) == sorted([
-        combined_query(PRESETS["dcgm_gpu_temp"].query, PRESETS["dcgm_gpu_temp"].timestamp_query),
+        combined_query(*PRESETS["dcgm_gpu_temp"].render()),
         combined_query(PRESETS["node_load_per_cpu"].query, "timestamp(node_load1)"),
     ])
     gpu_query = src.query_for("gpu_temp")
@@ -136,9 +136,20 @@ def test_each_metric_is_one_instant_query_carrying_values_and_their_timestamps(p
 
 
 def test_presets_keep_node_labels_and_time_computed_values_from_raw_selectors() -> None:
+    every_node_label = ", ".join(BUILT_IN_LABELS)
     for name, preset in PRESETS.items():
-        assert " by (" not in preset.query, name  # `by` would aggregate the node labels away
-        assert preset.timestamp_query.count("timestamp(") == 1, name
+        query, timestamp_query = preset.render()
+        # An aggregation keeps every label the node resolver reads (`by` them, or `without` others).
+        assert f" by ({every_node_label}) (" in query or " by (" not in query, name
+        assert (" by (" in query) == (" by (" in timestamp_query), name  # both halves keep the same labels
+        assert timestamp_query.count("timestamp(") == 1, name
+    # Configured node labels come first and join the `by` list.
+    query, timestamp_query = PRESETS["dcgm_gpu_temp"].render(("k8s_node", "node"))
+    assert query == f"max by (k8s_node, {every_node_label}) (DCGM_FI_DEV_GPU_TEMP < 1e+14)"
+    assert timestamp_query == f"min by (k8s_node, {every_node_label}) (timestamp(DCGM_FI_DEV_GPU_TEMP))"
+    assert PRESETS["opencost_node_hourly_cost"].render() == (
+        f"max by ({every_node_label}) (node_total_hourly_cost)",
+        f"min by ({every_node_label}) (timestamp(node_total_hourly_cost))")
     assert PRESETS["node_cpu_utilisation"].timestamp_query == \
         'min without (cpu, mode) (timestamp(node_cpu_seconds_total{mode="idle"}))'
     assert PRESETS["dcgm_gpu_util"].aggregation == "avg"
@@ -273,6 +284,51 @@ def test_malformed_elements_are_counted_and_the_rest_used(prom: FakePrometheus) 
     assert result.dropped == {"malformed": 3}
 
 
+def test_the_decoded_answer_is_used_without_copies_yet_odd_elements_are_still_sorted_out(
+        prom: FakePrometheus) -> None:
+    # Elements are taken from the decoded body as they are; only an element with a label that is not a string
+    # is copied (with string labels), and one whose value is not a number is counted, not fatal.
+    body = same_stamps([({"node": "n1"}, 1), ({"hostname": "n2"}, "NaN"), ({"node": "n3"}, "+Inf")])
+    body["data"]["result"] += [
+        {"metric": {"node": 4, PART_LABEL: "v"}, "value": [EVAL_TIME, "4"]},  # node "4": unknown, counted
+        {"metric": {"node": "n5", PART_LABEL: "v"}, "value": [EVAL_TIME, None]},  # no number
+        {"metric": {"node": "n5", PART_LABEL: "v"}, "value": "5"},  # not a pair
+        {"metric": ["node", "n5"], "value": [EVAL_TIME, "5"]},  # labels not a mapping
+        {"metric": {"node": "n6", PART_LABEL: "x"}, "value": [EVAL_TIME, "6"]},  # neither half
+    ]
+    prom.replies["x"] = (200, body)
+    src = source(prom, [{"name": "x", "query": "x"}])
+    result = src.fetch(NODES)
+    assert [(s.node, s.value, s.observed_at) for s in result.samples] == [("n1", 1.0, T_SAMPLE)]
+    assert result.dropped == {"malformed": 4, "nan": 1, "inf": 1, "unknown_node": 1}
+    matching = result.series_matching["x"]
+    assert matching.matched == {"node": 2, "hostname": 1} and matching.unmatched == 1
+    assert matching.unmatched_examples == ({"node": "4"},)
+    # The same series again: node resolution is remembered per node-label values, with the same outcome.
+    assert src.fetch(NODES).dropped == result.dropped
+
+
+def test_unmatched_examples_keep_the_metric_name_but_not_the_part_marker(prom: FakePrometheus) -> None:
+    prom.replies["x"] = (200, same_stamps([({"node": "elsewhere", "job": "j"}, 1)]))
+    result = source(prom, [{"name": "x", "query": "x"}]).fetch(NODES)
+    assert result.series_matching["x"].unmatched_examples == ({"__name__": "m", "node": "elsewhere", "job": "j"},)
+
+
+def test_remembered_node_resolution_matches_resolve_and_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = NodeIndex(NODES)
+    series: list[dict[str, str]] = [
+        {"node": "n1"}, {"instance": "10.0.0.4:9100"}, {"instance": "n5:9100", "job": "a"},
+        {"instance": "n5:9100", "job": "b"}, {"hostname": "nope"}, {"job": "x"}, {"k8s": "n2"}]
+    for configured in ((), ("k8s",)):
+        for labels in series + series:
+            assert index.resolve_cached(labels, configured) == index.resolve(labels, configured)
+    monkeypatch.setattr(node_names, "RESOLVED_LIMIT", 3)
+    small = NodeIndex(NODES)
+    for i in range(10):
+        small.resolve_cached({"node": f"n{i}"})
+        assert len(small._resolved) <= 3
+
+
 # -- failures --------------------------------------------------------------------------------------
 
 
@@ -297,6 +353,16 @@ def test_one_failing_metric_does_not_stop_the_others(prom: FakePrometheus) -> No
     health = src.health
     assert health.consecutive_failures == 0 and health.last_success is not None and health.up
     assert "bad_promql: HTTP 400" in health.last_error  # the partial failure stays visible
+
+
+def test_an_answer_without_data_result_fails_only_that_metric(prom: FakePrometheus) -> None:
+    prom.replies["nodata"] = (200, {"status": "success"})
+    prom.replies["listbody"] = (200, [1, 2])
+    prom.replies["good"] = (200, same_stamps([({"node": "n1"}, 42)]))
+    result = source(prom, [{"name": n, "query": n} for n in ("nodata", "listbody", "good")]).fetch(NODES)
+    assert result.errors == {"nodata": "malformed response: no data.result",
+                             "listbody": "malformed response: no data.result"}
+    assert [(s.metric, s.value) for s in result.samples] == [("good", 42)]
 
 
 def test_a_query_timeout_fails_only_that_metric(prom: FakePrometheus) -> None:

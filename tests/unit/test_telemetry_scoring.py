@@ -175,7 +175,7 @@ def test_ledger_entries_stop_counting_once_a_newer_sample_covers_them() -> None:
     ledger.add("uid1", "a", {"node_cpu_utilisation": 0.2}, at=NOW + 1)
     observed = np.full(table.capacity, NOW)
     assert ledger.adjustment("node_cpu_utilisation", table, observed)[table.index["a"]] == pytest.approx(0.2)
-    observed[:] = NOW + 2  # a sample measured after the placement covers it
+    observed = np.full(table.capacity, NOW + 2)  # a sample measured after the placement covers it (a new column)
     assert ledger.adjustment("node_cpu_utilisation", table, observed)[table.index["a"]] == 0.0
 
 

@@ -1,0 +1,99 @@
+"""The end-to-end part of the bench report: a markdown table per size (median and min-max of each figure,
+CPU-ms per pod first, ratios to the best kube-scheduler contender and to kube-tuned, the ceiling's validity,
+every run that failed) and the chart's panels (pods/s and CPU-ms/pod with min-max bars).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SHORT = {"kube-default": "kube default", "kube-tuned": "kube tuned", "kube-tuned-100": "kube tuned 100%",
+         "ms-resources": "ms resources", "ms-all": "ms every metric", "ceiling": "ceiling"}
+COLOURS = {"kube-default": "#999999", "kube-tuned": "#555555", "kube-tuned-100": "#777777",
+           "ms-resources": "#4a90d9", "ms-all": "#1f5fa8", "ceiling": "#2a9d2a"}
+
+
+def cell(value: dict[str, float] | None, digits: int = 1) -> str:
+    """`median (min-max)`; a dash when no run completed."""
+    if not value:
+        return "-"
+    if value["min"] == value["max"]:
+        return f"{value['median']:.{digits}f}"
+    return f"{value['median']:.{digits}f} ({value['min']:.{digits}f}-{value['max']:.{digits}f})"
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def heartbeat_note(method: dict[str, Any]) -> str:
+    hb = method.get("heartbeats") or {}
+    if not hb:
+        return ""
+    return (f"KWOK heartbeats as kubelets: node Leases of {hb['lease_duration_s']} s renewed every "
+            f"{hb['lease_renew_interval_s']:g} s ({hb['lease_updates_per_s']} updates/s), node status every "
+            f"~{hb['status_report_s'] / 60:g} min ({hb['status_updates_per_s']} updates/s)")
+
+
+def size_markdown(size: dict[str, Any]) -> list[str]:
+    head = f"**End to end, {size['nodes']:,} nodes / {size['pods']:,} pods per run**"
+    if size.get("error"):
+        return [head, "", f"Not measured: {size['error']}", ""]
+    method = size.get("method") or {}
+    lines = [head + f" — {size.get('reps')} repetitions, contenders interleaved; median (min-max) over the runs "
+             f"that completed; measured {size.get('date', '?')}" + ("" if size.get("complete") else
+                                                                     " (**incomplete**: the size did not finish)"),
+             "",
+             "| contender | CPU-ms/pod | pods/s | p50 ms | p99 ms | peak RSS MB | CPU vs best kube | pods/s vs best "
+             "kube | CPU vs kube tuned | pods/s vs kube tuned | runs ok |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in size["results"]:
+        best, tuned = r.get("vs_best_kube") or {}, r.get("vs_kube_tuned") or {}
+        label = r["label"] + (" ¹" if r.get("creation_bound") else "")
+        lines.append(f"| {label} | {cell(r['cpu_ms_per_pod'], 2)} | {cell(r['pods_per_second'])} | "
+                     f"{cell(r['latency_p50_ms'], 0)} | {cell(r['latency_p99_ms'], 0)} | {cell(r['peak_rss_mb'], 0)} | "
+                     f"{ratio(best.get('cpu_ms_per_pod'))} | {ratio(best.get('pods_per_second'))} | "
+                     f"{ratio(tuned.get('cpu_ms_per_pod'))} | {ratio(tuned.get('pods_per_second'))} | "
+                     f"{r['reps_ok']}/{r['reps']} |")
+    lines.append("")
+    comparison = size.get("comparison") or {}
+    notes = []
+    ceiling = comparison.get("ceiling") or {}
+    if ceiling.get("valid") is True:
+        notes.append("Ceiling valid: no contender bound pods faster than the bare bind loop.")
+    elif ceiling.get("valid") is False:
+        notes.append(f"**Ceiling invalid on this run**: {ceiling.get('reason')}.")
+    else:
+        notes.append(f"Ceiling not established: {ceiling.get('reason', 'not run')}.")
+    notes.append(f"Best kube-scheduler contender: {comparison.get('best_kube_throughput')} by pods/s, "
+                 f"{comparison.get('best_kube_cpu')} by CPU-ms/pod.")
+    if any(r.get("creation_bound") for r in size["results"]):
+        notes.append("¹ within 10 % of the rate the pod creator reached: the creator, not the contender, set its "
+                     "pods/s.")
+    rate = method.get("creation_rate")
+    if rate:
+        notes.append(f"Pods created at a paced {rate:g} pods/s. " + heartbeat_note(method) + ".")
+    if size.get("cut_short"):
+        notes.append(f"**Cut short by the time budget**: {size['cut_short']}.")
+    failed = [f"{r['contender']} repetition {run.get('rep')}: {run['status']} ({run.get('error')})"
+              for r in size["results"] for run in r["runs"] if run["status"] != "ok"]
+    if failed:
+        notes.append("Runs that did not complete (left out of the medians): " + "; ".join(failed) + ".")
+    return [*lines, " ".join(notes), ""]
+
+
+def panels(size: dict[str, Any], throughput_ax: Any, cpu_ax: Any) -> None:
+    """Draws a size's medians with min-max bars: pods/s on one axis, CPU-ms per pod on the other."""
+    results = [r for r in size.get("results", []) if r.get("pods_per_second")]
+    labels = [SHORT.get(r["contender"], r["contender"]) for r in results]
+    colours = [COLOURS.get(r["contender"], "#888888") for r in results]
+    for ax, figure, title in ((throughput_ax, "pods_per_second", "pods bound per second"),
+                              (cpu_ax, "cpu_ms_per_pod", "scheduler CPU-ms per pod (lower is better)")):
+        medians = [r[figure]["median"] if r.get(figure) else 0.0 for r in results]
+        low = [m - r[figure]["min"] if r.get(figure) else 0.0 for m, r in zip(medians, results, strict=True)]
+        high = [r[figure]["max"] - m if r.get(figure) else 0.0 for m, r in zip(medians, results, strict=True)]
+        bars = ax.bar(labels, medians, color=colours, yerr=[low, high], capsize=4)
+        ax.bar_label(bars, fmt="%.1f" if figure == "pods_per_second" else "%.2f", label_type="center",
+                     color="white", fontsize=9)
+        ax.set_title(f"{size['nodes']:,} nodes / {size['pods']:,} pods: {title}", fontsize=10)
+        ax.tick_params(axis="x", rotation=25, labelsize=8)

@@ -1,0 +1,181 @@
+"""The cost of refreshing the telemetry sources against the dev cluster (issue 18 item 6).
+
+Every source the dev cluster offers (Prometheus with the four telemetry metrics, the CMDB, the metrics
+API) is built from the same config the scheduler would get, warmed up (connections open, every metric
+covering the nodes), then refreshed N times: each source on its own, then all of them at once, one
+thread per source as MetricCache runs them. Reported per source: queries per refresh, wall and CPU
+seconds (this process, all threads) per refresh as median and spread (min-max), samples and errors;
+and the wall of the concurrent refresh of all sources, which is what one round costs the scheduler.
+
+    python -m bench.sources_bench --nodes 5000 [--repetitions 5] [--prometheus-timeout 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from devcluster import DevCluster
+from devcluster.kubeapi import Credentials, tls_context
+from metrics_sched.ports import FetchResult, NodeDirectory
+from metrics_sched.telemetry import PolledSource
+
+WARM_UP_TIMEOUT = 180.0
+
+
+def say(message: str) -> None:
+    print(f"[sources-bench] {message}", file=sys.stderr, flush=True)
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4)}
+
+
+def _directory(cluster: DevCluster) -> NodeDirectory:
+    return NodeDirectory(
+        names=frozenset(n.name for n in cluster.nodes),
+        by_internal_ip={n.internal_ip: n.name for n in cluster.nodes},
+        cpu_allocatable={n.name: float(n.cpu) for n in cluster.nodes},
+        memory_allocatable={n.name: 256.0 * 2**30 for n in cluster.nodes},
+    )
+
+
+def build(cluster: DevCluster, prometheus_timeout: float | None = None) -> list[PolledSource]:
+    """The sources the scheduler would build from the dev cluster's `sources:` entries (with Prometheus'
+    query timeout raised to `prometheus_timeout` seconds when given: a slow query is then measured, not cut)."""
+    from metrics_sched.cli.sources import build_sources
+    from metrics_sched.config import parse_config
+    from metrics_sched.framework.registry import Registry
+
+    specs = cluster.telemetry_sources(interval=5.0)
+    if prometheus_timeout is not None:
+        specs = [{**s, "timeout": f"{prometheus_timeout:g}s"} if s["type"] == "prometheus" else s for s in specs]
+    config = parse_config({"sources": specs}, Registry.default().catalog())
+    creds = Credentials.from_kubeconfig(cluster.kubeconfig)
+
+    def kube_http() -> httpx.Client:
+        return httpx.Client(base_url=creds.server, verify=tls_context(creds.ca_file),
+                            headers={"Authorization": f"Bearer {creds.token}"}, timeout=30)
+
+    return list(build_sources(config, cluster.run_dir, kube_http))
+
+
+def _covered(source: PolledSource, result: FetchResult, nodes: int) -> bool:
+    """Every metric of the source has a sample for every node (Prometheus' rates need two scrapes first)."""
+    per_metric: dict[str, int] = {}
+    for sample in result.samples:
+        per_metric[sample.metric] = per_metric.get(sample.metric, 0) + 1
+    return not result.errors and all(per_metric.get(m, 0) >= nodes for m in source.metrics())
+
+
+def warm_up(sources: Sequence[PolledSource], directory: NodeDirectory) -> None:
+    """Refreshes each source until it covers every node (or the timeout: then measured as it is, said so)."""
+    for source in sources:
+        deadline = time.monotonic() + WARM_UP_TIMEOUT
+        while True:
+            result = source.fetch(directory)
+            if _covered(source, result, len(directory.names)):
+                break
+            if time.monotonic() > deadline:
+                say(f"{source.name}: not covering every node after {WARM_UP_TIMEOUT:.0f}s "
+                    f"({len(result.samples)} samples, errors {result.errors}); measuring anyway")
+                break
+            time.sleep(1.0)
+
+
+def _timed(fetch: Callable[[], FetchResult]) -> tuple[FetchResult, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fetch()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def concurrent_refresh(sources: Sequence[PolledSource], directory: NodeDirectory) -> tuple[float, float]:
+    """(wall, CPU) of refreshing every source at once, one thread each (as MetricCache's refresh threads)."""
+    errors: list[BaseException] = []
+
+    def run(source: PolledSource) -> None:
+        try:
+            source.fetch(directory)
+        except BaseException as exc:  # noqa: BLE001 - reported after the join
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,), name=f"bench-{s.name}") for s in sources]
+    wall, cpu = time.perf_counter(), time.process_time()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - wall, time.process_time() - cpu
+    if errors:
+        raise RuntimeError(f"a source failed during the concurrent refresh: {errors[0]!r}")
+    return elapsed
+
+
+def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
+                 prometheus_timeout: float | None = None) -> dict[str, Any]:
+    """Per source: queries, wall/CPU per refresh (median and spread), samples; and the concurrent total."""
+    directory = _directory(cluster)
+    sources = build(cluster, prometheus_timeout)
+    try:
+        warm_up(sources, directory)
+        out: dict[str, Any] = {}
+        for source in sources:
+            runs = [_timed(functools.partial(source.fetch, directory)) for _ in range(repetitions)]
+            last = runs[-1][0]
+            out[source.name] = {
+                "queries": last.queries, "metrics": len(source.metrics()), "samples": len(last.samples),
+                "dropped": last.dropped, "errors": last.errors,
+                "wall_seconds": spread([r[1] for r in runs]), "cpu_seconds": spread([r[2] for r in runs]),
+            }
+        together = [concurrent_refresh(sources, directory) for _ in range(repetitions)]
+    finally:
+        for source in sources:
+            source.close()
+    sequential = sum(v["wall_seconds"]["median"] for v in out.values())
+    concurrent = spread([w for w, _ in together])
+    say(f"sources at {len(cluster.nodes)} nodes, {repetitions} refreshes each: " + ", ".join(
+        f"{k} {v['queries']} queries {v['wall_seconds']['median']:.3f}s "
+        f"[{v['wall_seconds']['min']:.3f}-{v['wall_seconds']['max']:.3f}] cpu {v['cpu_seconds']['median']:.3f}s"
+        for k, v in out.items())
+        + f"; all at once {concurrent['median']:.3f}s [{concurrent['min']:.3f}-{concurrent['max']:.3f}]")
+    return {
+        "nodes": len(cluster.nodes), "repetitions": repetitions, "prometheus_timeout": prometheus_timeout,
+        "sources": out,
+        "queries": sum(v["queries"] for v in out.values()),
+        # Each source alone, one after the other (the figure the issue started from).
+        "total_wall_seconds": round(sequential, 3),
+        # Every source at once: what one round of refreshes costs.
+        "concurrent_wall_seconds": concurrent,
+        "concurrent_cpu_seconds": spread([c for _, c in together]),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sources_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--prometheus-timeout", type=float, default=None,
+                        help="seconds per Prometheus query (default: the source's own, 2 s)")
+    args = parser.parse_args(argv)
+    say(f"dev cluster with {args.nodes} nodes")
+    # The shape e2e_bench measures in: no controller manager, 5 s scrapes, the metrics API every 15 s.
+    with DevCluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, scrape_interval=5.0,
+                    metrics_api_interval=15.0, with_controller_manager=False) as cluster:
+        print(json.dumps(sources_cost(cluster, args.repetitions, prometheus_timeout=args.prometheus_timeout),
+                         indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Opportunistic batching: the same decisions as the full cycle, and batches that really are used.
+
+The seeded scenario runs twice on the core bench's cluster (every built-in plugin, telemetry, ReplicaSets
+spread by PodTopologySpread's defaults): once with batching off, once on, the profile's random tie-break
+seeded alike. Between the pods: a node added, a node cordoned, a bound pod with inter-pod terms arriving,
+placed pods deleted, an assumed pod forgotten, a telemetry refresh and the clock moving past a value's
+maxAge. Every cycle's node, totals,
+score terms, candidates and rejection counts must be the same, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bench.core_bench import cluster, make_cluster
+from bench.scenario import Harness, build_scheduler, node_object, pod_object
+from metrics_sched.config import parse_config
+from metrics_sched.config.errors import ConfigError
+from metrics_sched.framework.batching import Batcher
+from metrics_sched.framework.registry import Registry
+from metrics_sched.framework.runtime import CycleResult
+from metrics_sched.framework.signature import template_of
+from metrics_sched.model.podinfo import PodInfo, parse_pod
+
+NODES = 120
+
+
+def _pod(i: int, kind: int) -> PodInfo:
+    name = f"t{kind}-{i:04d}"
+    if kind == 0:  # a plain Deployment-like pod without a known owner
+        return parse_pod(pod_object(name, cpu="100m", memory="500Mi"))
+    if kind == 1:  # a ReplicaSet's replica: PodTopologySpread's system defaults (re-run in full every cycle)
+        return parse_pod(pod_object(name, cpu="200m", memory="1Gi", owner="rs-01", labels={"app": "rs-01"}))
+    if kind == 2:  # GPU pods fill nodes (8 GPUs each): candidates drop out
+        return parse_pod(pod_object(name, cpu="1", memory="4Gi", gpus=1))
+    return parse_pod(pod_object(name, cpu="500m", memory="2Gi",  # tolerates the special nodes, prefers ssd
+                                tolerations=[{"key": "dedicated", "operator": "Equal", "value": "special",
+                                              "effect": "NoSchedule"}],
+                                affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                                    {"weight": 10, "preference": {"matchExpressions": [
+                                        {"key": "disk-type", "operator": "In", "values": ["ssd"]}]}}]}}))
+
+
+def _kinds(count: int) -> list[int]:
+    rng = np.random.default_rng(3)
+    kinds: list[int] = []
+    while len(kinds) < count:  # runs of one template, as controllers create them, interleaved
+        kinds.extend([int(rng.integers(0, 4))] * int(rng.integers(1, 30)))
+    return kinds[:count]
+
+
+def _events(harness: Harness) -> dict[int, Callable[[list[PodInfo]], None]]:
+    state, handlers = harness.scheduler.state, harness.scheduler.handlers
+    _, values = make_cluster(NODES, 0)
+
+    def add_node(_: list[PodInfo]) -> None:
+        handlers.on_node_event("ADDED", node_object("extra-0", cpu=64, memory_gib=256, gpus=8,
+                                                    labels={"topology.kubernetes.io/zone": "zone-a"}))
+
+    def cordon(_: list[PodInfo]) -> None:
+        handlers.on_node_event("MODIFIED", node_object("node-00007", cpu=32, memory_gib=128, gpus=8,
+                                                       unschedulable=True))
+
+    def delete_pods(placed: list[PodInfo]) -> None:
+        for info in placed[-40::7]:
+            state.remove_pod(info.uid)
+
+    def repel(_: list[PodInfo]) -> None:  # a bound pod whose anti-affinity keeps the ReplicaSet out of its zone
+        anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "rs-01"}}, "topologyKey": "topology.kubernetes.io/zone"}]},
+            "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"app": "none"}}, "topologyKey": "kubernetes.io/hostname"}}]}}
+        handlers.on_pod_event("ADDED", pod_object("repel", cpu="100m", memory="100Mi", node_name="node-00003",
+                                                  affinity=anti))
+
+    def forget(placed: list[PodInfo]) -> None:
+        state.forget(placed[-1].uid)
+
+    def refresh(_: list[PodInfo]) -> None:
+        harness.clock.now += 5.0
+        harness.feed({metric: {node: value * 1.1 for node, value in per.items()} for metric, per in values.items()})
+
+    def age(_: list[PodInfo]) -> None:
+        harness.clock.now += 3600.0  # past every maxAge: the values go stale, metric filters and scores change
+
+    return {60: add_node, 110: cordon, 140: repel, 170: delete_pods, 230: forget, 280: refresh, 330: delete_pods,
+            380: age, 430: refresh}
+
+
+def _run(batching: bool, count: int) -> tuple[list[CycleResult], Harness]:
+    harness = cluster(NODES, seed=0)
+    framework = harness.framework
+    if not batching:
+        framework.batcher = None
+    framework.random.seed(11)
+    state = harness.scheduler.state
+    events = _events(harness)
+    placed: list[PodInfo] = []
+    results = []
+    for i, kind in enumerate(_kinds(count)):
+        if i in events:
+            events[i](placed)
+        info = _pod(i, kind)
+        with state.lock:
+            result = framework.schedule(info, state.table)
+            if result.node is not None:
+                state.assume(info, result.node)
+        if result.node is not None:
+            placed.append(info)
+            for plugin in framework.reserves:
+                plugin.reserve(result.cycle, info, result.node)
+        results.append(result)
+    return results, harness
+
+
+def _decision(result: CycleResult) -> tuple[Any, ...]:
+    terms = tuple((t.plugin, t.weight, t.raw.tobytes(), t.normalized.tobytes(),
+                   tuple((e.metric, e.values[result.feasible_rows].tobytes(),
+                          None if e.in_flight is None else e.in_flight[result.feasible_rows].tobytes())
+                         for e in t.evidence))
+                  for t in result.terms)
+    return (result.node, result.row, result.status.code, result.total.tobytes(), result.feasible_rows.tobytes(),
+            dict(result.rejections), frozenset(result.rejected_by), terms)
+
+
+def test_batched_decisions_equal_unbatched_ones() -> None:
+    count = 480
+    plain, plain_harness = _run(False, count)
+    batched, harness = _run(True, count)
+    try:
+        assert len(plain) == len(batched) == count
+        for i, (a, b) in enumerate(zip(plain, batched, strict=True)):
+            assert _decision(a) == _decision(b), f"cycle {i} differs: {a.node} vs {b.node}"
+        batcher = harness.framework.batcher
+        assert isinstance(batcher, Batcher)
+        stats = batcher.stats
+        # Batches were used, and every kind of invalidation happened along the way.
+        assert stats.batched > count // 2, stats
+        assert stats.refused["cluster changed"] >= 2, stats  # node added, cordoned
+        assert stats.refused["telemetry ageing"] + stats.refused["cluster changed"] >= 4, stats
+        assert stats.refused["candidate no longer fits"] + stats.refused["changed row not a candidate"] >= 1, stats
+        assert sum(1 for r in plain if r.node is not None) > count * 0.9
+    finally:
+        plain_harness.stop()
+        harness.stop()
+
+
+def test_unbatchable_pods_run_the_full_cycle() -> None:
+    harness = cluster(40, seed=0)
+    try:
+        framework = harness.framework
+        state = harness.scheduler.state
+        host_path = {"name": "data", "hostPath": {"path": "/var/data"}}
+        nominated = pod_object("nominated", cpu="100m", memory="500Mi")
+        nominated["status"] = {"nominatedNodeName": "node-00001"}
+        assert template_of(parse_pod(nominated)) is None
+        for i in range(5):
+            anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+            info = parse_pod(pod_object(f"anti-{i}", cpu="100m", memory="500Mi", labels={"app": "anti"},
+                                        affinity=anti))
+            with state.lock:
+                result = framework.schedule(info, state.table)
+                assert result.node is not None
+                state.assume(info, result.node)
+        batcher = framework.batcher
+        assert isinstance(batcher, Batcher)
+        assert batcher.stats.batched == 0
+        assert batcher.stats.refused["template not seen recently"] == 1  # a batch is kept from the second pod on
+        assert batcher.stats.refused["InterPodAffinity filters on the cluster"] == 4
+        for i in range(2):  # a volume the volume plugins would check: no plugin signs it, from the second pod on
+            volume = parse_pod(pod_object(f"vol-{i}", cpu="100m", memory="500Mi", volumes=[host_path]))
+            with state.lock:
+                assert framework.schedule(volume, state.table).node is not None
+        assert batcher.stats.refused["VolumeRestrictions cannot sign"] == 1, batcher.stats
+    finally:
+        harness.stop()
+
+
+def test_batching_is_on_by_default_and_can_be_turned_off() -> None:
+    on = build_scheduler({"profiles": [{"schedulerName": "a"}, {"schedulerName": "b", "opportunisticBatching": False}]})
+    try:
+        assert isinstance(on.scheduler.frameworks["a"].batcher, Batcher)
+        assert on.scheduler.frameworks["b"].batcher is None
+    finally:
+        on.stop()
+    with pytest.raises(ConfigError) as raised:
+        parse_config({"profiles": [{"opportunisticBatching": "yes"}]}, Registry.default(third_party=False).catalog())
+    assert "opportunisticBatching" in str(raised.value)

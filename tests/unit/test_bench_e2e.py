@@ -1,0 +1,195 @@
+"""The end-to-end bench's arithmetic and report: figures from watch times, medians and spreads over the
+repetitions that completed, ratios to the best kube-scheduler contender, the ceiling's validity, the markdown
+and the chart; and the KWOK heartbeat stage it runs with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import e2e_report
+from bench.e2e_bench import CONTENDERS, KUBE_SETTINGS, another_rep_fits, compare, figures, summarize
+from bench.run import chart, markdown
+from devcluster.heartbeats import NodeHeartbeats
+
+pytestmark = pytest.mark.unit
+
+BY_KEY = {c.key: c for c in CONTENDERS}
+
+
+def run(contender: str, rep: int, pods_per_second: float, cpu_ms: float, status: str = "ok") -> dict[str, Any]:
+    return {"contender": contender, "rep": rep, "status": status, "error": None if status == "ok" else "boom",
+            "pods_per_second": pods_per_second, "cpu_ms_per_pod": cpu_ms, "latency_p50_ms": 100.0 * rep,
+            "latency_p99_ms": 300.0 * rep, "peak_rss_mb": 100.0 + rep, "creation_rate": 400.0}
+
+
+def sized(rates: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
+    """One summary per contender from (pods/s, CPU-ms/pod), three equal repetitions each."""
+    return [summarize(BY_KEY[key], [run(key, rep, pps, cpu) for rep in (1, 2, 3)]) for key, (pps, cpu) in
+            rates.items()]
+
+
+def test_the_contenders_are_the_issues() -> None:
+    assert [c.key for c in CONTENDERS] == ["kube-default", "kube-tuned", "kube-tuned-100", "ms-resources", "ms-all",
+                                           "ceiling"]
+    assert KUBE_SETTINGS["kube-default"] == (50, 100, None)  # kube-scheduler's own defaults
+    assert KUBE_SETTINGS["kube-tuned"][2] is None  # default adaptive percentageOfNodesToScore
+    assert KUBE_SETTINGS["kube-tuned-100"][2] == 100
+
+
+def test_figures_from_watch_arrival_times() -> None:
+    created = {f"p{i}": 10.0 + i * 0.01 for i in range(100)}  # 100 pods over 0.99 s
+    bound = {f"p{i}": created[f"p{i}"] + 0.05 + (0.5 if i == 99 else 0.0) for i in range(100)}
+    out = figures(created, bound, cpu_seconds=0.2, peak_rss=200 * 2**20)
+    assert out["bound"] == 100
+    assert out["cpu_ms_per_pod"] == 2.0
+    assert out["seconds"] == pytest.approx(1.54)
+    assert out["pods_per_second"] == pytest.approx(100 / 1.54, abs=0.1)
+    assert out["latency_p50_ms"] == pytest.approx(50.0)
+    assert out["latency_p99_ms"] > 50.0
+    assert out["peak_rss_mb"] == 200.0
+    assert out["creation_rate"] == pytest.approx(100 / 0.99, abs=0.1)
+
+
+def test_figures_of_a_run_that_bound_nothing() -> None:
+    out = figures({"p0": 1.0}, {}, cpu_seconds=0.5, peak_rss=0)
+    assert out["bound"] == 0 and out["cpu_ms_per_pod"] is None and out["pods_per_second"] is None
+
+
+def test_medians_and_spread_leave_out_runs_that_did_not_complete() -> None:
+    runs = [run("ms-all", 1, 100.0, 3.0), run("ms-all", 2, 120.0, 2.0), run("ms-all", 3, 500.0, 0.1, "timeout"),
+            run("ms-all", 4, 110.0, 4.0)]
+    summary = summarize(BY_KEY["ms-all"], runs)
+    assert summary["reps"] == 4 and summary["reps_ok"] == 3
+    assert summary["pods_per_second"] == {"median": 110.0, "min": 100.0, "max": 120.0}
+    assert summary["cpu_ms_per_pod"] == {"median": 3.0, "min": 2.0, "max": 4.0}
+    assert summary["runs"] == runs  # the failed run is kept, as measured
+    assert not summary["creation_bound"]
+
+
+def test_a_contender_near_the_creation_rate_is_creation_bound() -> None:
+    summary = summarize(BY_KEY["ceiling"], [run("ceiling", rep, 380.0, 0.5) for rep in (1, 2, 3)])
+    assert summary["creation_bound"]
+
+
+def test_no_completed_run_means_no_figure() -> None:
+    summary = summarize(BY_KEY["kube-default"], [run("kube-default", 1, 0.0, 0.0, "failed")])
+    assert summary["pods_per_second"] is None and summary["reps_ok"] == 0
+
+
+def test_ratios_to_the_best_kube_contender_and_to_kube_tuned() -> None:
+    results = sized({"kube-default": (50.0, 2.5), "kube-tuned": (200.0, 2.0), "kube-tuned-100": (80.0, 4.0),
+                     "ms-all": (100.0, 3.0), "ceiling": (300.0, 0.5)})
+    summary = compare(results)
+    assert summary["best_kube_throughput"] == "kube-tuned" and summary["best_kube_cpu"] == "kube-tuned"
+    ms_all = next(r for r in results if r["contender"] == "ms-all")
+    assert ms_all["vs_best_kube"] == {"pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
+    assert ms_all["vs_kube_tuned"] == {"pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
+    assert ms_all["throughput_vs_ceiling"] == pytest.approx(0.333)
+    assert summary["ceiling"]["valid"] is True and summary["ceiling"]["beaten_by"] == []
+
+
+def test_the_best_kube_contender_by_cpu_may_differ_from_the_fastest() -> None:
+    results = sized({"kube-default": (50.0, 1.0), "kube-tuned": (200.0, 2.0), "ceiling": (300.0, 0.5)})
+    summary = compare(results)
+    assert summary["best_kube_throughput"] == "kube-tuned" and summary["best_kube_cpu"] == "kube-default"
+    kube_tuned = next(r for r in results if r["contender"] == "kube-tuned")
+    assert kube_tuned["vs_best_kube"] == {"pods_per_second": 1.0, "cpu_ms_per_pod": 2.0}
+
+
+def test_a_contender_faster_than_the_ceiling_invalidates_it() -> None:
+    results = sized({"kube-tuned": (250.0, 2.0), "ms-all": (120.0, 3.0), "ceiling": (200.0, 0.5)})
+    ceiling = compare(results)["ceiling"]
+    assert ceiling["valid"] is False and ceiling["beaten_by"] == ["kube-tuned"]
+    text = "\n".join(e2e_report.size_markdown(size_report(results)))
+    assert "**Ceiling invalid on this run**: kube-tuned bound pods faster" in text
+
+
+def test_a_ceiling_that_did_not_run_is_not_called_valid() -> None:
+    results = sized({"kube-tuned": (250.0, 2.0)})
+    results.append(summarize(BY_KEY["ceiling"], [run("ceiling", 1, 0.0, 0.0, "failed")]))
+    assert compare(results)["ceiling"]["valid"] is None
+
+
+def size_report(results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"nodes": 500, "pods": 2000, "reps": 3, "complete": True, "date": "2026-12-01 19:00 UTC",
+            "method": {"creation_rate": 400.0, "heartbeats": {
+                "lease_duration_s": 40, "lease_renew_interval_s": 10.0, "status_report_s": 300.0,
+                "lease_updates_per_s": 50, "status_updates_per_s": 1.7}},
+            "results": results, "comparison": compare(results)}
+
+
+def test_markdown_shows_median_spread_cpu_ratios_and_failed_runs() -> None:
+    results = sized({"kube-default": (50.0, 2.5), "kube-tuned": (200.0, 2.0), "ceiling": (300.0, 0.5)})
+    ms_all = [run("ms-all", 1, 100.0, 3.0), run("ms-all", 2, 120.0, 2.5), run("ms-all", 3, 0.0, 0.0, "timeout")]
+    results.append(summarize(BY_KEY["ms-all"], ms_all))
+    report = {"quick": True, "machine": {"date": "d", "cores": 2, "cpu": "AMD EPYC", "memory_gb": 23.5,
+                                         "python": "3.11"}, "e2e": [size_report(results)]}
+    text = markdown(report, base="bench/results/")
+    row = next(line for line in text.splitlines() if line.startswith("| metrics-sched, every metric plugin"))
+    assert "| 2.75 (2.50-3.00) | 110.0 (100.0-120.0) |" in row
+    assert "| 1.38x | 0.55x | 1.38x | 0.55x | 2/3 |" in row  # vs kube-tuned, the best kube on both
+    assert "Ceiling valid" in text
+    assert "ms-all repetition 3: timeout (boom)" in text
+    assert "node Leases of 40 s renewed every 10 s (50 updates/s)" in text
+    assert "![pods/s and CPU-ms per pod, median with min-max bars](bench/results/latest.png)" in text
+
+
+def test_a_size_that_could_not_run_says_why() -> None:
+    text = "\n".join(e2e_report.size_markdown({"nodes": 5000, "pods": 10000, "error": "DevClusterError: no"}))
+    assert "Not measured: DevClusterError: no" in text
+
+
+def test_chart_draws_every_size_and_the_core(tmp_path: Path) -> None:
+    results = sized({"kube-tuned": (200.0, 2.0), "ms-all": (100.0, 3.0), "ceiling": (300.0, 0.5)})
+    report = {"machine": {"date": "d", "cores": 2}, "e2e": [size_report(results)],
+              "core": {"sizes": [{"nodes": 5000, "decisions_per_second": 900.0}]}}
+    chart(report, tmp_path / "latest.png")
+    assert (tmp_path / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_heartbeats_stage_posts_status_about_every_report_period() -> None:
+    heartbeats = NodeHeartbeats(lease_duration_seconds=40, status_report_seconds=300.0)
+    assert heartbeats.lease_renewals_per_node_per_second == 0.1  # a renewal every 10 s
+    stage = yaml.safe_load(heartbeats.status_stage())
+    assert stage["kind"] == "Stage" and stage["spec"]["resourceRef"] == {"apiGroup": "v1", "kind": "Node"}
+    delay = stage["spec"]["delay"]
+    # Uniform in [150 s, 450 s]: a mean of 300 s, the first round spread out instead of one burst.
+    assert (delay["durationMilliseconds"], delay["jitterDurationMilliseconds"]) == (150_000, 450_000)
+    assert "lastHeartbeatTime: {{ $now | Quote }}" in stage["spec"]["next"]["statusTemplate"]
+
+
+@pytest.mark.parametrize("kwargs", [{"lease_duration_seconds": 2}, {"status_report_seconds": 0},
+                                    {"lease_parallelism": 0}])
+def test_heartbeats_refuse_settings_kwok_cannot_run(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        NodeHeartbeats(**kwargs)
+
+
+def test_markdown_links_the_flame_graph_and_states_the_regression_check() -> None:
+    report = {"quick": False, "machine": {"date": "d", "cores": 2, "cpu": "AMD EPYC", "memory_gb": 23.5,
+                                          "python": "3.11"},
+              "flame": {"file": "flame-5000.svg", "this_run": True},
+              "regression": {"ok": True, "message": "no regression: core decisions/s at 5000 nodes: ..."}}
+    text = markdown(report, base="bench/results/")
+    assert "[flame graph of the core at 5,000 nodes](bench/results/flame-5000.svg)" in text
+    assert "not this run" not in text
+    assert "Regression check: no regression: core decisions/s at 5000 nodes" in text
+    report["flame"] = {"file": "flame-5000.svg", "this_run": False}
+    assert "made by the last `make bench`, not this run" in markdown(report)
+
+
+def test_a_repetition_starts_only_if_it_fits_the_time_budget() -> None:
+    assert another_rep_fits(0, elapsed=10_000.0, longest=0.0, budget=60.0)  # the first always runs
+    assert another_rep_fits(1, elapsed=100.0, longest=100.0, budget=None)
+    assert another_rep_fits(1, elapsed=100.0, longest=100.0, budget=200.0)
+    assert not another_rep_fits(2, elapsed=150.0, longest=100.0, budget=200.0)
+
+
+def test_a_size_cut_short_says_so() -> None:
+    report = size_report(sized({"kube-tuned": (200.0, 2.0), "ceiling": (300.0, 0.5)}))
+    report["cut_short"] = "1 of 3 repetitions: another would end past this size's time budget of 720s"
+    assert "**Cut short by the time budget**: 1 of 3 repetitions" in "\n".join(e2e_report.size_markdown(report))
