@@ -227,13 +227,14 @@ def start_contender(cluster: DevCluster, contender: Contender) -> tuple[str, int
                                                   str(path), "--kubeconfig", str(cluster.kubeconfig),
                                                   "--log-format", "text", "--log-level", "warning"])
     url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 120, contender.key,
+    # Generous: at 5,000 nodes on a busy machine the initial sync and the first telemetry rounds take minutes.
+    wait_until(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 300, contender.key,
          lambda: cluster.group.check(contender.key))
     if contender.key == "ms-all":
         def telemetry() -> bool:
             sources = httpx.get(f"{url}/sources", timeout=5).json()
             return all(s["up"] for s in sources.values())
-        wait_until(telemetry, 120, "every telemetry source up", lambda: cluster.group.check(contender.key))
+        wait_until(telemetry, 300, "every telemetry source up", lambda: cluster.group.check(contender.key))
     return contender.key, managed.pid, lambda: cluster.group.stop(contender.key), url
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
+from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.ports import EventSeries, FetchResult, KubeObject, Sample, SchedulingEvent
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.telemetry import MetricCache, SourceHealth
@@ -92,6 +93,19 @@ class Harness:
         samples = [Sample(metric, node, float(value), observed) for metric, per in values.items()
                    for node, value in per.items()]
         self.cache.ingest(SOURCE, FetchResult(samples, {}, {}), fetched_at=self.clock.now)
+
+    def place(self, pod: PodInfo) -> Any:
+        """One pod's scheduling cycle and assume under the state lock, then its Reserve plugins (no bind): the
+        state moves on as in the loop. Returns the CycleResult."""
+        framework, state = self.framework, self.scheduler.state
+        with state.lock:
+            result = framework.schedule(pod, state.table)
+            if result.node is not None:
+                state.assume(pod, result.node)
+        if result.node is not None:
+            for plugin in framework.reserves:
+                plugin.reserve(result.cycle, pod, result.node)
+        return result
 
     def stop(self) -> None:
         self.scheduler.stop(drain_timeout=60)

@@ -42,6 +42,7 @@ import numpy as np
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.interfaces import (
     FilterPlugin,
+    Normalized,
     Plugin,
     PreFilterPlugin,
     PreScorePlugin,
@@ -357,7 +358,8 @@ class Batcher:
             ledger.update((m, appended.get(m, 0)) for m in metrics)
             scorer = scorers[term.plugin]
             terms.append(_Term(term, scorer, term.plugin in cluster, bool(scope.reads & Reads.PODS), metrics,
-                               bool(np.isnan(term.normalized).any()), type(scorer).normalize in _PER_NODE_NORMALIZE))
+                               scorer.normalized is not Normalized.COMPLETE and bool(np.isnan(term.normalized).any()),
+                               type(scorer).normalize in _PER_NODE_NORMALIZE))
         self._batches.append(_Batch(
             template=template, validity=self._validity(table), deadline=deadline, stamp=stamp,
             cycle=result.cycle.clone(), filter_skipped=filter_skipped, score_skipped=frozenset(result.skipped),
@@ -377,14 +379,7 @@ class Batcher:
         reader = self.framework.handle.metrics
         if not isinstance(reader, MetricCache):
             return None
-        deadline = float(np.inf)
-        for metric in dict.fromkeys(metrics):
-            column = reader.column(metric, table)
-            contract = column.contract
-            expires = np.minimum(column.observed_at + contract.max_age, column.fetched_at + contract.ttl)[column.fresh]
-            if expires.size:
-                deadline = min(deadline, float(expires.min()))
-        return deadline
+        return min(reader.fresh_until(metric, table) for metric in dict.fromkeys(metrics))
 
 
 def _row_total(terms: Sequence[_Term], position: int) -> float:

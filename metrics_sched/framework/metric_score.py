@@ -65,10 +65,11 @@ class Scale:
             low, high = float(finite.min()), float(finite.max())
             if high == low:
                 return np.where(np.isfinite(values), 100.0, np.nan)
-        with np.errstate(invalid="ignore"):
-            scaled = np.clip(values, low, high)
-            scaled -= low
-            scaled /= high - low
+        # NaN passes through these without a warning (no errstate: entering one costs more than the arithmetic on a
+        # few patched rows).
+        scaled = np.clip(values, low, high)
+        scaled -= low
+        scaled /= high - low
         if better == "lower":
             np.subtract(1.0, scaled, out=scaled)
         scaled *= 100.0
@@ -158,6 +159,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         self._terms = tuple(self.make_terms())
         self._memos: dict[tuple[str, bool], _Memo] = {}
         self._combined: tuple[tuple[object, ...], FloatArray] | None = None  # all terms pointwise: their mean
+        self._scope: BatchScope | None = None
 
     def _memo(self, metric: str, table: NodeTable, with_ledger: bool) -> _Memo:
         column = self.handle.metrics.column(metric, table)
@@ -215,10 +217,12 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """Opportunistic batching: reads its metrics (a refresh or a value going stale ends batches), the node's
         allocatable (per-resource terms) and, where the ledger applies, the in-flight entries on the node."""
-        reads = Reads.NODE | Reads.TELEMETRY
-        scoring = reads | (Reads.LEDGER if any(term.ledger for term in self.terms()) else Reads.NONE)
-        filtering = reads | (Reads.LEDGER if self.filter_with_ledger else Reads.NONE)
-        return BatchScope(scoring, tuple(dict.fromkeys(term.metric for term in self.terms())), filtering)
+        if self._scope is None:  # the same for every pod: built once
+            reads = Reads.NODE | Reads.TELEMETRY
+            scoring = reads | (Reads.LEDGER if any(term.ledger for term in self.terms()) else Reads.NONE)
+            filtering = reads | (Reads.LEDGER if self.filter_with_ledger else Reads.NONE)
+            self._scope = BatchScope(scoring, tuple(dict.fromkeys(term.metric for term in self.terms())), filtering)
+        return self._scope
 
     def metrics_changed(self, table: NodeTable) -> bool:
         # Thresholds (or a deny-on-missing contract) can admit a node after a refresh: let parked pods retry.
@@ -235,15 +239,14 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             if term.filter_above is None and term.filter_below is None and not deny:
                 continue
             read = self._memo(term.metric, table, self.filter_with_ledger).read
-            with np.errstate(invalid="ignore"):
-                if term.filter_above is not None:
-                    reasons[f"node(s) had {term.metric} above {term.filter_above:g}"] = over = (
-                        read.values > term.filter_above)
-                    feasible &= ~over
-                if term.filter_below is not None:
-                    reasons[f"node(s) had {term.metric} below {term.filter_below:g}"] = under = (
-                        read.values < term.filter_below)
-                    feasible &= ~under
+            if term.filter_above is not None:
+                reasons[f"node(s) had {term.metric} above {term.filter_above:g}"] = over = (
+                    read.values > term.filter_above)
+                feasible &= ~over
+            if term.filter_below is not None:
+                reasons[f"node(s) had {term.metric} below {term.filter_below:g}"] = under = (
+                    read.values < term.filter_below)
+                feasible &= ~under
             if deny:
                 reasons[f"node(s) had no fresh {term.metric}"] = read.missing
                 feasible &= ~read.missing

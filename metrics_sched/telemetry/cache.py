@@ -75,6 +75,7 @@ class _CachedColumn:
     expires: FloatArray  # per row, when its value stops being fresh (-inf without one)
     since: float = math.inf
     until: float = -math.inf
+    soonest: float = math.inf  # the earliest expiry among the fresh rows (inf: none)
 
 
 class MetricCache:
@@ -294,8 +295,13 @@ class MetricCache:
         cached.column = MetricColumn(column.metric, column.values, column.observed_at, column.fetched_at, fresh,
                                      column.sources, contract)
         # A margin before the expiry keeps float rounding (observed + maxAge vs now - observed) out of it.
-        cached.since, cached.until = now, soonest - _FRESHNESS_MARGIN
+        cached.since, cached.until, cached.soonest = now, soonest - _FRESHNESS_MARGIN, soonest
         return cached.column
+
+    def fresh_until(self, metric: str, table: NodeTable) -> float:
+        """When the first of the metric's values fresh now goes stale (inf: none will), as the column judges it."""
+        self.column(metric, table)
+        return self._columns[metric].soonest
 
     def node_values(self, node: str) -> dict[str, dict[str, Any]]:
         """Every metric held for one node, with ages and freshness (for /values and explain)."""

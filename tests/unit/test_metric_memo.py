@@ -16,8 +16,7 @@ pytestmark = pytest.mark.unit
 def _cycles(forget: bool, pods: int = 120) -> list[tuple[str | None, list[np.ndarray]]]:
     harness = cluster(300, seed=3)
     try:
-        framework, state = harness.framework, harness.scheduler.state
-        metric_plugins = [p for p in framework.instances.values() if isinstance(p, MetricScorePlugin)]
+        metric_plugins = [p for p in harness.framework.instances.values() if isinstance(p, MetricScorePlugin)]
         assert metric_plugins
         out = []
         for i in range(pods):
@@ -25,14 +24,7 @@ def _cycles(forget: bool, pods: int = 120) -> list[tuple[str | None, list[np.nda
                 for plugin in metric_plugins:
                     plugin._memos.clear()
                     plugin._combined = None
-            info = parse_pod(make_pod(i))
-            with state.lock:
-                result = framework.schedule(info, state.table)
-                if result.node is not None:
-                    state.assume(info, result.node)
-            if result.node is not None:
-                for plugin in framework.reserves:  # the ledger's entry: the next cycle's patch
-                    plugin.reserve(result.cycle, info, result.node)
+            result = harness.place(parse_pod(make_pod(i)))  # Reserve adds the ledger's entry: the next cycle's patch
             out.append((result.node, [t.normalized for t in result.terms] + [result.total]))
         return out
     finally:

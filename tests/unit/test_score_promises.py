@@ -41,19 +41,12 @@ def _shaped(i: int) -> dict[str, Any]:
 def test_builtin_score_plugins_keep_their_promise() -> None:
     harness = cluster(200, seed=7)
     try:
-        framework, state = harness.framework, harness.scheduler.state
-        promises = {scorer.name: scorer.normalized for scorer, _ in framework.scores}
+        promises = {scorer.name: scorer.normalized for scorer, _ in harness.framework.scores}
         assert Normalized.UNCHECKED not in promises.values(), promises  # every built-in one promises something
         seen: set[str] = set()
         for i in range(160):
             info = parse_pod(_shaped(i))
-            with state.lock:
-                result = framework.schedule(info, state.table)
-                if result.node is not None:
-                    state.assume(info, result.node)
-            if result.node is not None:
-                for plugin in framework.reserves:
-                    plugin.reserve(result.cycle, info, result.node)
+            result = harness.place(info)
             for term in result.terms:
                 seen.add(term.plugin)
                 values = term.normalized
