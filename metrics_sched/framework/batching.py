@@ -50,7 +50,7 @@ from metrics_sched.framework.interfaces import (
     ScorePlugin,
     unchanged,
 )
-from metrics_sched.framework.runtime import CycleResult, Framework, ScoreTerm, _bounded
+from metrics_sched.framework.runtime import CycleResult, Framework, ScoreTerm, normalize_scores
 from metrics_sched.framework.scoring import WeightedMean
 from metrics_sched.framework.signature import BatchScope, Reads, template_of
 from metrics_sched.framework.status import Code, Status
@@ -289,9 +289,9 @@ class Batcher:
                 raw = old.raw.copy()
                 raw[positions] = fresh
             if entry.per_node and not entry.cluster:
-                # The cycle's _bounded() maps each value on its own too (NaN for anything not finite, else
+                # The cycle's bounding maps each value on its own too (NaN for anything not finite, else
                 # clipped to 0-100): the changed rows alone give their values, the others keep theirs.
-                changed, changed_gaps = _bounded(np.asarray(scorer.normalize(fresh), dtype=np.float64))
+                changed, changed_gaps = normalize_scores(scorer, fresh)
                 result.timings.append((scorer.name, "Score", clock() - started, "Success"))
                 moved = moved or not np.array_equal(old.normalized[positions], changed, equal_nan=True)
                 normalized = old.normalized.copy()
@@ -301,7 +301,7 @@ class Batcher:
                 terms.append(_Term(ScoreTerm(old.plugin, old.weight, raw, normalized, detail.evidence), scorer,
                                    entry.cluster, entry.pods, entry.ledger, entry.gaps or changed_gaps, True))
                 continue
-            normalized, gaps = _bounded(np.asarray(scorer.normalize(raw), dtype=np.float64))
+            normalized, gaps = normalize_scores(scorer, raw)
             result.timings.append((scorer.name, "Score", clock() - started, "Success"))
             if not whole:
                 kept = old.normalized.copy()

@@ -65,7 +65,7 @@ from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, Node
 if TYPE_CHECKING:
     from metrics_sched.framework.batching import Batcher
 
-__all__ = ["CycleResult", "Framework", "ScoreTerm", "WhatIf"]
+__all__ = ["CycleResult", "Framework", "ScoreTerm", "WhatIf", "normalize_scores"]
 
 log = logging.getLogger(__name__)
 P = TypeVar("P", bound=Plugin)
@@ -146,6 +146,18 @@ _PRE = frozenset({Code.SUCCESS, Code.SKIP, Code.ERROR}) | _REJECTIONS
 _RESERVE = frozenset({Code.SUCCESS, Code.ERROR}) | _REJECTIONS
 _PERMIT = frozenset({Code.SUCCESS, Code.SKIP, Code.WAIT, Code.ERROR}) | _REJECTIONS
 _BIND = frozenset({Code.SUCCESS, Code.SKIP, Code.PENDING, Code.ERROR}) | _REJECTIONS
+
+
+def normalize_scores(scorer: ScorePlugin, raw: FloatArray) -> tuple[FloatArray, bool]:
+    """The plugin's normalize() of `raw`, held to 0-100 unless the plugin promises it (`scorer.normalized`), and
+    whether it has NaN: the cycle's normalisation, which a batched cycle repeats on the rows that changed."""
+    normalized = np.asarray(scorer.normalize(raw), dtype=np.float64)
+    promise = scorer.normalized
+    if promise is Normalized.COMPLETE:
+        return normalized, False
+    if promise is Normalized.IN_RANGE:
+        return normalized, bool(np.isnan(normalized).any())
+    return _bounded(normalized)
 
 
 def _bounded(normalized: FloatArray) -> tuple[FloatArray, bool]:
@@ -412,14 +424,7 @@ class Framework:
             scored = scorer.score(cycle, pod, table, rows)
             detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
             raw = np.asarray(detail.scores, dtype=np.float64)
-            normalized = np.asarray(scorer.normalize(raw), dtype=np.float64)
-            promise = scorer.normalized
-            if promise is Normalized.COMPLETE:
-                gaps = False
-            elif promise is Normalized.IN_RANGE:
-                gaps = bool(np.isnan(normalized).any())
-            else:
-                normalized, gaps = _bounded(normalized)
+            normalized, gaps = normalize_scores(scorer, raw)
             result.terms.append(ScoreTerm(scorer.name, weight, raw, normalized, detail.evidence))
             mean.add(normalized, weight, gaps=gaps)
             result.timings.append((scorer.name, "Score", clock() - started, "Success"))

@@ -71,10 +71,9 @@ _FRESHNESS_MARGIN = 1e-3  # seconds
 @dataclass
 class _CachedColumn:
     key: tuple[int, int, int]  # (generation, rows_generation, capacity) the values were built for
-    column: MetricColumn  # its fresh mask holds from `since` to `until`
+    column: MetricColumn  # its fresh mask holds from `since` until shortly before `soonest`
     expires: FloatArray  # per row, when its value stops being fresh (-inf without one)
-    since: float = math.inf
-    until: float = -math.inf
+    since: float = math.inf  # inf: never judged
     soonest: float = math.inf  # the earliest expiry among the fresh rows (inf: none)
 
 
@@ -286,7 +285,8 @@ class MetricCache:
                                                      np.zeros(table.capacity, dtype=bool), tuple(sorted(sources)),
                                                      contract), expires)
             self._columns[metric] = cached
-        elif cached.since <= now <= cached.until:
+        elif cached.since <= now <= cached.soonest - _FRESHNESS_MARGIN:
+            # A margin before the expiry keeps float rounding (observed + maxAge vs now - observed) out of it.
             return cached.column
         column, contract = cached.column, cached.column.contract
         fresh = (~np.isnan(column.values)) & (now - column.observed_at <= contract.max_age) & (
@@ -294,8 +294,7 @@ class MetricCache:
         soonest = float(cached.expires[fresh].min()) if fresh.any() else math.inf
         cached.column = MetricColumn(column.metric, column.values, column.observed_at, column.fetched_at, fresh,
                                      column.sources, contract)
-        # A margin before the expiry keeps float rounding (observed + maxAge vs now - observed) out of it.
-        cached.since, cached.until, cached.soonest = now, soonest - _FRESHNESS_MARGIN, soonest
+        cached.since, cached.soonest = now, soonest
         return cached.column
 
     def fresh_until(self, metric: str, table: NodeTable) -> float:

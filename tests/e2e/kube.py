@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from devcluster.cluster import Endpoints
 from devcluster.kubeapi import KubeAPI
 from tests.polling import poll as poll  # the e2e tests' kube.poll, shared with the unit tests
 
@@ -38,3 +42,20 @@ def delete_namespace(api: KubeAPI, name: str) -> None:
     nodes free), then the namespace; the namespace controller finalizes it in the background, unwaited for."""
     api.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": "0"}, ok=(404,))
     api.delete(f"/api/v1/namespaces/{name}")
+
+
+def token_kubeconfig(endpoints: Endpoints, token: str, namespace: str, directory: Path, *, user: str) -> Path:
+    """A kubeconfig for the dev cluster that authenticates as a service account with a token file (0600), as the
+    scheduler does in a pod; written to `directory`."""
+    token_file = directory / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    kubeconfig = directory / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "clusters": [{"name": "dev", "cluster": {"server": endpoints.apiserver,
+                                                 "certificate-authority": endpoints.ca_file}}],
+        "users": [{"name": user, "user": {"tokenFile": str(token_file)}}],
+        "contexts": [{"name": user, "context": {"cluster": "dev", "user": user, "namespace": namespace}}],
+    }))
+    return kubeconfig

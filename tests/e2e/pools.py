@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 from devcluster import DevCluster, NodeSpec
 from devcluster.nodes import node_ip
@@ -39,3 +40,46 @@ def in_pool(pool: str) -> dict[str, Any]:
     """Pod spec fields that target (and tolerate) the pool."""
     return {"nodeSelector": {POOL_LABEL: pool},
             "tolerations": [{"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}]}
+
+
+@dataclass
+class CaseCopy:
+    """One seeded differential case's copy on one scheduler's side: its own pool of nodes, named after the test's
+    prefix, the run, the case number and the scheduler ("kube" | "ms")."""
+
+    prefix: ClassVar[str] = "d"
+    case: dict[str, Any]
+    scheduler: str
+    run: str
+    nodes: list[NodeSpec] = field(default_factory=list)
+
+    @property
+    def pool(self) -> str:
+        return f"{self.prefix}{self.run}-{self.case['case']:03d}-{self.scheduler}"
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{self.pool}-{j}" for j in range(len(self.case["nodes"]))]
+
+
+C = TypeVar("C", bound=CaseCopy)
+
+
+def case_pairs(cases: Iterable[dict[str, Any]], schedulers: Sequence[str], copy: Callable[[dict[str, Any], str], C],
+               cpu_milli: Callable[[Any], int], ip_base: int) -> list[dict[str, C]]:
+    """Each case copied once per scheduler, each copy with its own pool of nodes (`case["nodes"]`, whose CPU in
+    millicores `cpu_milli` reads), labelled and tainted with the pool so only that copy's pods land there."""
+    pairs: list[dict[str, C]] = []
+    serial = 0
+    for case in cases:
+        pair = {}
+        for scheduler in schedulers:
+            side = copy(case, scheduler)
+            for name, node in zip(side.names, case["nodes"], strict=True):
+                serial += 1
+                side.nodes.append(NodeSpec(name=name, internal_ip=node_ip(ip_base + serial), cpu=f"{cpu_milli(node)}m",
+                                           memory="8Gi", labels={POOL_LABEL: side.pool},
+                                           taints=({"key": POOL_LABEL, "value": side.pool, "effect": "NoSchedule"},)))
+            pair[scheduler] = side
+        pairs.append(pair)
+    return pairs

@@ -350,18 +350,7 @@ def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI
     endpoints = cluster.endpoints
     assert endpoints is not None and endpoints.prometheus and endpoints.cmdb
     prometheus_url = endpoints.prometheus
-    token_file = tmp_path / "token"
-    token_file.write_text(sa_token)
-    token_file.chmod(0o600)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "metrics-sched",
-        "clusters": [{"name": "dev", "cluster": {"server": endpoints.apiserver,
-                                                 "certificate-authority": endpoints.ca_file}}],
-        "users": [{"name": "metrics-sched", "user": {"tokenFile": str(token_file)}}],
-        "contexts": [{"name": "metrics-sched", "context": {"cluster": "dev", "user": "metrics-sched",
-                                                           "namespace": NAMESPACE}}],
-    }))
+    kubeconfig = kube.token_kubeconfig(endpoints, sa_token, NAMESPACE, tmp_path, user="metrics-sched")
 
     # The shipped config, pointed at the dev cluster's telemetry; profile and leader election as shipped.
     config = yaml.safe_load(find(kustomization_objects(), "ConfigMap")["data"]["config.yaml"])

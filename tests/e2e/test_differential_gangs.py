@@ -26,17 +26,16 @@ import secrets
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from devcluster import DevCluster, NodeSpec
+from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
-from devcluster.nodes import create_nodes, delete_nodes, node_ip
+from devcluster.nodes import create_nodes, delete_nodes
 from tests.e2e import kube
 from tests.e2e.kube_scheduler import kube_scheduler
-from tests.e2e.pools import POOL_LABEL, in_pool
+from tests.e2e.pools import CaseCopy, case_pairs, in_pool
 from tests.e2e.scheduler_proc import schedulers
 from tests.e2e.test_differential import WITHOUT_TELEMETRY
 
@@ -62,44 +61,21 @@ def expected_bound(case: dict[str, Any]) -> int:
     return min(case["size"], room) if room >= case["min"] else 0
 
 
-@dataclass
-class Copy:
-    case: dict[str, Any]
-    scheduler: str
-    run: str
-    nodes: list[NodeSpec] = field(default_factory=list)
-
-    @property
-    def pool(self) -> str:
-        return f"dg{self.run}-{self.case['case']:03d}-{self.scheduler}"
+class Copy(CaseCopy):
+    prefix = "dg"
 
     @property
     def namespace(self) -> str:
         return f"dg-{self.run}-{self.case['case']:03d}-{self.scheduler}"
-
-    @property
-    def names(self) -> list[str]:
-        return [f"{self.pool}-{j}" for j in range(len(self.case["nodes"]))]
 
 
 @pytest.fixture
 def gang_cases(cluster: DevCluster, api: KubeAPI) -> Iterator[tuple[str, list[dict[str, Copy]]]]:
     """The cases' pools and namespaces, deleted at the end."""
     run = secrets.token_hex(2)
-    base = 700000 + secrets.randbelow(4000) * 256
-    serial = 0
-    pairs: list[dict[str, Copy]] = []
-    for case in (generate(SEED, n) for n in range(CASES)):
-        pair = {}
-        for scheduler in SCHEDULERS:
-            copy = Copy(case, scheduler, run)
-            for name, cpu in zip(copy.names, case["nodes"], strict=True):
-                serial += 1
-                copy.nodes.append(NodeSpec(name=name, internal_ip=node_ip(base + serial), cpu=f"{cpu}m",
-                                           memory="8Gi", labels={POOL_LABEL: copy.pool},
-                                           taints=({"key": POOL_LABEL, "value": copy.pool, "effect": "NoSchedule"},)))
-            pair[scheduler] = copy
-        pairs.append(pair)
+    pairs = case_pairs((generate(SEED, n) for n in range(CASES)), SCHEDULERS,
+                       lambda case, scheduler: Copy(case, scheduler, run), int,
+                       700000 + secrets.randbelow(4000) * 256)
     copies = [copy for pair in pairs for copy in pair.values()]
     specs = [s for copy in copies for s in copy.nodes]
     try:

@@ -36,18 +36,18 @@ import secrets
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
-from devcluster import DevCluster, NodeSpec
+from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
-from devcluster.nodes import create_nodes, delete_nodes, node_ip
+from devcluster.nodes import create_nodes, delete_nodes
 from tests.e2e import kube
 from tests.e2e.kube_scheduler import kube_scheduler
-from tests.e2e.pools import POOL_LABEL
+from tests.e2e.pools import POOL_LABEL, CaseCopy, case_pairs
 from tests.e2e.scheduler_proc import schedulers
 
 pytestmark = pytest.mark.e2e
@@ -87,16 +87,8 @@ def generate(seed: int, number: int) -> dict[str, Any]:
     return {"case": number, "nodes": nodes, "existing": existing, "budgets": budgets, "pod": pod}
 
 
-@dataclass
-class Copy:
-    case: dict[str, Any]
-    scheduler: str
-    run: str
-    nodes: list[NodeSpec] = field(default_factory=list)
-
-    @property
-    def pool(self) -> str:
-        return f"dp{self.run}-{self.case['case']:03d}-{self.scheduler}"
+class Copy(CaseCopy):
+    prefix = "dp"
 
     @property
     def namespace(self) -> str:
@@ -105,10 +97,6 @@ class Copy:
     @property
     def tag(self) -> str:
         return f"c{self.case['case']:03d}"
-
-    @property
-    def names(self) -> list[str]:
-        return [f"{self.pool}-{j}" for j in range(len(self.case["nodes"]))]
 
     @property
     def pod_name(self) -> str:
@@ -184,20 +172,8 @@ def preemption_cases(cluster: DevCluster, api: KubeAPI) -> Iterator[tuple[str, l
     run = secrets.token_hex(2)
     numbers = [int(n) for n in ONLY.split(",")] if ONLY else list(range(CASES))
     cases = [generate(SEED, n) for n in numbers]
-    base = 300000 + secrets.randbelow(4000) * 256
-    serial = 0
-    pairs: list[dict[str, Copy]] = []
-    for case in cases:
-        pair = {}
-        for scheduler in SCHEDULERS:
-            copy = Copy(case, scheduler, run)
-            for name, n in zip(copy.names, case["nodes"], strict=True):
-                serial += 1
-                copy.nodes.append(NodeSpec(name=name, internal_ip=node_ip(base + serial), cpu=f"{n['cpu']}m",
-                                           memory="8Gi", labels={POOL_LABEL: copy.pool},
-                                           taints=({"key": POOL_LABEL, "value": copy.pool, "effect": "NoSchedule"},)))
-            pair[scheduler] = copy
-        pairs.append(pair)
+    pairs = case_pairs(cases, SCHEDULERS, lambda case, scheduler: Copy(case, scheduler, run),
+                       lambda node: int(node["cpu"]), 300000 + secrets.randbelow(4000) * 256)
     specs = [s for pair in pairs for copy in pair.values() for s in copy.nodes]
     namespaces = [f"dp-{run}-{s}" for s in SCHEDULERS]
     classes = [f"dp-{run}-p{v}" for v in (*VICTIM_PRIORITIES, 1000)] + [f"dp-{run}-never"]

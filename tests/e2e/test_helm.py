@@ -357,18 +357,8 @@ def test_helm_install_schedules_the_example_gpu_pod(release: Release, cluster: D
                                                     namespace: str, tmp_path: Path) -> None:
     endpoints = cluster.endpoints
     assert endpoints is not None
-    token_file = tmp_path / "token"
-    token_file.write_text(token_for(api, release.namespace, release.fullname))
-    token_file.chmod(0o600)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "chart",
-        "clusters": [{"name": "dev", "cluster": {"server": endpoints.apiserver,
-                                                 "certificate-authority": endpoints.ca_file}}],
-        "users": [{"name": "chart", "user": {"tokenFile": str(token_file)}}],
-        "contexts": [{"name": "chart", "context": {"cluster": "dev", "user": "chart",
-                                                   "namespace": release.namespace}}],
-    }))
+    kubeconfig = kube.token_kubeconfig(endpoints, token_for(api, release.namespace, release.fullname),
+                                       release.namespace, tmp_path, user="chart")
     # The rendered config as the pod would read it, but for what only exists in a pod: the serving certificate's
     # Secret mount (a self-signed pair instead) and the pod network (loopback here).
     config = config_of(release.objects, release.fullname)
