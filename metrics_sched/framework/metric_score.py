@@ -168,8 +168,12 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         memo = self._memos.get((metric, with_ledger))
         if memo is not None and memo.column is column and memo.in_flight is not in_flight \
                 and memo.in_flight is not None and in_flight is not None and memo.read.measured is not None:
-            changed = np.flatnonzero(in_flight != memo.in_flight)
-            values = memo.read.values.copy()
+            step = self.handle.ledger.last_step(metric)
+            changed = (step[2] if step is not None and step[0] is in_flight and step[1] is memo.in_flight
+                       else np.flatnonzero(in_flight != memo.in_flight))
+            # Patched in place: the memo's arrays are its own (evidence holds `measured` and the ledger's array,
+            # never these), and the memo patched from is dropped here.
+            values = memo.read.values
             values[changed] = memo.read.measured[changed] + in_flight[changed]  # as the full sum gives them
             memo.previous = None
             memo = _Memo(column, in_flight, MetricRead(column, values, memo.read.missing, in_flight,
@@ -280,9 +284,9 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             patched = [m.changed for m, old in zip(memos, before, strict=True) if m.read is not old
                        and m.previous is not None and m.previous.read is old and m.changed is not None]
             if len(patched) == sum(m.read is not old for m, old in zip(memos, before, strict=True)):
-                rows = patched[0] if len(patched) == 1 else np.unique(np.concatenate(patched))
-                combined = combined.copy()
-                if rows.size:
+                # A row in several terms' patches is computed twice, to the same value: cheaper than a unique().
+                rows = patched[0] if len(patched) == 1 else np.concatenate(patched)
+                if rows.size:  # in place: what score() hands out is a gather of it, never the array itself
                     parts = [self._full_scores(t, m)[rows] for t, m in zip(terms, memos, strict=True)]
                     combined[rows] = nan_weighted_mean(parts, weights, rows.size)
                 return combined
@@ -316,7 +320,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             read, previous, changed = memo.read, memo.previous, memo.changed
             contract = read.column.contract
             if previous is not None and previous.scores is not None and changed is not None and term.scale.pointwise:
-                scores = previous.scores.copy()
+                scores, previous.scores = previous.scores, None  # taken over and patched in place
                 scores[changed] = self._scaled(term, read.values[changed], read.missing[changed], contract)
             else:
                 scores = self._scaled(term, read.values, read.missing, contract)

@@ -13,6 +13,7 @@ not the non-zero defaults NodeResourcesFit scores with; a pod that requests none
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,8 @@ from metrics_sched.framework import (
     Status,
     unchanged,
 )
+from metrics_sched.framework.handle import Handle
+from metrics_sched.framework.row_memo import RowScores
 from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
@@ -51,6 +54,10 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
     name = "NodeResourcesBalancedAllocation"
     normalized = Normalized.COMPLETE  # 100 * (1 - std) of fractions in [0, 1]
     events = frozenset()  # a score: it never rejects a pod
+
+    def __init__(self, args: Any, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self._kept = RowScores()
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """Opportunistic batching: reads the node's allocatable and what its pods request."""
@@ -90,6 +97,10 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             requests = self._pod_requests(pod)
             if not any(requests):
                 return np.zeros(rows.shape[0], dtype=np.float64)
+        # Elementwise in the row's resources and the pod's requests: kept per row, patched where pods changed.
+        return self._kept.scores(requests, table, rows, lambda at: self._score_rows(requests, table, at))
+
+    def _score_rows(self, requests: tuple[int, ...], table: NodeTable, rows: IntArray) -> FloatArray:
         fractions: list[FloatArray] = []
         valid: list[BoolArray | None] = []  # None: every scored row offers the resource
         for resource, request in zip(self.args.resources, requests, strict=True):

@@ -29,6 +29,7 @@ from metrics_sched.framework import (
     Status,
     unchanged,
 )
+from metrics_sched.framework.row_memo import RowScores
 from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, MEMORY, PODS
@@ -73,6 +74,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         super().__init__(args, handle)
         self.strategy = self.args.scoring_strategy.type
         self.score_resources = [(r.name, r.weight) for r in self.args.scoring_strategy.resources]
+        self._kept = RowScores()
 
     def events_to_register(self) -> list[EventHint]:
         return [EventHint(ClusterEvent.NODE_ADDED, self._fits_on),
@@ -117,6 +119,12 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
                           dtype=bool)
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
+        # Elementwise in the row's resources and these numbers of the pod: kept per row, patched where pods changed.
+        key = (pod.non_zero_requests.get(CPU, 0), pod.non_zero_requests.get(MEMORY, 0),
+               *(pod.requests.get(resource, 0) for resource, _ in self.score_resources))
+        return self._kept.scores(key, table, rows, lambda at: self._score_rows(pod, table, at))
+
+    def _score_rows(self, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         total = np.zeros(rows.shape[0], dtype=np.float64)
         weights = 0
         for resource, weight in self.score_resources:

@@ -50,7 +50,8 @@ class _PerTolerations:
                 arrays.clear()
             found = arrays[key] = compute()
             found.flags.writeable = False
-        return cast(npt.NDArray[Any], found)
+        # No cast(npt.NDArray[Any], ...): its first argument is evaluated at run time, ~20 µs a call for the alias.
+        return found
 
 
 _MEMO = _PerTolerations()

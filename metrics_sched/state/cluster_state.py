@@ -220,8 +220,10 @@ class ClusterState:
             return orphans
 
     def has_node(self, name: str) -> bool:
-        with self.lock:
-            return name in self.table.index
+        # Without the state lock: one dict lookup is atomic under the GIL, and the answer can be stale the moment
+        # it is returned either way (a bind to a node removed since fails at the API server). Taking the lock
+        # here made every bind worker wait out the scheduling cycle that holds it.
+        return name in self.table.index
 
     # -- pods ------------------------------------------------------------------------------------
     def _account(self, pod: PodRecord, row: int, sign: int = 1) -> None:

@@ -41,9 +41,12 @@ class _Column:
     # anything else (a removal, new samples, nodes moving rows) recomputes it.
     dense: FloatArray | None = None
     dense_observed: FloatArray | None = None
+    # The last placement's step: (the adjustment it made, the one it was made from, its row as an array), so a
+    # reader holding the older one patches that row instead of comparing every row (InFlightLedgerStore.last_step).
+    step: tuple[FloatArray, FloatArray, IntArray] | None = None
 
     def forget_dense(self) -> None:
-        self.dense = self.dense_observed = None
+        self.dense = self.dense_observed = self.step = None
 
     def append(self, node: str, row: int, at: float, delta: float) -> int:
         if self.size == self.rows.shape[0]:
@@ -110,6 +113,7 @@ class InFlightLedgerStore:
         updated[row] += delta
         updated.flags.writeable = False
         column.dense = updated
+        column.step = (updated, dense, np.array([row], dtype=np.int64))
 
     def _remove(self, uid: str) -> None:
         placement = self._placements.pop(uid, None)
@@ -158,6 +162,12 @@ class InFlightLedgerStore:
             for placement in self._placements.values():
                 counts[placement.node] = counts.get(placement.node, 0) + 1
             return counts
+
+    def last_step(self, metric: str) -> tuple[FloatArray, FloatArray, IntArray] | None:
+        """The metric's last placement as (the adjustment after it, the adjustment before it, the row it changed);
+        None after anything else (a removal, new samples, rows moving). One attribute read: no lock."""
+        column = self._columns.get(metric)
+        return column.step if column is not None else None
 
     def adjustment(self, metric: str, table: NodeTable, observed_at: FloatArray) -> FloatArray:
         """Per row: the summed deltas of placements made after that row's sample was measured (read-only;

@@ -1,0 +1,93 @@
+"""NodeResourcesFit and NodeResourcesBalancedAllocation keep their scores per row between cycles and recompute
+only the rows whose pods changed (framework.row_memo): what they return is, bit for bit, what a computation over
+the scored rows alone gives, through placements, pod deletions, node updates, removals and additions."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from bench.core_bench import cluster, make_pod
+from bench.scenario import node_object
+from metrics_sched.framework.cycle_state import CycleState
+from metrics_sched.framework.row_memo import RowScores
+from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
+from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
+from metrics_sched.state.node_table import NodeTable
+
+pytestmark = pytest.mark.unit
+
+
+def _fresh(plugin: NodeResourcesFit | NodeResourcesBalancedAllocation, pod_index: int, table: NodeTable,
+           rows: np.ndarray) -> np.ndarray:
+    pod = parse_pod(make_pod(pod_index))
+    if isinstance(plugin, NodeResourcesFit):
+        return plugin._score_rows(pod, table, rows)
+    return plugin._score_rows(plugin._pod_requests(pod), table, rows)
+
+
+def test_kept_scores_equal_fresh_ones_through_pod_and_node_changes() -> None:
+    harness = cluster(200, seed=5)
+    rng = random.Random(5)
+    try:
+        plugins = [p for p in harness.framework.instances.values()
+                   if isinstance(p, NodeResourcesFit | NodeResourcesBalancedAllocation)]
+        assert len(plugins) == 2
+        state, handlers = harness.scheduler.state, harness.scheduler.handlers
+        placed: list[dict[str, object]] = []
+        compared = 0
+        for i in range(160):
+            pod = make_pod(i)
+            result = harness.place(parse_pod(pod))
+            if result.node is not None:
+                placed.append({**pod, "spec": {**pod["spec"], "nodeName": result.node}})
+            draw = rng.random()
+            if draw < 0.15 and placed:  # a bound pod goes away: its node's requests drop
+                handlers.on_pod_event("DELETED", placed.pop(rng.randrange(len(placed))))
+            elif draw < 0.22:  # a node changes size, or a new one comes
+                name = f"node-{rng.randrange(220):05d}"
+                handlers.on_node_event("ADDED" if name not in state.table.index else "MODIFIED",
+                                       node_object(name, cpu=rng.choice((16, 64)), memory_gib=128, gpus=8))
+            elif draw < 0.25 and len(state.table) > 150:
+                name = rng.choice(sorted(state.table.index))
+                handlers.on_node_event("DELETED", node_object(name, cpu=1, memory_gib=1, gpus=0))
+            table = state.table
+            rows = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+            rows = np.sort(rng.sample(list(rows), k=min(rows.size, 120))).astype(np.int64)
+            for plugin in plugins:
+                for other in (i + 1, i + 2):  # the next pods (either shape), as their cycles would ask
+                    kept = plugin.score(CycleState(), parse_pod(make_pod(other)), table, rows)
+                    np.testing.assert_array_equal(kept, _fresh(plugin, other, table, rows))
+                    compared += 1
+        assert compared == 160 * 2 * 2
+    finally:
+        harness.stop()
+
+
+def test_values_are_recomputed_only_where_pods_changed() -> None:
+    harness = cluster(50, seed=1)
+    try:
+        table = harness.scheduler.state.table
+        asked: list[int] = []
+
+        def compute(rows: np.ndarray) -> np.ndarray:
+            asked.append(int(rows.size))
+            values: np.ndarray = table.requested_by_resource[0][rows].astype(np.float64)
+            return values
+
+        kept = RowScores()
+        every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+        kept.scores("k", table, every, compute)
+        assert asked == [table.capacity]
+        result = harness.place(parse_pod(make_pod(0)))
+        assert result.node is not None
+        got = kept.scores("k", table, every, compute)
+        assert asked[1:] == [1]  # the one row the pod went to
+        np.testing.assert_array_equal(got, table.requested_by_resource[0][every].astype(np.float64))
+        kept.scores("k", table, every, compute)
+        assert asked[2:] == []  # nothing changed since
+    finally:
+        harness.stop()
