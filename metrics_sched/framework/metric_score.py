@@ -14,6 +14,7 @@ the queue that a refresh may have admitted a node. Plugins with args return thei
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -76,6 +77,19 @@ class Scale:
         if np.isinf(values).any():  # ±inf is no value either (the cache never holds one; a plugin might)
             scaled[np.isinf(values)] = np.nan
         return scaled
+
+    def apply_one(self, value: float, better: Direction) -> float:
+        """apply() of one value of a pointwise (range) scale, in Python floats: the same IEEE operations in the
+        same order, so the same double, without the dozen numpy calls a one-row array costs."""
+        if value != value or value in (math.inf, -math.inf):
+            return math.nan
+        low, high = self.low, self.high
+        scaled = min(max(value, low), high)  # np.clip
+        scaled -= low
+        scaled /= high - low
+        if better == "lower":
+            scaled = 1.0 - scaled
+        return scaled * 100.0
 
     @property
     def pointwise(self) -> bool:
@@ -145,6 +159,7 @@ class _Memo:
     previous: _Memo | None = None
     changed: IntArray | None = None
     extremes: IntArray | None = None  # the rows of the lowest and highest finite value (none: no value)
+    evidence: MetricEvidence | None = None  # what the audit is shown of this read (built once per memo)
 
 
 class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
@@ -173,8 +188,12 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                        else np.flatnonzero(in_flight != memo.in_flight))
             # Patched in place: the memo's arrays are its own (evidence holds `measured` and the ledger's array,
             # never these), and the memo patched from is dropped here.
-            values = memo.read.values
-            values[changed] = memo.read.measured[changed] + in_flight[changed]  # as the full sum gives them
+            values, measured = memo.read.values, memo.read.measured
+            if changed.size <= _FEW:
+                for row in changed.tolist():
+                    values[row] = measured[row] + in_flight[row]  # float64 + float64: the full sum's double
+            else:
+                values[changed] = measured[changed] + in_flight[changed]  # as the full sum gives them
             memo.previous = None
             memo = _Memo(column, in_flight, MetricRead(column, values, memo.read.missing, in_flight,
                                                        memo.read.measured), previous=memo, changed=changed)
@@ -262,9 +281,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         terms = self.terms()
         memos = [self._memo(term.metric, table, term.ledger) for term in terms]
         # Evidence over all rows (the audit picks its candidates' rows): no per-cycle copies.
-        evidence = tuple(MetricEvidence(term.metric, memo.read.measured if memo.read.measured is not None
-                                        else memo.read.values, memo.read.in_flight, memo.column.observed_at,
-                                        tuple(memo.column.sources)) for term, memo in zip(terms, memos, strict=True))
+        evidence = tuple(memo.evidence or self._evidence(memo) for memo in memos)
         if all(t.scale.pointwise and not t.per_resource for t in terms):
             # Every term pointwise: their weighted mean over all rows is kept too, one gather a cycle.
             key = tuple(m.read for m in memos)
@@ -272,8 +289,17 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                 self._combined = (key, self._combine(terms, memos, table.capacity))
             return ScoreDetail(self._combined[1][rows], evidence)
         parts = [self._term_scores(t, m, table, rows) for t, m in zip(terms, memos, strict=True)]
+        if len(parts) == 1 and terms[0].weight == 1:  # the mean of one term of weight 1 is the term (NaN stays NaN)
+            return ScoreDetail(parts[0], evidence)
         combined = nan_weighted_mean(parts, [t.weight for t in terms], rows.size)
         return ScoreDetail(combined, evidence)
+
+    @staticmethod
+    def _evidence(memo: _Memo) -> MetricEvidence:
+        read = memo.read
+        memo.evidence = MetricEvidence(read.column.metric, read.measured if read.measured is not None else read.values,
+                                       read.in_flight, read.column.observed_at, tuple(read.column.sources))
+        return memo.evidence
 
     def _combine(self, terms: Sequence[MetricTerm], memos: Sequence[_Memo], size: int) -> FloatArray:
         """The terms' weighted mean over all rows: patched on the changed rows when every term is the one last
@@ -287,8 +313,12 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                 # A row in several terms' patches is computed twice, to the same value: cheaper than a unique().
                 rows = patched[0] if len(patched) == 1 else np.concatenate(patched)
                 if rows.size:  # in place: what score() hands out is a gather of it, never the array itself
-                    parts = [self._full_scores(t, m)[rows] for t, m in zip(terms, memos, strict=True)]
-                    combined[rows] = nan_weighted_mean(parts, weights, rows.size)
+                    full = [self._full_scores(t, m) for t, m in zip(terms, memos, strict=True)]
+                    if rows.size <= _FEW:
+                        for row in rows.tolist():
+                            combined[row] = _weighted_mean_one([float(f[row]) for f in full], weights)
+                    else:
+                        combined[rows] = nan_weighted_mean([f[rows] for f in full], weights, rows.size)
                 return combined
         return nan_weighted_mean([self._full_scores(t, m) for t, m in zip(terms, memos, strict=True)], weights, size)
 
@@ -321,10 +351,35 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             contract = read.column.contract
             if previous is not None and previous.scores is not None and changed is not None and term.scale.pointwise:
                 scores, previous.scores = previous.scores, None  # taken over and patched in place
-                scores[changed] = self._scaled(term, read.values[changed], read.missing[changed], contract)
+                if changed.size <= _FEW:
+                    lowest = contract.on_missing == OnMissing.LOWEST
+                    for row in changed.tolist():
+                        scores[row] = 0.0 if lowest and read.missing[row] else term.scale.apply_one(
+                            float(read.values[row]), term.better)
+                else:
+                    scores[changed] = self._scaled(term, read.values[changed], read.missing[changed], contract)
             else:
                 scores = self._scaled(term, read.values, read.missing, contract)
             memo.scores = scores
         return memo.scores
 
     normalize = unchanged  # score() is already on 0-100 (NaN = no value)
+
+
+# Up to this many changed rows are patched with Python floats, one row at a time (a placement changes one): a numpy
+# call on a one-row array costs a microsecond or two, and a patch made a few dozen of them.
+_FEW = 4
+
+
+def _weighted_mean_one(parts: Sequence[float], weights: Sequence[float]) -> float:
+    """nan_weighted_mean of one row, in Python floats: the present parts (not NaN) times their weight (a weight of
+    1 adds the part itself, as WeightedMean does) added in order, over the weights added in the same order; NaN
+    when no part is present. The same doubles as the vector form (tests/unit/test_metric_memo)."""
+    total = 0.0
+    weight_sum = 0.0
+    for part, weight in zip(parts, weights, strict=True):
+        if part != part:
+            continue
+        total += part if weight == 1 else part * weight
+        weight_sum += weight
+    return total / weight_sum if weight_sum > 0 else math.nan

@@ -57,7 +57,7 @@ class RowScores:
         else:
             self._kept.move_to_end(key)
             if kept.stamp != table.pod_stamp:
-                changed = np.flatnonzero(table.row_pod_stamp[: table.capacity] > kept.stamp)
+                changed = table.rows_changed_since(kept.stamp)
                 if changed.size:
                     kept.values[changed] = compute(changed)
                 kept.stamp = table.pod_stamp

@@ -8,8 +8,10 @@ taint-set ids, so a selector over all nodes is one numpy call, not a loop over n
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -18,10 +20,13 @@ import numpy.typing as npt
 from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources, node_allocatable
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
+POD_LOG = 256  # recent pod changes whose rows NodeTable.rows_changed_since answers from its log
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+_NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
+_NO_ROWS.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,9 @@ class NodeTable:
         self.nodes_generation = 0
         self.pod_stamp = 0
         self.row_pod_stamp: IntArray = np.zeros(capacity, dtype=np.int64)
+        # The rows of the last POD_LOG pod changes, in stamp order (stamp i is entry i - pod_stamp - 1 from the end):
+        # the rows changed since a recent stamp without a compare over every row (rows_changed_since).
+        self._pod_log: deque[int] = deque(maxlen=POD_LOG)
         # image name -> size and the rows holding it (node.status.images), for ImageLocality.
         self.images: dict[str, ImageState] = {}
         self.images_generation = 0
@@ -317,6 +325,20 @@ class NodeTable:
         self.generation += 1
         self.pod_stamp += 1
         self.row_pod_stamp[row] = self.pod_stamp
+        self._pod_log.append(row)
+
+    def rows_changed_since(self, stamp: int) -> IntArray:
+        """The rows whose pods changed after `stamp` (a past pod_stamp), sorted and unique: from the log of recent
+        changes when it reaches back that far, else one compare over every row."""
+        behind = self.pod_stamp - stamp
+        if behind <= 0:
+            return _NO_ROWS
+        if behind <= len(self._pod_log):
+            if behind == 1:
+                return np.array([self._pod_log[-1]], dtype=np.int64)
+            return np.unique(np.fromiter(islice(reversed(self._pod_log), behind), dtype=np.int64, count=behind))
+        changed: IntArray = np.flatnonzero(self.row_pod_stamp[: self.capacity] > stamp)
+        return changed
 
     def _hold_taint_set(self, taints: tuple[Taint, ...]) -> int:
         taint_id = self._taint_set_ids.get(taints)

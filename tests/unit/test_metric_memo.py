@@ -39,3 +39,29 @@ def test_patched_scores_equal_fresh_ones() -> None:
         assert len(a) == len(b)
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
+
+
+def test_one_row_arithmetic_is_the_vector_arithmetic() -> None:
+    """The Python-float patch of one row (a placement's) gives the doubles the numpy forms give."""
+    from metrics_sched.framework.metric_score import Scale, _weighted_mean_one
+    from metrics_sched.framework.scoring import nan_weighted_mean
+
+    rng = np.random.default_rng(7)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 2.0, 0.1, 1e-300, 1e300, 100.0, 85.0, 30.0])
+    values = np.concatenate([specials, rng.normal(50, 40, 400), rng.uniform(0, 2, 200)])
+    for scale in (Scale("range", 0.0, 1.0), Scale("range", 0.0, 2.0), Scale("range", 30.0, 85.0),
+                  Scale("range", -1.5, 0.3)):
+        for better in ("lower", "higher"):
+            vector = scale.apply(values.copy(), better)
+            one = np.array([scale.apply_one(float(v), better) for v in values])
+            np.testing.assert_array_equal(one, vector)
+            assert np.array_equal(np.signbit(one), np.signbit(vector))
+    for weights in ([1, 1], [1.0, 2.0, 0.5], [3, 1, 1, 2], [0.1, 0.2, 0.7]):
+        parts = [np.where(rng.random(300) < 0.2, np.nan, rng.uniform(0, 100, 300)) for _ in weights]
+        vector = nan_weighted_mean(parts, weights, 300)
+        one = np.array([_weighted_mean_one([float(p[i]) for p in parts], weights) for i in range(300)])
+        np.testing.assert_array_equal(one, vector)
+        gapless = [np.nan_to_num(p, nan=42.0) for p in parts]  # no gaps: the vector form's scalar weight sum
+        np.testing.assert_array_equal(
+            np.array([_weighted_mean_one([float(p[i]) for p in gapless], weights) for i in range(300)]),
+            nan_weighted_mean(gapless, weights, 300))

@@ -91,3 +91,23 @@ def test_values_are_recomputed_only_where_pods_changed() -> None:
         assert asked[2:] == []  # nothing changed since
     finally:
         harness.stop()
+
+
+def test_rows_changed_since_is_the_compare_over_every_row() -> None:
+    """From the log of recent pod changes while it reaches back, else the compare; the same rows either way."""
+    from metrics_sched.state.node_table import POD_LOG
+
+    harness = cluster(40, seed=2)
+    rng = random.Random(2)
+    try:
+        table = harness.scheduler.state.table
+        vector = table.vector({"cpu": 100})
+        stamps = [table.pod_stamp]
+        for _ in range(POD_LOG + 60):
+            table.add_requests(rng.randrange(40), vector, (100, 0), rng.choice((1, -1)))
+            stamps.append(table.pod_stamp)
+            for since in (stamps[-1], stamps[-2], rng.choice(stamps), stamps[0]):
+                expected = np.flatnonzero(table.row_pod_stamp[: table.capacity] > since)
+                np.testing.assert_array_equal(table.rows_changed_since(since), expected)
+    finally:
+        harness.stop()
