@@ -10,7 +10,8 @@ ReplicaSets (labelled as their selector selects; the ReplicaSets are known to th
 PodTopologySpread's system defaults spread them, as ZoneSpread did before it left the default
 profile), a few carry a toleration, a nodeSelector or a preferred node affinity.
 
-Two measurements per cluster size, each on a fresh scheduler:
+Two measurements per cluster size, each on a fresh scheduler (and at 5,000 nodes once more with the default
+profile alone, `default_profile`: what issue 18's core target names):
 - cycle:    Framework.schedule + ClusterState.assume under the state lock (the pure decision);
             the Reserve plugins (the ledger) then run untimed, so the state evolves as in the loop.
 - decision: Scheduler.schedule_one: queue pop, the cycle, assume, Reserve, and the hand-off to the
@@ -162,9 +163,11 @@ def replicaset(name: str, namespace: str = "bench") -> dict[str, Any]:
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}}}
 
 
-def cluster(n_nodes: int, seed: int = 0, *, replicasets: bool = True) -> Harness:
-    """The scheduler with the nodes and their telemetry, and (unless replicasets=False) make_pod's ReplicaSets."""
-    harness = build_scheduler(CORE_CONFIG, seed=seed)
+def cluster(n_nodes: int, seed: int = 0, *, replicasets: bool = True,
+            config: dict[str, Any] | None = None) -> Harness:
+    """The scheduler (CORE_CONFIG unless `config`; {} is the default profile) with the nodes and their telemetry,
+    and (unless replicasets=False) make_pod's ReplicaSets."""
+    harness = build_scheduler(CORE_CONFIG if config is None else config, seed=seed)
     nodes, values = make_cluster(n_nodes, seed)
     for node in nodes:
         harness.scheduler.handlers.on_node_event("ADDED", node)
@@ -291,11 +294,11 @@ def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
 
 
 def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: int = 0, *,
-                 replicasets: bool = True) -> dict[str, Any]:
+                 replicasets: bool = True, config: dict[str, Any] | None = None) -> dict[str, Any]:
     pods = [make_pod(i) for i in range(warmup + max(decisions, cycles))]
     row: dict[str, Any] = {"nodes": n_nodes, "warmup": warmup}
     t0 = time.perf_counter()
-    harness = cluster(n_nodes, seed, replicasets=replicasets)
+    harness = cluster(n_nodes, seed, replicasets=replicasets, config=config)
     row["setup_seconds"] = round(time.perf_counter() - t0, 2)
     say(f"{n_nodes} nodes: cycle x {warmup}+{cycles}")
     try:
@@ -303,7 +306,7 @@ def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: i
     finally:
         harness.stop()
     gc.collect()
-    harness = cluster(n_nodes, seed, replicasets=replicasets)
+    harness = cluster(n_nodes, seed, replicasets=replicasets, config=config)
     say(f"{n_nodes} nodes: decision x {warmup}+{decisions}")
     try:
         row["decision"] = run_decisions(harness, pods[: warmup + decisions], warmup,
@@ -479,6 +482,11 @@ def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | Non
         },
         "sizes": [measure_size(n, decisions, cycles, warmup, seed) for n in sizes],
     }
+    # What the issue's target names: the default profile alone (every default plugin, telemetry and constraint ones
+    # included; not the optional NodeLabelFilter, NodeLabelScore, CustomMetric and ZoneSpread CORE_CONFIG adds).
+    say(f"default profile at {profile_nodes} nodes")
+    result["default_profile"] = {"plugins": "the default profile (config {})",
+                                 **measure_size(profile_nodes, decisions, cycles, warmup, seed, config={})}
     from bench import constraints_bench  # not at the top: it imports this module
 
     # The constraints case at profile_nodes (5,000 nodes, 4 bound pods a node, a 1,000-replica Deployment with

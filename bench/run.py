@@ -60,11 +60,19 @@ def markdown(report: dict[str, Any], base: str = "") -> str:
         lines += [f"![pods/s and CPU-ms per pod, median with min-max bars]({base}latest.png)", ""]
     core = report.get("core")
     if core:
-        lines += ["**Core only** (no API; every plugin on)", "", "| nodes | decisions/s | p50 ms | p99 ms |",
-                  "|---|---|---|---|"]
-        for row in core.get("sizes", []):
-            lines.append(f"| {row.get('nodes')} | {row.get('decisions_per_second')} | {row.get('p50_ms')} | "
-                         f"{row.get('p99_ms')} |")
+        lines += ["**Core only** (no API). A decision is `Scheduler.schedule_one` (pop, cycle, assume, Reserve, the "
+                  "hand-off to the binder, whose threads share the GIL); a cycle is `Framework.schedule` + assume.", "",
+                  "| nodes | plugins | decisions/s | p50 ms | p99 ms | cycles/s | cycle p50 ms | cycle p99 ms |",
+                  "|---|---|---|---|---|---|---|---|"]
+        rows = [(row, "default + CustomMetric, NodeLabelFilter, NodeLabelScore, ZoneSpread")
+                for row in core.get("sizes", [])]
+        if core.get("default_profile"):
+            rows.append((core["default_profile"], "the default profile"))
+        for row, plugins in rows:
+            cycle = row.get("cycle") or {}
+            lines.append(f"| {row.get('nodes')} | {plugins} | {row.get('decisions_per_second')} | "
+                         f"{row.get('p50_ms')} | {row.get('p99_ms')} | {cycle.get('decisions_per_second', '-')} | "
+                         f"{cycle.get('p50_ms', '-')} | {cycle.get('p99_ms', '-')} |")
         constraints = core.get("constraints")
         if constraints and constraints.get("skipped"):
             lines.append(f"\nConstraints case skipped: {constraints['skipped']}.")

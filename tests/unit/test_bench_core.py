@@ -39,6 +39,11 @@ def test_core_bench_runs_at_a_tiny_size() -> None:
     assert row["cycle"]["decisions"] == 30 and row["cycle"]["unscheduled"] == 0
     assert "Score/GPUTemperature" in row["cycle"]["plugin_us_per_cycle"]
     assert row["decision"]["binds"] == 55  # warm-up included: every placed pod was handed to the binder
+    default = result["default_profile"]  # the default profile alone, at profile_nodes
+    assert default["nodes"] == 50 and default["decision"]["decisions"] == 50 and default["decision"]["unscheduled"] == 0
+    assert "Score/CustomMetric" in row["cycle"]["plugin_us_per_cycle"]
+    assert "Score/CustomMetric" not in default["cycle"]["plugin_us_per_cycle"]
+    assert "Score/NodeLoad" in default["cycle"]["plugin_us_per_cycle"]
     assert "error" not in result["rss"], result["rss"].get("error")
     assert result["rss"]["pods_in_state"] >= 200 and result["rss"]["rss_mb"] > 0
     assert 0 < len(result["profile"]["top_cumulative"]) <= 15
