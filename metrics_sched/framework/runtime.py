@@ -105,6 +105,10 @@ class CycleResult:
     filter_skipped: frozenset[str] = frozenset()  # those whose PreFilter said Skip (set when scoring begins)
     bind_retries: int = 0  # binding cycles rerun because the bind's outcome was unknown
     summary: str = ""  # set by the audit: the Scheduled event's text
+    # Each filter that ran and the feasible mask after it (the cycle computes these anyway; kept as references):
+    # which filter turned a row down first, for opportunistic batching's check of a changed row that was not a
+    # candidate.
+    filter_trace: list[tuple[str, BoolArray]] = field(default_factory=list)
 
     def release_arrays(self) -> None:
         """Drops the per-node arrays once the decision record holds what the audit needs: a result waiting
@@ -112,6 +116,15 @@ class CycleResult:
         self.terms = []
         self.total = np.zeros(0)
         self.feasible_rows = np.zeros(0, dtype=np.int64)
+        self.filter_trace = []
+
+    def first_rejecter(self, row: int) -> int | None:
+        """The position in filter_trace of the filter that turned `row` down (the one its rejection is counted
+        under), or None when no filter did (or the trace is gone)."""
+        for position, (_, feasible) in enumerate(self.filter_trace):
+            if not feasible[row]:
+                return position
+        return None
 
     def message(self) -> str:
         """Why the pod is not bound, in kube-scheduler's FailedScheduling shape."""
@@ -298,6 +311,7 @@ class Framework:
                             result.rejections[reason] += rejected_here
                 result.timings.append((plugin.name, "Filter", clock() - started,
                                        "Unschedulable" if rejected else "Success"))
+                result.filter_trace.append((plugin.name, feasible))
             if not count:
                 break
         return Filtered(feasible, reasons)
