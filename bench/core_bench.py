@@ -10,6 +10,8 @@ ReplicaSets (labelled as their selector selects; the ReplicaSets are known to th
 PodTopologySpread's system defaults spread them, as ZoneSpread did before it left the default
 profile), a few carry a toleration, a nodeSelector or a preferred node affinity.
 
+The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc).
+
 Two measurements per cluster size, each on a fresh scheduler (and at 5,000 nodes once more with the default
 profile alone, `default_profile`: what issue 18's core target names):
 - cycle:    Framework.schedule + ClusterState.assume under the state lock (the pure decision);
@@ -62,11 +64,13 @@ from typing import Any
 import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
+from metrics_sched.cli.run_cmd import GC_THRESHOLDS
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 SIZES = (1_000, 5_000, 15_000)
+DEFAULT_GC_THRESHOLDS = gc.get_threshold()
 REPLICASETS = 20  # the owners of make_pod's even pods
 DRAIN_EVERY = 250
 ZONES = tuple(f"zone-{c}" for c in "abcdefgh")
@@ -293,6 +297,21 @@ def run_decisions(harness: Harness, pods: list[dict[str, Any]], warmup: int,
     return stats
 
 
+def synced() -> None:
+    """The collector as the scheduler sets it once its caches are synced (cli.run_cmd.tune_gc): larger young
+    generations, and what is alive now (the nodes, their telemetry) frozen out of the full collections. Undone by
+    released() when the measurement ends, so the next cluster of this process is not kept alive."""
+    gc.set_threshold(*GC_THRESHOLDS)
+    gc.collect()
+    gc.freeze()
+
+
+def released() -> None:
+    gc.unfreeze()
+    gc.set_threshold(*DEFAULT_GC_THRESHOLDS)
+    gc.collect()
+
+
 def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: int = 0, *,
                  replicasets: bool = True, config: dict[str, Any] | None = None) -> dict[str, Any]:
     pods = [make_pod(i) for i in range(warmup + max(decisions, cycles))]
@@ -301,19 +320,21 @@ def measure_size(n_nodes: int, decisions: int, cycles: int, warmup: int, seed: i
     harness = cluster(n_nodes, seed, replicasets=replicasets, config=config)
     row["setup_seconds"] = round(time.perf_counter() - t0, 2)
     say(f"{n_nodes} nodes: cycle x {warmup}+{cycles}")
+    synced()
     try:
         row["cycle"] = run_cycles(harness, pods[: warmup + cycles], warmup)
     finally:
         harness.stop()
-    gc.collect()
+        released()
     harness = cluster(n_nodes, seed, replicasets=replicasets, config=config)
     say(f"{n_nodes} nodes: decision x {warmup}+{decisions}")
+    synced()
     try:
         row["decision"] = run_decisions(harness, pods[: warmup + decisions], warmup,
                                         compare_first=cycles if cycles < decisions else 0)
     finally:
         harness.stop()
-    gc.collect()
+        released()
     for key in ("decisions_per_second", "p50_ms", "p99_ms", "max_ms"):  # the headline: schedule_one
         row[key] = row["decision"].get(key)
     row["seconds"] = round(time.perf_counter() - t0, 1)
