@@ -405,7 +405,7 @@ class Framework:
         for pre_filter in self.pre_filters:
             started = clock()
             status = _checked(pre_filter.pre_filter(cycle, pod), _PRE, "PreFilter").by(pre_filter.name)
-            result.timings.append((pre_filter.name, "PreFilter", clock() - started, status.code.value))
+            result.timings.append((pre_filter.name, "PreFilter", clock() - started, status.code.text))
             if status.code == Code.SKIP:
                 result.skipped.add(pre_filter.name)  # its Filter has nothing to check for this pod
             elif not status.ok:
@@ -423,7 +423,7 @@ class Framework:
         for pre in self.pre_scores:
             started = clock()
             status = _checked(pre.pre_score(cycle, pod, table, rows), _PRE, "PreScore").by(pre.name)
-            result.timings.append((pre.name, "PreScore", clock() - started, status.code.value))
+            result.timings.append((pre.name, "PreScore", clock() - started, status.code.text))
             if status.code == Code.SKIP:
                 result.skipped.add(pre.name)
             elif not status.ok:
@@ -453,7 +453,7 @@ class Framework:
             started = time.perf_counter()
             mask, status = plugin.place(result.cycle, result.pod, table, rows, result.total)
             status = _checked(status, _RESERVE, "Placement").by(plugin.name)
-            result.timings.append((plugin.name, "Placement", time.perf_counter() - started, status.code.value))
+            result.timings.append((plugin.name, "Placement", time.perf_counter() - started, status.code.text))
             if not status.ok:
                 result.status = status
                 result.rejected_by.add(plugin.name)
@@ -512,7 +512,7 @@ class Framework:
         except Exception as exc:
             log.exception("%s %s failed for %s", point, plugin.name, result.pod.key)
             status = Status.error(repr(exc))
-        result.timings.append((plugin.name, point, time.perf_counter() - started, status.code.value))
+        result.timings.append((plugin.name, point, time.perf_counter() - started, status.code.text))
         return status.by(plugin.name)
 
     def _reserve(self, result: CycleResult) -> Status:
@@ -537,7 +537,7 @@ class Framework:
             except Exception as exc:
                 log.exception("Permit %s failed for %s", plugin.name, result.pod.key)
                 status, timeout = Status.error(repr(exc), plugin.name), 0.0
-            result.timings.append((plugin.name, "Permit", time.perf_counter() - started, status.code.value))
+            result.timings.append((plugin.name, "Permit", time.perf_counter() - started, status.code.text))
             if status.code == Code.WAIT:
                 # kube-scheduler caps a wait at 15 minutes; no timeout (or a nonsense one) means the cap.
                 timeouts[plugin.name] = (min(max(0.0, timeout), MAX_PERMIT_TIMEOUT) if math.isfinite(timeout)

@@ -19,6 +19,14 @@ class Code(enum.Enum):
     SKIP = "Skip"  # the plugin has nothing to say for this pod (Bind: pass to the next binder)
     PENDING = "Pending"  # the outcome of an API call is unknown: keep the pod assumed and try again
 
+    # Every plugin call looks its code up in a set of allowed ones and records its name: Enum's own __hash__ and
+    # `value` are Python functions (a microsecond a call, two dozen calls a cycle). Members are singletons compared
+    # by identity, so the identity hash agrees with equality; `text` is the value as a plain attribute.
+    __hash__ = object.__hash__
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
 
 @dataclass(frozen=True)
 class Status:
