@@ -9,7 +9,8 @@ must be the same. `placements_per_second` is the pods placed over the summed tim
 Two profiles:
 - `core`: the core bench's profile as is. The Deployment's ReplicaSet is known, so PodTopologySpread's
   system defaults spread it, and ZoneSpread counts its pods per zone: both read domain counts over every
-  node (Reads.CLUSTER) and are re-run in full in every batched cycle (upstream makes such pods unbatchable).
+  node (Reads.CLUSTER; upstream makes such pods unbatchable). A batched cycle keeps their scores from the
+  per-row counts (framework.incremental) and recomputes every candidate's total from the first of them on.
 - `no_default_spread`: the same with PodTopologySpread's `defaultingType: List` and no default constraints,
   ZoneSpread not enabled: what kube-scheduler needs for a Deployment to be batched at all.
 

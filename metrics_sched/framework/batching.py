@@ -21,11 +21,14 @@ rejection counts, and what it was computed against. What each plugin reads (sign
   fits, ends the batch (candidates and rejection counts would change: the full cycle recounts them);
 - plugins reading other nodes (Reads.CLUSTER: PodTopologySpread with constraints, ZoneSpread, inter-pod
   terms of the pod's own) re-run PreFilter, PreScore and Score in full, over every candidate; a Filter of
-  theirs that is not skipped makes the pod unbatchable;
+  theirs that is not skipped makes the pod unbatchable. Those whose scores are per-row counts summed per
+  domain (framework.incremental: PodTopologySpread's ScheduleAnyway constraints, ZoneSpread) keep them
+  instead: the counts of the rows that moved update the domain sums, the scores are a gather;
 - the changed rows are re-scored by the score plugins that read pods or the ledger; a term whose normalize()
   maps each value alone (a clip, the identity) is normalised on those rows only, any other over every
   candidate with its own normalize(), as the cycle does; the totals are recomputed on the changed rows only
-  unless a normalised value moved elsewhere;
+  unless a normalised value moved elsewhere, and then from the first term that may move everywhere on (the
+  batch keeps the sum of the terms before it, and each later term's addend: _Stages);
 - the pick is the cycle's (Framework.choose: Placement plugins, highest total, the seeded random tie-break).
 Reserve, Permit and binding run per pod as always, on a clone of the stored cycle state.
 """
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metrics_sched.framework.cycle_state import CycleState
+from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores
 from metrics_sched.framework.interfaces import (
     FilterPlugin,
     Normalized,
@@ -51,17 +55,16 @@ from metrics_sched.framework.interfaces import (
     unchanged,
 )
 from metrics_sched.framework.runtime import CycleResult, Framework, ScoreTerm, normalize_scores
-from metrics_sched.framework.scoring import WeightedMean
 from metrics_sched.framework.signature import BatchScope, Reads, template_of
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricCache
 
 __all__ = ["BatchStats", "Batcher"]
 
-# Batches kept (templates interleave: two Deployments scaling at once); the least recently used goes first.
-MAX_TEMPLATES = 8
+# Batches kept (templates interleave: several Deployments scaling at once); the least recently used goes first.
+MAX_TEMPLATES = 16
 # More changed rows than this since a batch: the full cycle is as cheap.
 MAX_DIRTY = 64
 # A batch ends this long before a metric value it read goes stale (freshness is judged against `now` with a
@@ -84,6 +87,36 @@ class _Term:
     # the ledger took a placement for one of them
     gaps: bool  # the normalised values hold NaN (what the cycle's WeightedMean was told)
     per_node: bool  # its normalize() maps each value on its own
+    # Kept up to date by the plugin (IncrementalScorer) instead of re-running its PreScore and Score.
+    incremental: IncrementalScores | None = None
+
+    def with_term(self, term: ScoreTerm, gaps: bool | None = None) -> _Term:
+        return _Term(term, self.scorer, self.cluster, self.pods, self.ledger, self.gaps if gaps is None else gaps,
+                     self.per_node, self.incremental)
+
+    @property
+    def everywhere(self) -> bool:
+        """Its normalised values may move on rows that did not change: scored over every candidate, or re-scored
+        on the changed rows and normalised over every candidate."""
+        return self.cluster or (not self.per_node and (self.pods or bool(self.ledger)))
+
+
+@dataclass
+class _Stages:
+    """The weighted totals in pieces, so a term whose normalised values moved everywhere costs one pass from it
+    on: what WeightedMean adds for the terms before the first that may move everywhere (`prefix`), what it adds
+    for each term from there (`parts`), and the weight each row's total is divided by. Owned by the batch
+    (never handed out), patched in place on the changed rows."""
+
+    first: int  # the first term that may move everywhere (len(terms): none)
+    prefix: FloatArray
+    parts: list[FloatArray]  # terms[first:]
+    weights: FloatArray
+    positive: bool = True  # every row has a weight (the usual case: a plain division)
+
+    def weighed(self) -> None:
+        """The weights changed."""
+        self.positive = bool(self.weights.size == 0 or self.weights.min() > 0)
 
 
 @dataclass
@@ -105,6 +138,15 @@ class _Batch:
     cluster_pre_filters: list[tuple[PreFilterPlugin, bool]]  # re-run each cycle: (plugin, it answered Skip)
     cluster_pre_scores: list[PreScorePlugin]
     tokens: list[tuple[Callable[[], Hashable], Hashable]]  # BatchScope.token, and what it was
+    stages: _Stages
+    # The stored cycle's filters with the feasible mask after each (CycleResult.filter_trace), and the position of
+    # the first that reads what a pod change moves (pods, the ledger): a changed row that is not a candidate keeps
+    # the batch while the filter that turned it down comes before that one (it is turned down, and counted, as
+    # before).
+    trace: list[tuple[str, BoolArray]]
+    # Per trace position, a filter whose verdict a pod change on a row may move (it reads pods, or the ledger of
+    # these metrics), else None.
+    moves: list[tuple[FilterPlugin, bool, tuple[str, ...]] | None]
 
 
 @dataclass
@@ -114,6 +156,7 @@ class BatchStats:
     batched: int = 0
     stored: int = 0
     totals_recomputed: int = 0  # batched cycles whose normalisation moved (every candidate's total computed)
+    past_non_candidates: int = 0  # batched cycles after pods changed on rows that are not candidates (still not)
     refused: Counter[str] = field(default_factory=Counter)
 
 
@@ -191,16 +234,22 @@ class Batcher:
             refused["cluster changed"] += 1
             return None
         rows = batch.rows
-        dirty: IntArray = np.flatnonzero(table.row_pod_stamp[: table.capacity] > batch.stamp)
+        # Every row whose pods changed (what the cluster-reading scorers count from), and those among the candidates.
+        pods_changed = dirty = table.rows_changed_since(batch.stamp)
         positions: IntArray = np.zeros(0, dtype=np.int64)
         if dirty.size:
             if dirty.size > MAX_DIRTY:
                 refused["many rows changed"] += 1
                 return None
             positions = np.searchsorted(rows, dirty)
-            if int(positions[-1]) >= rows.size or not np.array_equal(rows[positions], dirty):
-                refused["changed row not a candidate"] += 1
-                return None
+            inside = positions < rows.size
+            inside[inside] = rows[positions[inside]] == dirty[inside]
+            if not inside.all():
+                if not self._still_turned_down(batch, pod, table, dirty[~inside]):
+                    refused["changed row not a candidate"] += 1
+                    return None
+                dirty, positions = dirty[inside], positions[inside]
+                self.stats.past_non_candidates += 1
 
         result = CycleResult(pod=pod, profile=framework.name, nodes_total=len(table), cycle=batch.cycle.clone())
         cycle, clock = result.cycle, time.perf_counter
@@ -231,12 +280,15 @@ class Batcher:
                 refused["cluster plugin changed"] += 1
                 return None
 
-        terms, whole, moved = self._rescore(batch, result, table, dirty, positions, ledger)
+        rescored = self._rescore(batch, result, table, dirty, positions, ledger, pods_changed)
+        if rescored is None:
+            refused["cluster plugin changed"] += 1
+            return None
+        terms, whole, moved = rescored
+        if batch.stages.first < len(terms):  # else no term moves everywhere: the pieces are never summed
+            _restage(batch.stages, batch.terms, terms, positions)
         if whole:
-            mean = WeightedMean(rows.size)
-            for entry in terms:
-                mean.add(entry.term.normalized, entry.term.weight, gaps=entry.gaps)
-            total = mean.result(empty=0.0)
+            total = _staged_total(batch.stages)
         elif moved:
             total = batch.total.copy()
             for position in positions.tolist():
@@ -250,6 +302,31 @@ class Batcher:
         framework.choose(result, table, rows)
         return result
 
+    def _still_turned_down(self, batch: _Batch, pod: PodInfo, table: NodeTable, rows: IntArray) -> bool:
+        """Whether rows that were not candidates, and whose pods changed since, are still turned down by the same
+        filter (so counted under the same reasons, and not candidates): that filter's verdict cannot have moved (it
+        reads neither pods nor a ledger metric that took a placement), and the filters before it whose verdict could
+        have still let them through (filter_rows, as candidates are re-checked)."""
+        ledger = self._ledger_changes(batch)
+
+        def may_move(position: int) -> FilterPlugin | None:
+            entry = batch.moves[position]
+            if entry is None:
+                return None
+            plugin, pods, metrics = entry
+            return plugin if pods or any(metric in ledger for metric in metrics) else None
+
+        for row in rows.tolist():
+            first = _first_rejecter(batch.trace, row)
+            if first is None or may_move(first) is not None:
+                return False
+            at = np.array([row], dtype=np.int64)
+            for position in range(first):
+                plugin = may_move(position)
+                if plugin is not None and not plugin.filter_rows(batch.cycle, pod, table, at).all():
+                    return False
+        return True
+
     def _ledger_changes(self, batch: _Batch) -> dict[str, int]:
         """The ledger metrics the batch reads that took a placement since it was last used, with their counts."""
         appended = self.framework.handle.ledger.appended
@@ -260,58 +337,69 @@ class Batcher:
                 changed[metric] = now
         return changed
 
-    def _rescore(self, batch: _Batch, result: CycleResult, table: NodeTable, dirty: IntArray,
-                 positions: IntArray, ledger: dict[str, int]) -> tuple[list[_Term], bool, bool]:
-        """The terms now; whether the totals must be recomputed over every candidate (a normalised value moved
-        outside the changed rows); whether a changed row's normalised value moved."""
+    def _rescore(self, batch: _Batch, result: CycleResult, table: NodeTable, dirty: IntArray, positions: IntArray,
+                 ledger: dict[str, int], pods_changed: IntArray) -> tuple[list[_Term], bool, bool] | None:
+        """The terms now; whether a normalised value moved outside the changed rows (the totals are then
+        recomputed over every candidate); whether a changed row's normalised value moved. None: an incremental
+        plugin's scores cannot be kept (the batch is not used)."""
         cycle, pod, rows, clock = result.cycle, result.pod, batch.rows, time.perf_counter
         terms: list[_Term] = []
         whole = moved = False
         for entry in batch.terms:
-            if not (entry.cluster or (dirty.size and (entry.pods or any(m in ledger for m in entry.ledger)))):
-                terms.append(entry)
-                continue
             scorer, old = entry.scorer, entry.term
-            started = clock()
-            scored = scorer.score(cycle, pod, table, rows if entry.cluster else dirty)
-            detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
-            fresh = np.asarray(detail.scores, dtype=np.float64)
-            if entry.cluster:
-                raw = fresh
-            elif np.array_equal(fresh, old.raw[positions], equal_nan=True):
-                # The same scores; the evidence (whole-table arrays, e.g. the ledger's latest) is taken as is.
-                if detail.evidence is not old.evidence:
-                    entry = _Term(ScoreTerm(old.plugin, old.weight, old.raw, old.normalized, detail.evidence),
-                                  scorer, entry.cluster, entry.pods, entry.ledger, entry.gaps, entry.per_node)
-                terms.append(entry)
-                continue
-            else:
+            if entry.incremental is not None:
+                started = clock()
+                kept = entry.incremental.rescore(cycle, pod, table, pods_changed)
+                if kept is None:
+                    return None
+                raw, evidence = kept, old.evidence
+            elif entry.cluster:
+                started = clock()
+                scored = scorer.score(cycle, pod, table, rows)
+                detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
+                raw, evidence = np.asarray(detail.scores, dtype=np.float64), detail.evidence
+            elif dirty.size and (entry.pods or any(m in ledger for m in entry.ledger)):
+                started = clock()
+                scored = scorer.score(cycle, pod, table, dirty)
+                detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
+                fresh = np.asarray(detail.scores, dtype=np.float64)
+                if _equal(fresh, old.raw[positions]):
+                    # The same scores; the evidence (whole-table arrays, e.g. the ledger's latest) is taken as is.
+                    if detail.evidence is not old.evidence:
+                        entry = entry.with_term(
+                            ScoreTerm(old.plugin, old.weight, old.raw, old.normalized, detail.evidence))
+                    terms.append(entry)
+                    continue
                 raw = old.raw.copy()
                 raw[positions] = fresh
-            if entry.per_node and not entry.cluster:
-                # The cycle's bounding maps each value on its own too (NaN for anything not finite, else
-                # clipped to 0-100): the changed rows alone give their values, the others keep theirs.
-                changed, changed_gaps = normalize_scores(scorer, fresh)
-                result.timings.append((scorer.name, "Score", clock() - started, "Success"))
-                moved = moved or not np.array_equal(old.normalized[positions], changed, equal_nan=True)
-                normalized = old.normalized.copy()
-                normalized[positions] = changed
-                # `gaps` only picks WeightedMean's path, which gives the same numbers either way: a NaN gone from
-                # a changed row may leave it True.
-                terms.append(_Term(ScoreTerm(old.plugin, old.weight, raw, normalized, detail.evidence), scorer,
-                                   entry.cluster, entry.pods, entry.ledger, entry.gaps or changed_gaps, True))
+                evidence = detail.evidence
+                if entry.per_node:
+                    # The cycle's bounding maps each value on its own too (NaN for anything not finite, else
+                    # clipped to 0-100): the changed rows alone give their values, the others keep theirs.
+                    changed, changed_gaps = normalize_scores(scorer, fresh)
+                    result.timings.append((scorer.name, "Score", clock() - started, "Success"))
+                    moved = moved or not _equal(old.normalized[positions], changed)
+                    normalized = old.normalized.copy()
+                    normalized[positions] = changed
+                    # `gaps` only picks WeightedMean's path, which gives the same numbers either way: a NaN gone
+                    # from a changed row may leave it True.
+                    terms.append(entry.with_term(ScoreTerm(old.plugin, old.weight, raw, normalized, evidence),
+                                                 entry.gaps or changed_gaps))
+                    continue
+            else:
+                terms.append(entry)
                 continue
+            # Normalised over every candidate, as the cycle does.
             normalized, gaps = normalize_scores(scorer, raw)
             result.timings.append((scorer.name, "Score", clock() - started, "Success"))
-            if not whole:
-                kept = old.normalized.copy()
-                kept[positions] = normalized[positions]
-                whole = gaps != entry.gaps or not np.array_equal(kept, normalized, equal_nan=True)
-                moved = moved or not np.array_equal(old.normalized[positions], normalized[positions], equal_nan=True)
-                if whole:
-                    self.stats.totals_recomputed += 1
-            terms.append(_Term(ScoreTerm(old.plugin, old.weight, raw, normalized, detail.evidence), scorer,
-                               entry.cluster, entry.pods, entry.ledger, gaps, entry.per_node))
+            # Scores read from the cluster move with nearly every placement (spreading: at least on the node
+            # placed on): compared, they would be recomputed all the same.
+            if not entry.cluster and gaps == entry.gaps and _equal(normalized, old.normalized):
+                normalized = old.normalized  # nothing moved: the totals stand
+            elif not whole:
+                whole = True
+                self.stats.totals_recomputed += 1
+            terms.append(entry.with_term(ScoreTerm(old.plugin, old.weight, raw, normalized, evidence), gaps))
         return terms, whole, moved
 
     # -- storing ---------------------------------------------------------------------------------
@@ -357,17 +445,30 @@ class Batcher:
             metrics = scope.metrics if scope.reads & Reads.LEDGER else ()
             ledger.update((m, appended.get(m, 0)) for m in metrics)
             scorer = scorers[term.plugin]
+            incremental = None
+            if term.plugin in cluster and isinstance(scorer, IncrementalScorer):
+                incremental = scorer.incremental_scores(result.cycle, pod, table, result.feasible_rows)
             terms.append(_Term(term, scorer, term.plugin in cluster, bool(scope.reads & Reads.PODS), metrics,
                                scorer.normalized is not Normalized.COMPLETE and bool(np.isnan(term.normalized).any()),
-                               type(scorer).normalize in _PER_NODE_NORMALIZE))
+                               type(scorer).normalize in _PER_NODE_NORMALIZE, incremental))
+        stages = _stages(terms)
+        if not np.array_equal(_staged_total(stages), result.total, equal_nan=True):
+            refused["totals not reproduced"] += 1  # a defect: the batch would not give the cycle's decisions
+            return
+        # An incremental plugin's PreScore only prepares its scores: the batched cycle asks the plugin instead.
+        kept = {entry.term.plugin for entry in terms if entry.incremental is not None}
+        on_row = {entry[0].name: entry for entry in recheck}
+        trace = result.filter_trace
+        moves = [on_row.get(name) for name, _ in trace]
         self._batches.append(_Batch(
             template=template, validity=self._validity(table), deadline=deadline, stamp=stamp,
             cycle=result.cycle.clone(), filter_skipped=filter_skipped, score_skipped=frozenset(result.skipped),
             rows=result.feasible_rows, terms=terms, total=result.total, rejections=Counter(result.rejections),
             rejected_by=frozenset(result.rejected_by), recheck=recheck, ledger=ledger,
             cluster_pre_filters=[(p, p.name in filter_skipped) for p in framework.pre_filters if p.name in cluster],
-            cluster_pre_scores=[p for p in framework.pre_scores if p.name in cluster],
-            tokens=[(scope.token, scope.token()) for scope in scopes.values() if scope.token is not None]))
+            cluster_pre_scores=[p for p in framework.pre_scores if p.name in cluster and p.name not in kept],
+            tokens=[(scope.token, scope.token()) for scope in scopes.values() if scope.token is not None],
+            stages=stages, trace=trace, moves=moves))
         if len(self._batches) > MAX_TEMPLATES:
             del self._batches[0]
         self.stats.stored += 1
@@ -380,6 +481,112 @@ class Batcher:
         if not isinstance(reader, MetricCache):
             return None
         return min(reader.fresh_until(metric, table) for metric in dict.fromkeys(metrics))
+
+
+def _stages(terms: Sequence[_Term]) -> _Stages:
+    """The totals' pieces for these terms (all of them computed afresh)."""
+    first = next((i for i, entry in enumerate(terms) if entry.everywhere), len(terms))
+    size = terms[0].term.normalized.shape[0] if terms else 0
+    prefix = np.zeros(size, dtype=np.float64)
+    for entry in terms[:first]:
+        prefix += _part(entry)
+    weights = np.zeros(size, dtype=np.float64)
+    for entry in terms:
+        weights += _weight(entry)
+    stages = _Stages(first, prefix, [_part(entry) for entry in terms[first:]], weights)
+    stages.weighed()
+    return stages
+
+
+def _part(entry: _Term) -> FloatArray:
+    """What WeightedMean adds to the totals for the term (a NaN adds nothing): normalized * 1.0 is normalized,
+    bit for bit, so a term of weight 1 without gaps that may move everywhere is its own part (_restage never
+    writes into those); any other is a new array."""
+    normalized, weight = entry.term.normalized, entry.term.weight
+    if weight == 1 and not entry.gaps and entry.everywhere:
+        return normalized
+    part: FloatArray = normalized * weight
+    if entry.gaps:
+        part = np.where(np.isnan(normalized), 0.0, part)
+    return part
+
+
+def _weight(entry: _Term) -> FloatArray | float:
+    """What WeightedMean adds to each row's weight for the term (integers: any order gives the same sums)."""
+    if entry.gaps:
+        present: FloatArray = ~np.isnan(entry.term.normalized) * float(entry.term.weight)
+        return present
+    return float(entry.term.weight)
+
+
+def _restage(stages: _Stages, before: Sequence[_Term], after: Sequence[_Term], positions: IntArray) -> None:
+    """Brings the pieces up to the terms now: a term normalised everywhere again gives its part afresh (and the
+    weights, if it may have gaps); on the changed rows, the prefix, the weights and the other terms' parts are
+    recomputed on their own (a term that may move everywhere has its part afresh, or the same values)."""
+    first = stages.first
+    changed = False
+    weights = False
+    for index, (old, new) in enumerate(zip(before, after, strict=True)):
+        if new.term.normalized is old.term.normalized:
+            continue
+        changed = True
+        if new.everywhere:
+            stages.parts[index - first] = _part(new)
+            weights = weights or new.gaps or old.gaps
+    if weights:
+        stages.weights = np.zeros_like(stages.weights)
+        for entry in after:
+            stages.weights += _weight(entry)
+    if changed:
+        for position in positions.tolist():
+            total = weight = 0.0
+            for index, entry in enumerate(after):
+                value = float(entry.term.normalized[position])
+                part = 0.0
+                if value == value:  # not NaN
+                    part = value * entry.term.weight
+                    weight += entry.term.weight
+                if index < first:
+                    total += part
+                elif not entry.everywhere:
+                    stages.parts[index - first][position] = part
+            stages.prefix[position] = total
+            stages.weights[position] = weight
+            if weight <= 0:
+                stages.positive = False
+        # A row that had no weight may have one now: look again (the usual case never gets here).
+        weights = weights or not stages.positive
+    if weights:
+        stages.weighed()
+
+
+def _staged_total(stages: _Stages) -> FloatArray:
+    """WeightedMean's result (0 where no term has a weight) from the pieces: the same additions in the same
+    order, divided by the same weights."""
+    total: FloatArray = stages.prefix.copy() if not stages.parts else stages.prefix + stages.parts[0]
+    for part in stages.parts[1:]:
+        total += part
+    weights = stages.weights
+    if stages.positive:
+        total /= weights
+        return total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weights > 0, total / np.where(weights > 0, weights, 1.0), 0.0)
+
+
+def _equal(a: FloatArray, b: FloatArray) -> bool:
+    """np.array_equal(a, b, equal_nan=True), with one comparison when no value differs (the usual answer)."""
+    if a.shape != b.shape:
+        return False
+    if a.size <= 8:  # the changed rows (a few): Python's comparisons are cheaper than numpy's calls
+        return all(x == y or (x != x and y != y) for x, y in zip(a.tolist(), b.tolist(), strict=True))
+    differ = a != b  # NaN differs from everything, itself included
+    if not differ.any():
+        return True
+    first = int(differ.argmax())
+    if a[first] == a[first] or b[first] == b[first]:
+        return False  # a value that really differs (the usual case when they are not equal)
+    return bool(np.isnan(a[differ]).all() and np.isnan(b[differ]).all())
 
 
 def _row_total(terms: Sequence[_Term], position: int) -> float:
@@ -397,3 +604,12 @@ def _row_total(terms: Sequence[_Term], position: int) -> float:
 def _same(status: Status, skipped: bool) -> bool:
     """A re-run PreFilter / PreScore answered as it did for the batch: Skip again, or Success again."""
     return status.code == Code.SKIP if skipped else status.code == Code.SUCCESS
+
+
+def _first_rejecter(trace: Sequence[tuple[str, BoolArray]], row: int) -> int | None:
+    """The position of the filter that turned `row` down first (the one the cycle counted it under), or None."""
+    for position, (_, feasible) in enumerate(trace):
+        if not feasible[row]:
+            return position
+    return None
+

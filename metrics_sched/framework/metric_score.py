@@ -243,6 +243,10 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         if self._scope is None:  # the same for every pod: built once
             reads = Reads.NODE | Reads.TELEMETRY
             scoring = reads | (Reads.LEDGER if any(term.ledger for term in self.terms()) else Reads.NONE)
+            if any(term.ledger and not term.scale.pointwise for term in self.terms()):
+                # A minmax term scales by the candidates' lowest and highest value: when a placement moves a value
+                # (the ledger), every candidate's score may move, so a batched cycle scores it over all of them.
+                scoring |= Reads.CLUSTER
             filtering = reads | (Reads.LEDGER if self.filter_with_ledger else Reads.NONE)
             self._scope = BatchScope(scoring, tuple(dict.fromkeys(term.metric for term in self.terms())), filtering)
         return self._scope

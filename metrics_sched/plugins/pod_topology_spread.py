@@ -48,6 +48,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
+from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores
 from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.selectors import LabelSelector, Requirement, SelectorError
 from metrics_sched.plugins.node_selector import pod_required_affinity_mask
@@ -62,6 +63,7 @@ ERR_CONSTRAINTS = "node(s) didn't match pod topology spread constraints"
 ERR_MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
 _MAX_INT32 = 2**31 - 1
 _IGNORED = -1.0  # a raw score for nodes left out of scoring (normalised to 0, as upstream's invalidScore)
+_EXACT = 2.0**40  # raw scores below this normalise exactly in float64 (100 * 2 * 2**40 < 2**53)
 
 Action = Literal["DoNotSchedule", "ScheduleAnyway"]
 
@@ -112,13 +114,24 @@ def parse_constraints(raw: Sequence[Mapping[str, Any]], labels: Mapping[str, str
 @dataclass
 class _ScoreState:
     raw: FloatArray  # per table row: the node's raw score (upstream's Score), _IGNORED for ignored nodes
+    rows: IntArray | None = None  # set: `raw` is over these rows only (a batched cycle's candidates), ascending
+
+    def at(self, rows: IntArray) -> FloatArray:
+        if self.rows is None:
+            scores: FloatArray = self.raw[rows]
+            return scores
+        positions = np.searchsorted(self.rows, rows)
+        if positions.size and (int(positions[-1]) >= self.rows.size or not np.array_equal(self.rows[positions], rows)):
+            raise ValueError("PodTopologySpread scored rows its PreScore did not score")
+        kept: FloatArray = self.raw[positions]
+        return kept
 
 
 _FILTER = StateKey[list[Constraint]]("PodTopologySpread/filter")
 _SCORE = StateKey[_ScoreState]("PodTopologySpread/score")
 
 
-class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, IncrementalScorer):
     name = "PodTopologySpread"
     normalized = Normalized.COMPLETE  # upstream's integer formula, 0 for ignored nodes
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.NODE_TAINTS,
@@ -311,16 +324,45 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         cycle.write(_SCORE, _ScoreState(raw))
         return SUCCESS
 
+    def incremental_scores(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
+                           rows: IntArray) -> IncrementalScores | None:
+        """Opportunistic batching: the scores kept from per-row counts and per-domain sums (_SpreadScores)."""
+        state = cycle.get(_SCORE)
+        if state is None:
+            return None
+        try:
+            constraints = self.constraints(pod, "ScheduleAnyway")
+        except SelectorError:
+            return None
+        if not constraints:
+            return None
+        kept = _SpreadScores(self, pod, table, rows, constraints)
+        # What pre_score computed, rebuilt from the counts: equal, or nothing is kept.
+        return kept if np.array_equal(kept.raw(), state.at(rows)) else None
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         state = cycle.get(_SCORE)
         if state is None:
             return np.zeros(rows.shape[0], dtype=np.float64)
-        scores: FloatArray = state.raw[rows]
-        return scores
+        return state.at(rows)
 
     def normalize(self, scores: FloatArray) -> FloatArray:
         """Upstream NormalizeScore: fewer matches is better, 100 * (max + min - s) / max in integers; ignored
         nodes get 0; all zero gives 100."""
+        lowest = float(scores.min()) if scores.size else _IGNORED
+        highest = float(scores.max()) if scores.size else _IGNORED
+        if lowest > _IGNORED and highest < _EXACT:
+            # Every node scored (raw scores of scored nodes are never negative) and small: the same integers in
+            # floats. 100 * (high + low - s) is exact; the quotient of two integers below 2**53 that is not an
+            # integer is at least 1/high from the next one, more than its rounding error, so floor() of the
+            # float quotient is the integer division.
+            high = max(highest, 0.0)
+            if high == 0:
+                return np.full(scores.shape, 100.0)
+            every = (high + lowest) - scores
+            every *= 100.0
+            every /= high
+            return np.floor(every, out=every)
         valid = scores != _IGNORED
         if not valid.any():
             return np.zeros_like(scores)
@@ -331,3 +373,134 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         ints = scores.astype(np.int64)
         normalized = (100 * (int(high) + int(low) - ints)) // int(high)  # integers, as upstream
         return np.where(valid, normalized.astype(np.float64), 0.0)
+
+
+@dataclass
+class _Kept:
+    """One constraint's share of the raw score over the batch's rows: its credit times its weight plus
+    maxSkew - 1 (0 on rows without its key)."""
+
+    selector: int  # index into _SpreadScores.counts
+    weight: float
+    offset: float  # maxSkew - 1
+    keyed: BoolArray  # per table row: the row has the constraint's key
+    part: FloatArray  # hostname: per batch row, kept up to date
+    # Constraints on other keys: each table row's domain (`missing` for rows without the key, which count in the
+    # "" domain), the rows counted, the per-domain sums of their counts, and each batch row's domain
+    # (`missing + 1`, a 0, for rows without the key).
+    codes: IntArray | None = None
+    counted: BoolArray | None = None
+    sums: FloatArray | None = None
+    gather: IntArray | None = None
+
+
+class _SpreadScores(IncrementalScores):
+    """pre_score's raw scores over the batch's rows, kept from the matching pods' per-row counts: a row whose
+    count moved changes its hostname part and its domain's sum; the domain parts are then a gather. Every sum
+    is of integer counts (exact in float64), and each row's value is the same float operations in the same
+    order as pre_score's, so the scores are pre_score's bit for bit."""
+
+    def __init__(self, plugin: PodTopologySpread, pod: PodInfo, table: NodeTable, rows: IntArray,
+                 constraints: list[Constraint]) -> None:
+        self.plugin = plugin
+        self.constraints = constraints
+        self.rows = rows
+        size = self.size = table.capacity
+        own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
+        # The pod's own constraints are its template's (the batch's: the same for every pod it serves); the
+        # defaults are the configured ones with the workloads' selector for the pod, which may change.
+        self.selector = None if own else constraints[0].selector
+        require_all = own or plugin.args.defaulting_type != "System"
+        has_all = np.ones(size, dtype=bool)
+        for c in constraints:
+            has_all &= table.topology(c.topology_key).codes[:size] >= 0
+        # Rows scored _IGNORED (None: none is).
+        self.ignored: BoolArray | None = ~has_all[rows] if require_all and not has_all[rows].all() else None
+        scored = rows[has_all[rows]] if require_all else rows
+        masks: dict[str, BoolArray] = {}
+        selectors: dict[LabelSelector, int] = {}
+        self.selectors: list[LabelSelector] = []
+        self.counts: list[IntArray] = []
+        self.kept: list[_Kept] = []
+        for c in constraints:
+            index = selectors.get(c.selector)
+            if index is None:
+                index = selectors[c.selector] = len(self.selectors)
+                self.selectors.append(c.selector)
+                self.counts.append(plugin._counts(pod, c.selector, size).copy())
+            per_row = self.counts[index].astype(np.float64)
+            codes_all = table.topology(c.topology_key).codes[:size]
+            keyed = codes_all >= 0
+            offset = float(c.max_skew - 1)
+            if c.topology_key == HOSTNAME:
+                weight = float(np.log(scored.shape[0] + 2))
+                part = np.where(keyed[rows], per_row[rows] * weight + offset, 0.0)
+                self.kept.append(_Kept(index, weight, offset, keyed, part))
+                continue
+            missing = table.topology(c.topology_key).size
+            codes = np.where(keyed, codes_all, missing)
+            domains = np.zeros(missing + 1, dtype=bool)
+            domains[codes[scored]] = True
+            counted = plugin._included(pod, table, c, masks) & domains[codes]
+            if require_all:
+                counted &= has_all
+            sums = np.asarray(np.bincount(codes[counted], weights=per_row[counted], minlength=missing + 1),
+                              dtype=np.float64)
+            weight = float(np.log(int(domains.sum()) + 2))
+            gather = np.where(keyed, codes_all, missing + 1)[rows]
+            self.kept.append(_Kept(index, weight, offset, keyed, np.zeros(0), codes, counted, sums, gather))
+
+    def raw(self) -> FloatArray:
+        """pre_score's raw scores of the batch's rows from the kept counts."""
+        total: FloatArray | None = None
+        for kept in self.kept:
+            if kept.sums is None:
+                part = kept.part
+            else:
+                assert kept.gather is not None
+                # sums[codes] * weight + offset per row is the same done per domain, then gathered.
+                part = np.take(np.append(kept.sums * kept.weight + kept.offset, 0.0), kept.gather)
+            # pre_score adds them to zeros in this order (0 + part is part)
+            total = part if total is None else total + part
+        assert total is not None
+        total = total + 0.5 if len(self.kept) == 1 else np.add(total, 0.5, out=total)  # a new array, never `part`
+        raw: FloatArray = np.floor(total, out=total)
+        if self.ignored is not None:
+            raw[self.ignored] = _IGNORED
+        return raw
+
+    def rescore(self, cycle: CycleState, pod: PodInfo, table: NodeTable, changed: IntArray) -> FloatArray | None:
+        if table.capacity != self.size:
+            return None
+        if self.selector is not None:
+            workloads = self.plugin.handle.cluster.workloads
+            if workloads.default_selector(pod.raw) != self.selector:
+                return None  # e.g. a Service now selects the pod: other constraints, other counts
+        for index, selector in enumerate(self.selectors):
+            if not changed.size:
+                break
+            now = self.plugin._counts(pod, selector, self.size)[changed]
+            before = self.counts[index]
+            differ = now != before[changed]
+            if not differ.any():
+                continue
+            moved, fresh = changed[differ], now[differ]
+            delta = (fresh - before[moved]).astype(np.float64)
+            before[moved] = fresh
+            positions = np.searchsorted(self.rows, moved)
+            candidate = positions < self.rows.size
+            candidate[candidate] = self.rows[positions[candidate]] == moved[candidate]
+            for kept in self.kept:
+                if kept.selector != index:
+                    continue
+                if kept.sums is None:
+                    mine = moved[candidate]
+                    kept.part[positions[candidate]] = np.where(
+                        kept.keyed[mine], fresh[candidate].astype(np.float64) * kept.weight + kept.offset, 0.0)
+                else:
+                    assert kept.codes is not None and kept.counted is not None
+                    counted = kept.counted[moved]
+                    np.add.at(kept.sums, kept.codes[moved[counted]], delta[counted])
+        raw = self.raw()
+        cycle.write(_SCORE, _ScoreState(raw, self.rows))
+        return raw

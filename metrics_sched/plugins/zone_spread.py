@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from metrics_sched.framework import ClusterEvent, CycleState, Handle, Normalized, ScorePlugin, unchanged
+from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores
 from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
@@ -18,15 +19,16 @@ from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
-class ZoneSpread(ScorePlugin):
+class ZoneSpread(ScorePlugin, IncrementalScorer):
     name = "ZoneSpread"
     normalized = Normalized.COMPLETE  # 100 * (high - count) / (high - low), or 100
     normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.POD_DELETED})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
-        """Opportunistic batching: reads the owner's pods counted per zone over every node."""
-        return BatchScope(Reads.CLUSTER)
+        """Opportunistic batching: reads the owner's pods counted per zone over every node (nothing for a pod
+        without an owner: it scores 100 everywhere)."""
+        return BatchScope(Reads.CLUSTER if pod.owner_key else Reads.NONE)
 
     @dataclass(frozen=True)
     class Args:
@@ -47,6 +49,14 @@ class ZoneSpread(ScorePlugin):
             self._zones = (table.labels_generation, table.capacity, inverse.astype(np.int64), int(inverse.max()) + 1)
         return self._zones[2], self._zones[3]
 
+    def incremental_scores(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
+                           rows: IntArray) -> IncrementalScores | None:
+        """Opportunistic batching: the per-zone sums kept from the owner's per-row counts (_ZoneScores)."""
+        if not pod.owner_key:
+            return None
+        zone_of, zones = self._zone_ids(table)
+        return _ZoneScores(self, pod.owner_key, table, rows, zone_of, zones)
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         if not pod.owner_key:
             return np.full(rows.shape[0], 100.0)
@@ -58,3 +68,35 @@ class ZoneSpread(ScorePlugin):
         if high == low:
             return np.full(rows.shape[0], 100.0)
         return np.asarray(100.0 * (high - candidate) / (high - low), dtype=np.float64)
+
+
+class _ZoneScores(IncrementalScores):
+    """score()'s values over the batch's rows, kept from the owner's per-row counts: a row whose count moved
+    moves its zone's sum (integers: exact in float64); the values are computed per zone with score()'s float
+    operations, then gathered, so they are score()'s bit for bit."""
+
+    def __init__(self, plugin: ZoneSpread, owner: str, table: NodeTable, rows: IntArray, zone_of: IntArray,
+                 zones: int) -> None:
+        self.plugin, self.owner, self.size = plugin, owner, table.capacity
+        self.zone_of = zone_of
+        self.counts = plugin.handle.owner_counts(owner)[: table.capacity].copy()
+        self.per_zone = np.asarray(np.bincount(zone_of, weights=self.counts, minlength=zones), dtype=np.float64)
+        self.candidate_zone = zone_of[rows]
+        self.present = np.flatnonzero(np.bincount(self.candidate_zone, minlength=zones) > 0)
+        self.size_rows = rows.shape[0]
+        self.labels_generation = table.labels_generation
+
+    def rescore(self, cycle: CycleState, pod: PodInfo, table: NodeTable, changed: IntArray) -> FloatArray | None:
+        if table.capacity != self.size or table.labels_generation != self.labels_generation:
+            return None
+        if changed.size:
+            fresh = self.plugin.handle.owner_counts(self.owner)[changed]
+            np.add.at(self.per_zone, self.zone_of[changed], (fresh - self.counts[changed]).astype(np.float64))
+            self.counts[changed] = fresh
+        seen = self.per_zone[self.present]
+        low, high = float(seen.min()), float(seen.max())
+        if high == low:
+            return np.full(self.size_rows, 100.0)
+        per_zone = np.asarray(100.0 * (high - self.per_zone) / (high - low), dtype=np.float64)
+        scores: FloatArray = np.take(per_zone, self.candidate_zone)
+        return scores

@@ -10,13 +10,14 @@ score terms, candidates and rejection counts must be the same, bit for bit.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
-from bench.core_bench import cluster, make_cluster
+from bench.core_bench import CORE_CONFIG, cluster, make_cluster
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
 from metrics_sched.config import parse_config
 from metrics_sched.config.errors import ConfigError
@@ -37,6 +38,18 @@ def _pod(i: int, kind: int) -> PodInfo:
         return parse_pod(pod_object(name, cpu="200m", memory="1Gi", owner="rs-01", labels={"app": "rs-01"}))
     if kind == 2:  # GPU pods fill nodes (8 GPUs each): candidates drop out
         return parse_pod(pod_object(name, cpu="1", memory="4Gi", gpus=1))
+    if kind == 4:  # its own ScheduleAnyway constraints (hostname, zone, disk type), kept incrementally when batched,
+        # and a preferred anti-affinity of its own (InterPodAffinity's PreScore and Score re-run in full)
+        spread = [{"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
+                   "labelSelector": {"matchLabels": {"app": "own"}}, "matchLabelKeys": ["track"],
+                   "nodeTaintsPolicy": "Honor"}
+                  for skew, key in ((1, "kubernetes.io/hostname"), (2, "topology.kubernetes.io/zone"),
+                                    (1, "disk-type"))]
+        term = {"labelSelector": {"matchLabels": {"app": "own"}}, "topologyKey": "kubernetes.io/hostname"}
+        anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 30, "podAffinityTerm": term}]}}
+        return parse_pod(pod_object(name, cpu="300m", memory="1Gi", labels={"app": "own", "track": "a"},
+                                    topologySpreadConstraints=spread, affinity=anti))
     return parse_pod(pod_object(name, cpu="500m", memory="2Gi",  # tolerates the special nodes, prefers ssd
                                 tolerations=[{"key": "dedicated", "operator": "Equal", "value": "special",
                                               "effect": "NoSchedule"}],
@@ -49,7 +62,7 @@ def _kinds(count: int) -> list[int]:
     rng = np.random.default_rng(3)
     kinds: list[int] = []
     while len(kinds) < count:  # runs of one template, as controllers create them, interleaved
-        kinds.extend([int(rng.integers(0, 4))] * int(rng.integers(1, 30)))
+        kinds.extend([int(rng.integers(0, 5))] * int(rng.integers(1, 30)))
     return kinds[:count]
 
 
@@ -77,6 +90,9 @@ def _events(harness: Harness) -> dict[int, Callable[[list[PodInfo]], None]]:
         handlers.on_pod_event("ADDED", pod_object("repel", cpu="100m", memory="100Mi", node_name="node-00003",
                                                   affinity=anti))
 
+    def add_bare_node(_: list[PodInfo]) -> None:  # no zone label: left out of zone spreading
+        handlers.on_node_event("ADDED", node_object("bare-0", cpu=64, memory_gib=256, gpus=8))
+
     def forget(placed: list[PodInfo]) -> None:
         state.forget(placed[-1].uid)
 
@@ -87,12 +103,12 @@ def _events(harness: Harness) -> dict[int, Callable[[list[PodInfo]], None]]:
     def age(_: list[PodInfo]) -> None:
         harness.clock.now += 3600.0  # past every maxAge: the values go stale, metric filters and scores change
 
-    return {60: add_node, 110: cordon, 140: repel, 170: delete_pods, 230: forget, 280: refresh, 330: delete_pods,
-            380: age, 430: refresh}
+    return {60: add_node, 110: cordon, 140: repel, 170: delete_pods, 200: add_bare_node, 230: forget, 280: refresh,
+            330: delete_pods, 380: age, 430: refresh}
 
 
-def _run(batching: bool, count: int) -> tuple[list[CycleResult], Harness]:
-    harness = cluster(NODES, seed=0)
+def _run(batching: bool, count: int, config: dict[str, Any] | None = None) -> tuple[list[CycleResult], Harness]:
+    harness = cluster(NODES, seed=0, config=config)
     framework = harness.framework
     if not batching:
         framework.batcher = None
@@ -143,6 +159,12 @@ def test_batched_decisions_equal_unbatched_ones() -> None:
         assert stats.refused["cluster changed"] >= 2, stats  # node added, cordoned
         assert stats.refused["telemetry ageing"] + stats.refused["cluster changed"] >= 4, stats
         assert stats.refused["candidate no longer fits"] + stats.refused["changed row not a candidate"] >= 1, stats
+        assert stats.refused["totals not reproduced"] == 0, stats
+        assert stats.past_non_candidates > 0, stats  # pods changed on rows the batch's filters had turned down
+        # The spreading terms were kept incrementally (PreScore and Score not re-run), and moved the totals.
+        kept = {entry.term.plugin for batch in batcher._batches for entry in batch.terms if entry.incremental}
+        assert kept == {"PodTopologySpread", "ZoneSpread"}, kept
+        assert stats.totals_recomputed > 0, stats
         assert sum(1 for r in plain if r.node is not None) > count * 0.9
     finally:
         plain_harness.stop()
@@ -191,3 +213,27 @@ def test_batching_is_on_by_default_and_can_be_turned_off() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config({"profiles": [{"opportunisticBatching": "yes"}]}, Registry.default(third_party=False).catalog())
     assert "opportunisticBatching" in str(raised.value)
+
+
+def test_a_minmax_term_the_ledger_moves_is_scored_over_every_candidate() -> None:
+    """A minmax metric term scales by the candidates' lowest and highest value, which a placement's in-flight
+    entry moves: a batched cycle scores it over every candidate (Reads.CLUSTER), never over the changed rows
+    alone (where one row is its own minimum and maximum, and would score 100)."""
+    config = copy.deepcopy(CORE_CONFIG)
+    for entry in config["profiles"][0]["pluginConfig"]:
+        if entry["name"] == "CustomMetric":
+            entry["args"] = {"metrics": [{"metric": "node_cpu_utilisation", "direction": "lower",
+                                          "normalization": {"method": "minmax"}}]}
+    count = 240
+    plain, plain_harness = _run(False, count, config)
+    batched, harness = _run(True, count, config)
+    try:
+        for i, (a, b) in enumerate(zip(plain, batched, strict=True)):
+            assert _decision(a) == _decision(b), f"cycle {i} differs: {a.node} vs {b.node}"
+        batcher = harness.framework.batcher
+        assert isinstance(batcher, Batcher) and batcher.stats.batched > count // 2, batcher.stats if batcher else None
+        assert any(entry.cluster for batch in batcher._batches for entry in batch.terms
+                   if entry.term.plugin == "CustomMetric")
+    finally:
+        plain_harness.stop()
+        harness.stop()

@@ -1,0 +1,41 @@
+"""Score plugins that read the cluster (Reads.CLUSTER) and can keep a batch's scores up to date themselves.
+
+A batched cycle re-runs such a plugin's PreScore and Score over every candidate, because its scores read
+other nodes (domain counts). Most of them only read per-row counts summed per domain: after a placement only
+the counts of the rows that changed move, and the scores are a gather from the per-domain sums. A plugin
+that can say so implements `IncrementalScorer`: when the batcher stores a batch it asks for an
+`IncrementalScores`, and each batched cycle then asks it for the raw scores now (what PreScore and Score would
+give, bit for bit), or None, and the batch is refused (the full cycle runs).
+"""
+
+from __future__ import annotations
+
+import abc
+
+from metrics_sched.framework.cycle_state import CycleState
+from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+
+__all__ = ["IncrementalScorer", "IncrementalScores"]
+
+
+class IncrementalScores(abc.ABC):
+    """One batch's scores of one plugin, over the batch's candidate rows, kept from the counts they read."""
+
+    @abc.abstractmethod
+    def rescore(self, cycle: CycleState, pod: PodInfo, table: NodeTable, changed: IntArray) -> FloatArray | None:
+        """The raw scores over the batch's rows now, as the plugin's PreScore (which also writes its cycle state
+        into `cycle`) and Score would give them; None when what they read changed beyond the counts (e.g. the
+        pod's constraints): the batch is then not used. Called only while the batch's nodes are unchanged;
+        `changed`: the rows whose pods changed since the scores were last kept (NodeTable.row_pod_stamp, which
+        every placement, removal, relabelling and forget moves), ascending: no other row's counts moved."""
+
+
+class IncrementalScorer(abc.ABC):
+    """A Reads.CLUSTER score plugin whose batched scores can be kept up to date (its PreScore, if any, only
+    prepares them: the batcher then calls neither)."""
+
+    @abc.abstractmethod
+    def incremental_scores(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
+                           rows: IntArray) -> IncrementalScores | None:
+        """For a full cycle that just scored `rows` (its state in `cycle`): the scores to keep, or None."""

@@ -1,0 +1,177 @@
+"""The spreading scores opportunistic batching keeps incrementally (framework.incremental) are the ones
+PreScore and Score compute afresh, bit for bit, through every kind of count change; and the exact shortcuts
+behind them (PodTopologySpread's float normalisation, the batcher's array comparison) are what they replace."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from metrics_sched.framework import CycleState, Handle
+from metrics_sched.framework.batching import _equal
+from metrics_sched.framework.incremental import IncrementalScores
+from metrics_sched.model.podinfo import PodInfo, parse_pod
+from metrics_sched.plugins.pod_topology_spread import _IGNORED, HOSTNAME, ZONE, PodTopologySpread
+from metrics_sched.plugins.zone_spread import ZoneSpread
+from metrics_sched.state.cluster_state import ClusterState
+from metrics_sched.state.node_table import FloatArray, IntArray
+from metrics_sched.telemetry.cache import MetricCache
+from metrics_sched.telemetry.ledger import InFlightLedgerStore
+from tests.unit.fakes import FakeAPI
+from tests.unit.test_pod_topology_spread import SOFT, SYSTEM, Obj, cluster, mk_node, mk_pod, rs, spread, svc
+
+pytestmark = pytest.mark.unit
+
+APP = {"matchLabels": {"app": "web"}}
+OWNER = ("apps/v1", "ReplicaSet", "web")
+NOTHING: IntArray = np.zeros(0, dtype=np.int64)
+
+
+def _nodes() -> list[Obj]:
+    """24 nodes in 3 zones and 2 racks; 3 without a zone, one tainted."""
+    nodes = []
+    for i in range(24):
+        labels = {HOSTNAME: f"n{i:02d}", "rack": f"r{i % 2}"}
+        if i % 8 != 7:
+            labels[ZONE] = f"z{i % 3}"
+        taints = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if i == 5 else None
+        nodes.append(mk_node(f"n{i:02d}", labels, taints))
+    return nodes
+
+
+def _changes(state: ClusterState, rng: np.random.Generator) -> list[Callable[[], None]]:
+    """The ways the counts move: an assumed pod (matching or not, on a candidate or not), a bound pod relabelled,
+    terminating or removed, an assumed pod forgotten."""
+    placed: list[PodInfo] = []
+
+    def assume() -> None:
+        labels = {"app": "web" if rng.random() < 0.8 else "other", "track": "a"}
+        info = parse_pod(mk_pod(labels=labels, ns="default", owner=OWNER))
+        state.assume(info, f"n{int(rng.integers(0, 24)):02d}")
+        placed.append(info)
+
+    def forget() -> None:
+        if placed:
+            state.forget(placed.pop(int(rng.integers(0, len(placed)))).uid)
+
+    def bound(change: str) -> None:
+        node = f"n{int(rng.integers(0, 24)):02d}"
+        body = mk_pod(labels={"app": "web", "track": "a"}, ns="default", node=node, owner=OWNER)
+        state.observe_bound_pod(parse_pod(body))
+        if change == "relabel":
+            body["metadata"]["labels"] = {"app": "else"}
+            state.observe_bound_pod(parse_pod(body))
+        elif change == "terminate":
+            body["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+            state.observe_bound_pod(parse_pod(body))
+        else:
+            state.remove_pod(body["metadata"]["uid"])
+
+    return [assume, assume, assume, forget, lambda: bound("relabel"), lambda: bound("terminate"),
+            lambda: bound("remove"), lambda: bound("keep")]
+
+
+def _check(state: ClusterState, fresh: Callable[[], FloatArray], kept: IncrementalScores, info: PodInfo,
+           seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    changes = _changes(state, rng)
+    table = state.table
+    for step in range(80):
+        stamp = table.pod_stamp
+        for _ in range(int(rng.integers(0, 4))):
+            changes[int(rng.integers(0, len(changes)))]()
+        # What the batcher hands over: the rows whose pods changed since (every kind of change stamps its row).
+        got = kept.rescore(CycleState(), info, table, np.flatnonzero(table.row_pod_stamp[: table.capacity] > stamp))
+        assert got is not None
+        want = fresh()
+        assert got.tobytes() == want.tobytes(), f"step {step}: {got} != {want}"
+
+
+OWN = [spread(1, HOSTNAME, SOFT, APP, match_label_keys=["track"], taints_policy="Honor"), spread(2, ZONE, SOFT, APP),
+       spread(1, "rack", SOFT, APP)]
+
+
+@pytest.mark.parametrize("constraints", [OWN, OWN[1:2], []], ids=["own constraints", "one constraint",
+                                                                   "system defaults"])
+def test_pod_topology_spread_scores_kept_from_the_counts(constraints: list[Obj]) -> None:
+    own = bool(constraints)
+    state, plugin = cluster(_nodes(), [], SYSTEM, [rs("web", APP)])
+    info = parse_pod(mk_pod(labels={"app": "web", "track": "a"}, ns="default", constraints=constraints,
+                            owner=OWNER))
+    table = state.table
+    rows = np.array([r for r in range(24) if r not in (3, 11)], dtype=np.int64)  # two nodes filtered out
+
+    def fresh() -> FloatArray:
+        cycle = CycleState()
+        assert plugin.pre_score(cycle, info, table, rows).ok
+        return np.asarray(plugin.score(cycle, info, table, rows), dtype=np.float64)
+
+    first = CycleState()
+    assert plugin.pre_score(first, info, table, rows).ok
+    kept = plugin.incremental_scores(first, info, table, rows)
+    assert kept is not None
+    if own:
+        assert (fresh() == _IGNORED).any()  # the zoneless nodes are ignored
+    _check(state, fresh, kept, info, seed=len(constraints))
+    # A batched cycle's state answers Score as the full cycle's does.
+    cycle = CycleState()
+    assert kept.rescore(cycle, info, table, NOTHING) is not None
+    assert plugin.score(cycle, info, table, rows[::3]).tobytes() == fresh()[::3].tobytes()
+    if not own:  # a Service selecting the pod changes its default constraints: not kept any more
+        state.workloads.upsert(*svc({"track": "a"}, namespace="default"))
+        assert kept.rescore(CycleState(), info, table, NOTHING) is None
+
+
+def test_zone_spread_scores_kept_from_the_counts() -> None:
+    state = ClusterState()
+    for node in _nodes():
+        state.upsert_node(node)
+    plugin = ZoneSpread(ZoneSpread.Args(), Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    info = parse_pod(mk_pod(labels={"app": "web"}, ns="default", owner=OWNER))
+    table = state.table
+    rows: IntArray = np.array([r for r in range(24) if r != 4], dtype=np.int64)
+    kept = plugin.incremental_scores(CycleState(), info, table, rows)
+    assert kept is not None
+
+    def fresh() -> FloatArray:
+        return np.asarray(plugin.score(CycleState(), info, table, rows), dtype=np.float64)
+
+    _check(state, fresh, kept, info, seed=9)
+
+
+def _upstream_normalize(scores: FloatArray) -> FloatArray:
+    """PodTopologySpread.normalize as it was: integers throughout."""
+    valid = scores != _IGNORED
+    if not valid.any():
+        return np.zeros_like(scores)
+    low = float(scores[valid].min())
+    high = max(float(scores[valid].max()), 0.0)
+    if high == 0:
+        return np.where(valid, 100.0, 0.0)
+    normalized = (100 * (int(high) + int(low) - scores.astype(np.int64))) // int(high)
+    return np.where(valid, normalized.astype(np.float64), 0.0)
+
+
+def test_normalize_in_floats_is_the_integer_division() -> None:
+    plugin = PodTopologySpread(SYSTEM, Handle(ClusterState(), MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    rng = np.random.default_rng(5)
+    for case in range(3000):
+        high = int(rng.choice([1, 7, 100, 9_973, 2**20, 2**39]))
+        scores = rng.integers(0, high + 1, int(rng.integers(1, 60))).astype(np.float64)
+        if case % 5 == 0:
+            scores[rng.random(scores.size) < 0.2] = _IGNORED
+        assert plugin.normalize(scores).tobytes() == _upstream_normalize(scores).tobytes(), scores
+
+
+def test_equal_is_array_equal_with_nan() -> None:
+    rng = np.random.default_rng(6)
+    for _ in range(2000):
+        a = rng.integers(0, 3, int(rng.integers(0, 20))).astype(np.float64)
+        a[rng.random(a.size) < 0.2] = np.nan
+        b = a.copy()
+        if rng.random() < 0.5 and b.size:
+            b[int(rng.integers(0, b.size))] = rng.choice([np.nan, 0.0, 1.0])
+        assert _equal(a, b) == np.array_equal(a, b, equal_nan=True)
+    assert not _equal(np.zeros(3), np.zeros(4))
