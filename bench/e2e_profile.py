@@ -7,7 +7,10 @@ watch decoding, the scheduling cycle, binding, events/status, audit, telemetry, 
 other; the collapsed stacks are written next to the JSON for bench/flame.py.
 
     python -m bench.e2e_profile [--nodes 500] [--pods 2000] [--out /tmp/e2e-profile]
-        [--py-spy PATH | --no-profile] [--prebound N] [--heap]
+        [--py-spy PATH | --no-profile] [--prebound N] [--heap | --census] [--rate R] [--scheduler-env NAME=VALUE]
+
+--census diffs the scheduler's live objects per type between ready and the last bind (bench/census_run.py);
+--heap traces every allocation instead (tracemalloc: exact tracebacks, but the run is several times slower).
 
 The scheduler runs from the current directory's checkout: for a before/after comparison, run it at the same
 time from a copy of the tree with the old files (both then share the machine's load, which on a shared
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import secrets
 import signal
@@ -66,8 +70,6 @@ def say(message: str) -> None:
 
 def proc_stats(pid: int) -> tuple[float, int, int]:
     """(CPU seconds, peak RSS bytes, current RSS bytes) of a live process."""
-    import os
-
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     peak = rss = 0
@@ -118,8 +120,6 @@ class BoundWatch:
 
 def thread_cpu(pid: int) -> dict[int, float]:
     """CPU seconds per native thread id of a live process."""
-    import os
-
     out: dict[int, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -192,6 +192,28 @@ def create_bound(cluster: DevCluster, count: int) -> None:
                 say(f"{done}/{count} bound pods created ({time.monotonic() - started:.0f}s)")
 
 
+def take_census(pid: int, path: Path, lines: int) -> None:
+    """Signals bench.census_run and waits for its `lines`-th census line."""
+    os.kill(pid, signal.SIGUSR1)
+    wait_until(lambda: path.exists() and len(path.read_text().splitlines()) >= lines, 300, "the object census")
+
+
+def census_diff(path: Path, pods: int) -> str:
+    """The live objects' growth per type between the first and the last census, largest first, per pod too."""
+    first, last = (json.loads(line)["census"] for line in path.read_text().splitlines()[:2])
+    rows = []
+    for key, (count, size) in last.items():
+        count0, size0 = first.get(key, (0, 0))
+        if size - size0 > 0:
+            rows.append((size - size0, count - count0, key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    lines = [f"tracked objects grew by {total / 2**20:.1f} MB (shallow sizes), {total / max(pods, 1):.0f} B per pod"]
+    lines += [f"{size / 2**20:8.2f} MB {count:+9d} objects {size / max(pods, 1):7.0f} B/pod  {key}"
+              for size, count, key in rows[:40]]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=500)
@@ -207,6 +229,14 @@ def main() -> None:
     parser.add_argument("--heap", action="store_true",
                         help="trace allocations (tracemalloc, /debug/pprof/heap) from the first pod to the last bind "
                              "and write what is still held, by traceback; CPU figures are then not comparable")
+    parser.add_argument("--census", action="store_true",
+                        help="run the scheduler under bench.census_run and diff its live objects per type between "
+                             "ready and the last bind (what the pods left behind; cheap, unlike --heap)")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="pods created per second (0: as fast as the creator goes, which at 5,000 nodes outruns "
+                             "the scheduler: the pending backlog then counts in the peak RSS)")
+    parser.add_argument("--scheduler-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the scheduler process (e.g. MALLOC_ARENA_MAX=2)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/e2e-profile"))
     parser.add_argument("--py-spy", type=Path, default=None,
                         help="sample with this py-spy binary instead (on-CPU samples only: the built-in sampler "
@@ -229,9 +259,14 @@ def main() -> None:
         path = cluster.run_dir / "ms-all.yaml"
         path.write_text(yaml.safe_dump(config))
         started_at = time.monotonic()
-        managed = cluster.group.start("ms-all", [sys.executable, "-m", "metrics_sched.cli", "run", "--config",
+        census_file = args.out / f"census-{tag}.jsonl"
+        census_file.unlink(missing_ok=True)
+        entry = ["bench.census_run"] if args.census else ["metrics_sched.cli"]
+        managed = cluster.group.start("ms-all", [sys.executable, "-m", *entry, "run", "--config",
                                                  str(path), "--kubeconfig", str(cluster.kubeconfig),
-                                                 "--log-format", "text", "--log-level", "warning"])
+                                                 "--log-format", "text", "--log-level", "warning"],
+                                      env={**os.environ, **dict(e.split("=", 1) for e in args.scheduler_env),
+                                           **({"CENSUS_FILE": str(census_file)} if args.census else {})})
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 300, "ms-all",
                    lambda: cluster.group.check("ms-all"))
@@ -239,6 +274,8 @@ def main() -> None:
                    "every telemetry source up", lambda: cluster.group.check("ms-all"))
         ready_seconds = time.monotonic() - started_at
         pid = managed.pid
+        if args.census:
+            take_census(pid, census_file, 1)
         cpu_ready, _, rss_ready = proc_stats(pid)
         time.sleep(args.idle_seconds)  # the idle baseline: refreshes only (a measured interval, not a wait)
         cpu_idle_end, _, _ = proc_stats(pid)
@@ -270,7 +307,7 @@ def main() -> None:
         t0 = time.monotonic()
         creator = subprocess.Popen([sys.executable, "-m", "bench.pod_creator", "--kubeconfig",
                                     str(cluster.kubeconfig), "--namespace", namespace, "--count", str(args.pods),
-                                    "--scheduler", "ms-all"])
+                                    "--scheduler", "ms-all", "--rate", str(args.rate)])
         profiler = threading.Thread(target=profile_loop, daemon=True)
         spy_out = args.out / f"pyspy-{tag}.txt"
         spy = None
@@ -293,6 +330,9 @@ def main() -> None:
         cpu1, peak, rss_end = proc_stats(pid)
         threads1 = thread_cpu(pid)
         names = thread_names(url)
+        if args.census:
+            take_census(pid, census_file, 2)
+            (args.out / f"census-diff-{tag}.txt").write_text(census_diff(census_file, bound))
         per_thread: dict[str, float] = {}
         for tid, seconds in threads1.items():
             name = names.get(tid, "(not a Python thread)")

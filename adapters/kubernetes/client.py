@@ -24,6 +24,7 @@ import orjson
 
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.rate_limit import TokenBucket
+from adapters.kubernetes.write_lane import LaneError, LaneReply, WriteLane
 from metrics_sched.ports import ApiError
 
 log = logging.getLogger(__name__)
@@ -81,12 +82,15 @@ class KubeClient:
         watch_transport: httpx.BaseTransport | None = None,
         max_write_retries: int = MAX_WRITE_RETRIES,
         sleep: Callable[[float], None] = time.sleep,
+        write_lane: bool = True,
     ) -> None:
         """max_connections: the request pool (set it to the bind concurrency). qps/burst: client-side
         limit on that pool, unlimited when qps is None (burst defaults to 2 x qps). write_fence: see the
         module. transport (and optionally a separate watch_transport) replaces the network, for tests.
         max_write_retries: how often a write refused with 429 + Retry-After is sent again (rate-limited writes
-        only: a lease renewal keeps its own cadence)."""
+        only: a lease renewal keeps its own cadence). write_lane: request() and send() go through the WriteLane
+        (see adapters/kubernetes/write_lane.py) unless a test transport or a proxy is configured; False keeps them
+        on httpx (for A/B measurements)."""
         self.config = config
         self.write_fence = write_fence
         self.request_timeout = request_timeout
@@ -120,8 +124,16 @@ class KubeClient:
             limits=httpx.Limits(max_connections=max_watch_connections,
                                 max_keepalive_connections=max_watch_connections),
         )
+        self._lane: WriteLane | None = None
+        if write_lane and transport is None and not config.proxy:
+            self._lane = WriteLane(config.server, context=tls, token=config.token,
+                                   tls_server_name=config.tls_server_name, max_connections=max_connections,
+                                   connect_timeout=connect_timeout, pool_timeout=request_timeout,
+                                   user_agent=user_agent, accept=JSON)
 
     def close(self) -> None:
+        if self._lane is not None:
+            self._lane.close()
         self._http.close()
         self._watch_http.close()
 
@@ -141,6 +153,10 @@ class KubeClient:
 
         rate_limited=False skips the QPS bucket: for lease renewals, which must not queue behind a burst of
         binds (kube-scheduler gives leader election its own client for the same reason)."""
+        if self._lane is not None:
+            reply = self._lane_call(self._lane, method, path, body, params, content_type, limited=rate_limited,
+                                    retry_429=True, keep_body=True)
+            return _decode_body(method, path, reply.status_code, reply.content)
         response = self._call(self._http, method, path, body, params, content_type, limited=rate_limited)
         return _decode(method, path, response)
 
@@ -150,8 +166,11 @@ class KubeClient:
 
         retry_429=False returns a 429 to the caller at once, for calls where it is an answer rather than load
         shedding (an eviction a PodDisruptionBudget refuses)."""
-        return self._call(self._http, method, path, body, params, content_type, limited=rate_limited,
-                          retry_429=retry_429).status_code
+        if self._lane is None:
+            return self._call(self._http, method, path, body, params, content_type, limited=rate_limited,
+                              retry_429=retry_429).status_code
+        return self._lane_call(self._lane, method, path, body, params, content_type, limited=rate_limited,
+                               retry_429=retry_429, keep_body=False).status_code
 
     def list(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
         """One LIST page, on the watch pool (big, slow, and not subject to the write rate limit)."""
@@ -224,17 +243,61 @@ class KubeClient:
         except httpx.HTTPError as exc:
             raise self._transport_error(method, path, exc) from exc
 
+    def _lane_call(self, lane: WriteLane, method: str, path: str, body: Any, params: Mapping[str, str] | None,
+                   content_type: str, *, limited: bool, retry_429: bool, keep_body: bool) -> LaneReply:
+        """As _call, on the lane."""
+        content = orjson.dumps(body) if body is not None else None
+        retries = self.max_write_retries if limited and retry_429 and method != "GET" else 0
+        for attempt in range(retries + 1):
+            reply = self._lane_once(lane, method, path, content, content_type, params, limited=limited,
+                                    keep_body=keep_body)
+            wait = _retry_after_value(reply.status_code, reply.retry_after) if attempt < retries else None
+            if wait is None:
+                break
+            log.info("%s %s: 429 Too Many Requests, retrying in %.1fs (Retry-After)", method, path, wait)
+            self.retried_after_429 += 1
+            self._sleep(wait)
+        if reply.status_code >= 400:
+            raise self._error(method, path, reply.status_code, reply.content, reply.reason_phrase)
+        return reply
+
+    def _lane_once(self, lane: WriteLane, method: str, path: str, content: bytes | None, content_type: str,
+                   params: Mapping[str, str] | None, *, limited: bool, keep_body: bool) -> LaneReply:
+        """As _send_once, on the write lane: the fence's first look after the rate limiter, its last once a
+        connection is in hand, and the exchange bounded by its timeout."""
+        if limited and self.limiter is not None:
+            self.limiter.acquire()
+        fence = self.write_fence if method != "GET" else None
+        timeout = self.request_timeout
+        last_look: Callable[[], None] | None = None
+        if fence is not None:
+            if not fence.may_start():
+                raise Fenced(None, f"{method} {path}: not sent (write fence closed)", reason="Fenced")
+            timeout = fence.timeout / 2
+
+            def last_look() -> None:
+                if not fence.may_start():
+                    raise Fenced(None, f"{method} {path}: not sent (write fence closed)", reason="Fenced")
+
+        try:
+            return lane.send(method, path, content, content_type, params, timeout=timeout, before_send=last_look,
+                             keep_body=keep_body)
+        except LaneError as exc:
+            raise ApiError(None, self._scrub(f"{method} {path}: {exc.kind}: {exc}"), reason=exc.kind) from exc
+
     def _status_error(self, method: str, path: str, response: httpx.Response) -> ApiError:
+        return self._error(method, path, response.status_code, response.content, response.reason_phrase)
+
+    def _error(self, method: str, path: str, status_code: int, content: bytes, reason_phrase: str) -> ApiError:
         message, reason = "", ""
         try:
-            status = response.json()
-        except ValueError:
-            message = response.text[:300]
+            status = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            message = content[:300].decode(errors="replace")
         else:
             if isinstance(status, dict):
                 message, reason = str(status.get("message", "")), str(status.get("reason", ""))
-        return ApiError(response.status_code, self._scrub(f"{method} {path}: {message or response.reason_phrase}"),
-                        reason=reason)
+        return ApiError(status_code, self._scrub(f"{method} {path}: {message or reason_phrase}"), reason=reason)
 
     def _transport_error(self, method: str, path: str, exc: Exception) -> ApiError:
         return ApiError(None, self._scrub(f"{method} {path}: {type(exc).__name__}: {exc}"), reason=type(exc).__name__)
@@ -333,20 +396,28 @@ def _fence_trace(fence: WriteFence, method: str, path: str) -> Callable[[str, di
 def _retry_after(response: httpx.Response) -> float | None:
     """The wait a 429 asks for (delta-seconds), capped; None: not a 429 or no usable Retry-After (client-go
     too only retries when the server says when)."""
-    if response.status_code != 429:
+    return _retry_after_value(response.status_code, response.headers.get("Retry-After"))
+
+
+def _retry_after_value(status_code: int, header: str | None) -> float | None:
+    if status_code != 429:
         return None
     try:
-        seconds = float(response.headers.get("Retry-After", ""))
+        seconds = float(header or "")
     except ValueError:
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
 def _decode(method: str, path: str, response: httpx.Response) -> dict[str, Any]:
+    return _decode_body(method, path, response.status_code, response.content)
+
+
+def _decode_body(method: str, path: str, status_code: int, content: bytes) -> dict[str, Any]:
     try:
-        body = orjson.loads(response.content)
+        body = orjson.loads(content)
     except orjson.JSONDecodeError:
-        raise ApiError(response.status_code, f"{method} {path}: the reply is not JSON") from None
+        raise ApiError(status_code, f"{method} {path}: the reply is not JSON") from None
     if not isinstance(body, dict):
-        raise ApiError(response.status_code, f"{method} {path}: the reply is not a JSON object")
+        raise ApiError(status_code, f"{method} {path}: the reply is not a JSON object")
     return body

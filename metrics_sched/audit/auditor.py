@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from metrics_sched.audit.record import DecisionRecord, StoredDecision, build_record
+from metrics_sched.audit.record import DecisionRecord, StoredDecision, build_packed
 from metrics_sched.audit.ring import DecisionRing
 from metrics_sched.framework.cycle_state import StateKey, annotate_binding
 from metrics_sched.framework.runtime import CycleResult
@@ -38,14 +38,14 @@ class Auditor:
 
     def on_cycle(self, result: CycleResult) -> None:
         with self.state.lock:
-            record = build_record(result, self.state.table, config_hash=self.config_hash, top=self.top,
-                                  shadow=result.profile in self.shadow_profiles)
+            record, packed = build_packed(result, self.state.table, config_hash=self.config_hash, top=self.top,
+                                          shadow=result.profile in self.shadow_profiles)
         result.cycle.write(RECORD, record)
         result.summary = record.summary()
         if self.annotate and record.node is not None and record.result != "shadow":
             # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
             annotate_binding(result.cycle, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
-        result.cycle.write(STORED, self.ring.add(record))
+        result.cycle.write(STORED, self.ring.add(record, packed))
         for observer in self.record_observers:
             observer(record, result)
         result.release_arrays()

@@ -112,6 +112,13 @@ class DecisionRecord:
 
 def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
                  now: float | None = None, shadow: bool = False) -> DecisionRecord:
+    return build_packed(result, table, config_hash=config_hash, top=top, now=now, shadow=shadow)[0]
+
+
+def build_packed(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
+                 now: float | None = None, shadow: bool = False) -> tuple[DecisionRecord, array[float]]:
+    """The record, and its candidates' numbers as StoredDecision keeps them (`values`), packed straight from
+    the matrix they were gathered into: the ring's copy then costs no walk over the record's objects."""
     now = time.time() if now is None else now
     placed = result.node is not None and result.status.code in (Code.SUCCESS, Code.WAIT)
     if shadow:
@@ -125,6 +132,7 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
     else:
         outcome = "unschedulable"
     candidates: list[Candidate] = []
+    packed: array[float] = array("d")
     # A pod Reserve or Permit turned down keeps its ranking: the record shows what it was denied.
     margin = None
     rows = result.feasible_rows
@@ -146,14 +154,18 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
             for e in term.evidence:
                 columns += (e.values[chosen], now - e.observed_at[chosen],
                             e.in_flight[chosen] if e.in_flight is not None else missing)
-        matrix = _finite_rows(np.array(columns, dtype=float).reshape(len(columns), chosen.size))
-        totals = total[order].tolist()
-        for rank, row in enumerate(chosen.tolist()):
-            numbers = iter([column[rank] for column in matrix])
+        # One row per candidate: its total (rounded as round() does, kept as it is when not finite), then every
+        # column rounded (NaN for None).
+        totals = [round(t, 4) for t in total[order].tolist()]
+        numbers_matrix = np.column_stack([totals, _rounded(np.concatenate(columns).reshape(len(columns), -1)).T]) \
+            if columns else np.array(totals, dtype=float).reshape(-1, 1)
+        packed.frombytes(np.ascontiguousarray(numbers_matrix, dtype=np.float64).tobytes())
+        for rank, (row, numbers_row) in enumerate(zip(chosen.tolist(), numbers_matrix.tolist(), strict=True)):
+            numbers = iter([None if v != v else v for v in numbers_row[1:]])  # NaN is None
             terms = [TermDetail(term.plugin, term.weight, next(numbers), next(numbers), [
                 RawValue(e.metric, next(numbers), next(numbers), list(e.sources), next(numbers))
                 for e in term.evidence]) for term in result.terms]
-            candidates.append(Candidate(table.name(row), round(totals[rank], 4), rank, terms))
+            candidates.append(Candidate(table.name(row), totals[rank], rank, terms))
         if total.size > 1:
             # The two largest (a partition, not a sort of every feasible node).
             second, first = np.partition(total, total.size - 2)[-2:].tolist()
@@ -168,7 +180,7 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
         nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
         candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
         nominated_node=result.nominated_node, notes=_notes(result), owner=_owner(result),
-    )
+    ), packed
 
 
 def _top_positions(total: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
@@ -183,20 +195,34 @@ def _top_positions(total: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any
 
 
 def _finite_rows(matrix: np.ndarray[Any, Any]) -> list[list[float | None]]:
-    """As _finite over a matrix, in a few array operations (builtin round() per value cost a microsecond each,
-    ~140 of them per record). The same values: away from a tie at the fifth decimal, rint(x * 1e4) / 1e4 picks
-    the same last digit as round() and is the double nearest to it; values near a tie (where x * 1e4 itself
-    is inexact) and values too large for the scaling are rounded by round() itself."""
+    """As _finite over a matrix (None for what is not finite)."""
+    return [[_shown(v) for v in row] for row in _rounded(matrix).tolist()]
+
+
+# Beyond this, x * 1e4 is no longer exact to the unit: such values are rounded by round() itself.
+_SCALED_LIMIT = 2.0**52 / 1e4
+
+
+def _rounded(matrix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """round(x, 4) of every finite value and NaN for the others, in a few array operations (builtin round() per
+    value cost a microsecond each, ~140 of them per record). The same values: away from a tie at the fifth
+    decimal, rint(x * 1e4) / 1e4 picks the same last digit as round() and is the double nearest to it; values
+    near a tie (where x * 1e4 itself is inexact) and values too large for the scaling are rounded by round().
+    Non-finite values are zeroed before the arithmetic, so no floating-point warning is possible (np.errstate,
+    which would silence them, cost more than the rest)."""
     finite = np.isfinite(matrix)
-    with np.errstate(over="ignore", invalid="ignore"):  # NaN and infinities become None below
-        scaled = matrix * 1e4
-        near_tie = finite & ((np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5) < 1e-6) | (np.abs(scaled) >= 2.0**52))
-    out: list[list[float | None]] = (np.rint(scaled) / 1e4).tolist()
-    for i, j in np.argwhere(near_tie).tolist():
-        out[i][j] = round(float(matrix[i, j]), 4)
-    if not finite.all():
-        for i, j in np.argwhere(~finite).tolist():
-            out[i][j] = None
+    clean = np.where(finite, matrix, 0.0)
+    big = np.abs(clean) >= _SCALED_LIMIT
+    if big.any():
+        clean[big] = 0.0
+    scaled = clean * 1e4
+    near_tie = (np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5) < 1e-6) | big
+    out = np.rint(scaled)
+    out /= 1e4
+    out[~finite] = np.nan
+    if near_tie.any():
+        for i, j in np.argwhere(near_tie).tolist():
+            out[i, j] = round(float(matrix[i, j]), 4)
     return out
 
 
@@ -243,7 +269,8 @@ class StoredDecision:
                  "profile", "rejections", "result", "time", "uid", "values")
     kind: ClassVar[Kind] = "placement"
 
-    def __init__(self, record: DecisionRecord, layout: Layout) -> None:
+    def __init__(self, record: DecisionRecord, layout: Layout, values: array[float] | None = None) -> None:
+        """values: the candidates' numbers already packed (build_packed); None: read from the record."""
         self.id, self.time, self.pod, self.uid = record.id, record.time, record.pod, record.uid
         self.profile, self.config_hash, self.result = record.profile, record.config_hash, record.result
         self.node, self.message, self.nominated_node = record.node, record.message, record.nominated_node
@@ -255,6 +282,9 @@ class StoredDecision:
         self.owner = record.owner
         self.layout = layout
         self.nodes = tuple(c.node for c in record.candidates)
+        if values is not None:
+            self.values = values
+            return
         values = array("d")
         for candidate in record.candidates:
             values.append(candidate.total)

@@ -8,6 +8,7 @@ kept once: the default 10,000 records cost about a sixth of what the dataclass r
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import deque
 
 from metrics_sched.audit.record import DecisionRecord, EvictionRecord, Kind, Layout, StoredDecision, layout_of
@@ -23,8 +24,9 @@ class DecisionRing:
         self._records: deque[StoredDecision | EvictionRecord] = deque(maxlen=size)
         self._layouts: dict[Layout, Layout] = {}
 
-    def add(self, record: DecisionRecord) -> StoredDecision:
-        """Keeps the record; the returned entry is where the bind's outcome goes (see Auditor.on_bind)."""
+    def add(self, record: DecisionRecord, values: array[float] | None = None) -> StoredDecision:
+        """Keeps the record; the returned entry is where the bind's outcome goes (see Auditor.on_bind). values:
+        its candidates' numbers already packed (audit.record.build_packed)."""
         layout = layout_of(record)
         with self._lock:
             shared = self._layouts.get(layout)
@@ -32,7 +34,7 @@ class DecisionRing:
                 if len(self._layouts) >= _MAX_LAYOUTS:
                     self._layouts.clear()
                 shared = self._layouts[layout] = layout
-            stored = StoredDecision(record, shared)
+            stored = StoredDecision(record, shared, values)
             self._records.append(stored)
         return stored
 

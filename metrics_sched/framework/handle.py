@@ -9,11 +9,13 @@
     preemptor     the writes of preemption (nominations, victims' condition and deletion); None: not wired
     activator     moves pods straight back to the active queue (a gang waking its members)
     group_status  where PodGroup status is reported (written off the hot path); None: not wired
+    may_write     whether this replica may write now (the leader's fence; always True without leader election)
     run_filters   the profile's filters, for PostFilter's what-if runs on a cloned CycleState
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,6 +33,10 @@ from metrics_sched.telemetry.cache import MetricColumn
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 __all__ = ["FilterRunner", "Handle", "MetricReader", "Services"]
+
+
+def _always() -> bool:
+    return True
 
 
 class MetricReader(Protocol):
@@ -71,6 +77,7 @@ class Services:
     preemptor: Preemptor | None = None
     activator: PodActivator = field(default_factory=PodActivator)
     group_status: GroupStatusSink | None = None
+    may_write: Callable[[], bool] = _always
 
 
 @dataclass
@@ -80,7 +87,8 @@ class Handle(Services):
     @classmethod
     def of(cls, services: Services) -> Handle:
         return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods,
-                   services.volume_writer, services.preemptor, services.activator, services.group_status)
+                   services.volume_writer, services.preemptor, services.activator, services.group_status,
+                   services.may_write)
 
     @property
     def table(self) -> NodeTable:

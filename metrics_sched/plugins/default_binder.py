@@ -40,12 +40,15 @@ class DefaultBinder(BindPlugin):
         return BindStatus(outcome=BindOutcomeKind.BOUND)
 
     def _reread(self, pod: PodInfo) -> KubeObject | None:
+        """The pod as the API has it now. Once this replica may no longer write (it lost, or may be about to lose,
+        the lease) one attempt only: through a partition each would wait out its timeout, holding the bind worker
+        and the replica's exit, and the unknown outcome leaves the pod assumed, as any unanswered re-read does."""
         delay = self.reread_delay
         for attempt in range(REREAD_ATTEMPTS):
             try:
                 return self.handle.pod_writer.get_pod(pod.namespace, pod.name)
             except ApiError as exc:
-                if attempt == REREAD_ATTEMPTS - 1:
+                if attempt == REREAD_ATTEMPTS - 1 or not self.handle.may_write():
                     raise
                 log.warning("re-reading %s after a bind error: %s", pod.key, exc)
                 time.sleep(delay)

@@ -73,7 +73,7 @@ class Scheduler:
         self.ledger = ledger if ledger is not None else InFlightLedgerStore(clock=self.metrics.clock)
         self.ledger.bind_table(self.state.table)
         services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer,
-                            volume_writer=volume_writer, preemptor=preemptor)
+                            volume_writer=volume_writer, preemptor=preemptor, may_write=is_leader)
         # PodGroup status goes out on its own thread: the cycle never waits for the API.
         self.group_status = GroupStatusReporter(group_status_writer) if group_status_writer is not None else None
         services.group_status = self.group_status

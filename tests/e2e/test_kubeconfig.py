@@ -55,6 +55,13 @@ def whoami(client: KubeClient) -> str:
     return str(review["status"]["userInfo"]["username"])
 
 
+def review_sent(client: KubeClient) -> int:
+    """The same review as a write whose reply is not read: it goes through the client's WriteLane (binds,
+    events), whose TLS and credentials are its own code, not httpx's."""
+    return client.send("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                       {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+
+
 def kubeconfig(cluster: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[str, Any]:
     doc: dict[str, Any] = {"apiVersion": "v1", "kind": "Config"}
     if cluster is not None:
@@ -135,12 +142,16 @@ def test_tls_server_name_is_the_name_verified_in_the_servers_certificate(
         {"token": token}))
     with KubeClient(load(good)) as client:
         assert whoami(client) == f"system:serviceaccount:{namespace}:sni"
+        assert review_sent(client) == 201
     # A name the certificate does not have fails verification: the name really is the one checked.
     wrong = write(tmp_path / "wrong", kubeconfig(
         {"server": dev.server, "certificate-authority": str(dev.ca_file), "tls-server-name": "elsewhere.example"},
         {"token": token}))
     with KubeClient(load(wrong)) as client, pytest.raises(ApiError) as info:
         whoami(client)
+    assert "elsewhere.example" in str(info.value) or "CERTIFICATE_VERIFY_FAILED" in str(info.value)
+    with KubeClient(load(wrong)) as client, pytest.raises(ApiError) as info:
+        review_sent(client)
     assert "elsewhere.example" in str(info.value) or "CERTIFICATE_VERIFY_FAILED" in str(info.value)
 
 

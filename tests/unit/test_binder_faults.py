@@ -136,9 +136,10 @@ def _new_uid(error: Callable[[], ApiError]) -> Hook:
 
 
 def _unread(hook: Hook) -> Hook:
-    """The re-read fails every attempt (outcome unknown), then the API answers again."""
+    """The re-read fails every attempt (outcome unknown), then the API answers again. While the fence is closed
+    the binder re-reads once (it may no longer write: each attempt would wait out a partition's timeout)."""
     def wrapped(api: FaultyAPI, key: str, node: str) -> None:
-        api.failing_reads = default_binder.REREAD_ATTEMPTS
+        api.failing_reads = default_binder.REREAD_ATTEMPTS if api.fence_open else 1
         hook(api, key, node)
     return wrapped
 
@@ -371,3 +372,31 @@ def test_a_raising_plugin_or_a_refusing_binder_loses_no_pod_and_keeps_the_loop(
     api.delete_pod("default/b")
     wait_settled(scheduler, api)
     assert {k for k, _ in api.binds} == {"default/a", "default/c"}
+
+
+@pytest.mark.parametrize("may_write", [True, False])
+def test_a_replica_that_may_no_longer_write_re_reads_once(may_write: bool) -> None:
+    """A failed bind is followed by up to REREAD_ATTEMPTS re-reads; once the fence is closed, one: through a
+    partition each would wait out its timeout and hold the worker (and a replica losing the lease, its exit)."""
+    from metrics_sched.framework.handle import Handle
+    from metrics_sched.model.podinfo import parse_pod
+    from metrics_sched.state.cluster_state import ClusterState
+    from metrics_sched.telemetry import MetricCache
+    from metrics_sched.telemetry.ledger import InFlightLedgerStore
+
+    class Unreachable(FakeAPI):
+        reads = 0
+
+        def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Any = None) -> None:
+            raise ApiError(None, "POST binding: timed out")
+
+        def get_pod(self, namespace: str, name: str) -> Any:
+            self.reads += 1
+            raise ApiError(None, "GET pod: timed out")
+
+    api = Unreachable()
+    handle = Handle(ClusterState(), MetricCache(), InFlightLedgerStore(), api, may_write=lambda: may_write)
+    binder = default_binder.DefaultBinder(None, handle)
+    status = binder.bind(CycleState(), parse_pod(pod("a", cpu="1")), "n0")
+    assert status.code == Code.PENDING and getattr(status, "outcome", None) == BindOutcomeKind.UNKNOWN
+    assert api.reads == (default_binder.REREAD_ATTEMPTS if may_write else 1)

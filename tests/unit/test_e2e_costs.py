@@ -185,3 +185,16 @@ def test_what_the_reflector_remembers_of_an_object_is_its_identity_not_its_body(
     assert gone == {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7", "labels": {"a": "b"}}}
     assert tombstone(obj)["metadata"]["labels"] is obj["metadata"]["labels"]  # shared, not copied
+
+
+def test_the_packed_numbers_are_the_ones_the_ring_would_read_from_the_record() -> None:
+    from metrics_sched.audit.record import StoredDecision, build_packed, layout_of
+
+    results, state = realistic_results(12)
+    for result in results:
+        record, packed = build_packed(result, state.table, config_hash="h", now=1_800_000_000.0)
+        read = StoredDecision(record, layout_of(record)).values
+        assert len(packed) == len(read) > 0
+        assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(packed, read, strict=True))
+        assert StoredDecision(record, layout_of(record), packed).as_dict() == \
+            StoredDecision(record, layout_of(record)).as_dict()

@@ -1,0 +1,208 @@
+"""KubeClient.send and .request on its WriteLane (stdlib keep-alive connections), against a loopback HTTP/1.1 server:
+headers and body, connection reuse and expiry, error statuses, 401 and 429 handling, timeouts."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from adapters.kubernetes.client import KubeClient
+from adapters.kubernetes.config import KubeConfig
+from adapters.kubernetes.tokens import FileToken, StaticToken, TokenSource
+from adapters.kubernetes.write_lane import IDLE_EXPIRY_SECONDS, LaneError, WriteLane
+from metrics_sched.ports import ApiError
+
+pytestmark = pytest.mark.unit
+
+SECRET = "s3cr3t-token-value-0123456789"
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    connection: int  # which connection (1, 2, ...) carried it
+
+
+@dataclass
+class Reply:
+    status: int = 201
+    body: dict[str, object] = field(default_factory=lambda: {"kind": "Status"})
+    headers: dict[str, str] = field(default_factory=dict)
+    close_after: bool = False  # the server drops the connection after answering, without saying so
+
+
+Answer = Callable[[Seen], Reply]
+
+
+@contextlib.contextmanager
+def loopback(answer: Answer) -> Iterator[tuple[str, list[Seen]]]:
+    seen: list[Seen] = []
+    connections = iter(range(1, 1_000))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+
+        def setup(self) -> None:
+            super().setup()
+            self.number = next(connections)
+
+        def _any(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            request = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                           self.number)
+            seen.append(request)
+            reply = answer(request)
+            payload = json.dumps(reply.body).encode()
+            self.send_response(reply.status)
+            for name, value in {"Content-Type": "application/json", **reply.headers}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            self.wfile.flush()
+            if reply.close_after:
+                self.close_connection = True
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _any
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def client(url: str, token: TokenSource | None = None, **kwargs: object) -> KubeClient:
+    return KubeClient(KubeConfig(server=url, token=token or StaticToken(SECRET)), **kwargs)  # type: ignore[arg-type]
+
+
+def test_writes_carry_token_body_and_headers_and_reuse_one_connection() -> None:
+    with loopback(lambda r: Reply()) as (url, seen), client(url) as kube:
+        assert kube.send("POST", "/api/v1/namespaces/a/pods/p/binding", {"kind": "Binding"}) == 201
+        assert kube.send("PATCH", "/api/v1/namespaces/a/pods/p/status", {"status": {}},
+                         content_type="application/strategic-merge-patch+json", params={"x": "1 2"}) == 201
+    first, second = seen
+    assert (first.method, first.path, json.loads(first.body)) == ("POST", "/api/v1/namespaces/a/pods/p/binding",
+                                                                  {"kind": "Binding"})
+    assert first.headers["authorization"] == f"Bearer {SECRET}"
+    assert first.headers["content-type"] == "application/json"
+    assert first.headers["accept"] == "application/json"
+    assert first.headers["user-agent"].startswith("metrics-sched")
+    assert (second.method, second.path) == ("PATCH", "/api/v1/namespaces/a/pods/p/status?x=1+2")
+    assert second.headers["content-type"] == "application/strategic-merge-patch+json"
+    assert first.connection == second.connection  # kept alive
+
+
+def test_reads_share_the_lane_and_return_the_decoded_reply() -> None:
+    """A read right after a write (DefaultBinder re-reads a pod after a failed bind) finds its connection warm."""
+    def answer(request: Seen) -> Reply:
+        return Reply(200, {"kind": "Pod", "metadata": {"name": "p"}}) if request.method == "GET" else Reply()
+
+    with loopback(answer) as (url, seen), client(url) as kube:
+        assert kube.send("POST", "/api/v1/namespaces/a/pods/p/binding", {}) == 201
+        assert kube.request("GET", "/api/v1/namespaces/a/pods/p") == {"kind": "Pod", "metadata": {"name": "p"}}
+    assert [(s.method, s.connection) for s in seen] == [("POST", 1), ("GET", 1)]
+    assert seen[1].body == b"" and "content-type" not in seen[1].headers
+
+
+def test_a_connection_the_server_dropped_while_idle_is_not_reused() -> None:
+    with loopback(lambda r: Reply(close_after=r.connection == 1)) as (url, seen), client(url) as kube:
+        assert kube.send("POST", "/a", {}) == 201
+        # Sent on the dropped connection, this write would fail with its outcome unknown.
+        assert kube.send("POST", "/b", {}) == 201
+    assert [s.connection for s in seen] == [1, 2]
+
+
+def test_an_idle_connection_expires() -> None:
+    now = [0.0]
+    with loopback(lambda r: Reply()) as (url, seen):
+        lane = WriteLane(url, context=None, token=None, tls_server_name=None, max_connections=2,
+                         connect_timeout=5, pool_timeout=5, user_agent="t", accept="application/json",
+                         clock=lambda: now[0])
+        lane.send("POST", "/a", b"{}", "application/json", None, timeout=5)
+        now[0] += IDLE_EXPIRY_SECONDS - 1
+        lane.send("POST", "/b", b"{}", "application/json", None, timeout=5)
+        now[0] += IDLE_EXPIRY_SECONDS + 1
+        lane.send("POST", "/c", b"{}", "application/json", None, timeout=5)
+        lane.close()
+    assert [s.connection for s in seen] == [1, 1, 2]
+
+
+def test_error_statuses_become_api_errors_with_the_status_message_and_no_token() -> None:
+    def answer(request: Seen) -> Reply:
+        return Reply(409, {"kind": "Status", "reason": "Conflict", "message": f"token {SECRET} echoed"})
+
+    with loopback(answer) as (url, _), client(url) as kube, pytest.raises(ApiError) as raised:
+        kube.send("POST", "/api/v1/namespaces/a/pods/p/binding", {})
+    assert raised.value.status == 409 and raised.value.conflict and raised.value.reason == "Conflict"
+    assert SECRET not in str(raised.value) and "<redacted>" in str(raised.value)
+
+
+def test_a_401_rereads_the_token_file_and_retries_once(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("old")
+    valid = {"new"}
+
+    def answer(request: Seen) -> Reply:
+        ok = request.headers["authorization"].removeprefix("Bearer ") in valid
+        return Reply() if ok else Reply(401, {"kind": "Status", "reason": "Unauthorized"})
+
+    with loopback(answer) as (url, seen), client(url, FileToken(path)) as kube:
+        path.write_text("new")
+        assert kube.send("POST", "/a", {}) == 201
+        assert [s.headers["authorization"] for s in seen] == ["Bearer old", "Bearer new"]
+        valid.clear()
+        with pytest.raises(ApiError) as raised:
+            kube.send("POST", "/a", {})
+    assert raised.value.status == 401 and len(seen) == 3  # the token did not change: no second try
+
+
+def test_a_429_with_retry_after_is_sent_again_after_the_wait() -> None:
+    slept: list[float] = []
+    answers = iter([Reply(429, {"kind": "Status"}, {"Retry-After": "2"}), Reply()])
+    with loopback(lambda r: next(answers)) as (url, seen), client(url, sleep=slept.append) as kube:
+        assert kube.send("POST", "/a", {}) == 201
+        assert kube.retried_after_429 == 1
+    assert slept == [2.0] and len(seen) == 2
+
+
+def test_no_answer_within_the_timeout_is_an_ambiguous_error() -> None:
+    release = threading.Event()
+
+    def answer(request: Seen) -> Reply:
+        release.wait(10)
+        return Reply()
+
+    with loopback(answer) as (url, _):
+        lane = WriteLane(url, context=None, token=None, tls_server_name=None, max_connections=1,
+                         connect_timeout=5, pool_timeout=5, user_agent="t", accept="application/json")
+        with pytest.raises(LaneError) as raised:
+            lane.send("POST", "/a", b"{}", "application/json", None, timeout=0.1)
+        release.set()
+        lane.close()
+    assert raised.value.kind == "Timeout" and raised.value.sent
+
+
+def test_a_refused_connection_is_an_ambiguous_api_error() -> None:
+    with loopback(lambda r: Reply()) as (url, _):
+        pass  # the server is gone: its port refuses connections
+    with client(url) as kube, pytest.raises(ApiError) as raised:
+        kube.send("POST", "/a", {})
+    assert raised.value.status is None and raised.value.ambiguous
