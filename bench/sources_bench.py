@@ -7,7 +7,13 @@ thread per source as MetricCache runs them. Reported per source: queries per ref
 seconds (this process, all threads) per refresh as median and spread (min-max), samples and errors;
 and the wall of the concurrent refresh of all sources, which is what one round costs the scheduler.
 
-    python -m bench.sources_bench --nodes 5000 [--repetitions 5] [--prometheus-timeout 30]
+Prometheus is measured both ways it can be configured (`--queries both`, the default): the presets over the
+raw series (`raw`), and over the per-node recording rules the dev cluster then loads (`recorded`,
+`recordingRules: true`; adapters/prometheus/recording_rules.py). For each metric query, Prometheus' own
+account of it (`stats=all`: preparation, evaluation, samples touched) and the answer's size say where the
+time goes; `uptime`'s load averages are recorded with every variant (the machine may be shared).
+
+    python -m bench.sources_bench --nodes 5000 [--repetitions 5] [--prometheus-timeout 30] [--queries both]
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import sys
 import threading
@@ -24,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from adapters.http_common import SourceError
 from devcluster import DevCluster
 from devcluster.kubeapi import Credentials, tls_context
 from metrics_sched.ports import FetchResult, NodeDirectory
@@ -50,16 +58,27 @@ def _directory(cluster: DevCluster) -> NodeDirectory:
     )
 
 
-def build(cluster: DevCluster, prometheus_timeout: float | None = None) -> list[PolledSource]:
+def _prometheus_specs(cluster: DevCluster, prometheus_timeout: float | None,
+                      recording_rules: bool | None) -> list[dict[str, Any]]:
+    """The dev cluster's `sources:` entries, Prometheus' with the timeout (and the recordingRules switch)
+    given (None: as the dev cluster has them)."""
+    specs = cluster.telemetry_sources(interval=5.0)
+    if prometheus_timeout is not None:
+        specs = [{**s, "timeout": f"{prometheus_timeout:g}s"} if s["type"] == "prometheus" else s for s in specs]
+    if recording_rules is not None:
+        specs = [{**s, "recordingRules": recording_rules} if s["type"] == "prometheus" else s for s in specs]
+    return specs
+
+
+def build(cluster: DevCluster, prometheus_timeout: float | None = None,
+          recording_rules: bool | None = None) -> list[PolledSource]:
     """The sources the scheduler would build from the dev cluster's `sources:` entries (with Prometheus'
     query timeout raised to `prometheus_timeout` seconds when given: a slow query is then measured, not cut)."""
     from metrics_sched.cli.sources import build_sources
     from metrics_sched.config import parse_config
     from metrics_sched.framework.registry import Registry
 
-    specs = cluster.telemetry_sources(interval=5.0)
-    if prometheus_timeout is not None:
-        specs = [{**s, "timeout": f"{prometheus_timeout:g}s"} if s["type"] == "prometheus" else s for s in specs]
+    specs = _prometheus_specs(cluster, prometheus_timeout, recording_rules)
     config = parse_config({"sources": specs}, Registry.default().catalog())
     creds = Credentials.from_kubeconfig(cluster.kubeconfig)
 
@@ -95,7 +114,10 @@ def warm_up(sources: Sequence[PolledSource], directory: NodeDirectory) -> None:
 
 def _timed(fetch: Callable[[], FetchResult]) -> tuple[FetchResult, float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
-    result = fetch()
+    try:
+        result = fetch()
+    except SourceError as exc:  # the whole source down this round (a starved server): measured, not fatal
+        result = FetchResult(samples=[], dropped={}, errors={"*": str(exc)})
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -106,6 +128,8 @@ def concurrent_refresh(sources: Sequence[PolledSource], directory: NodeDirectory
     def run(source: PolledSource) -> None:
         try:
             source.fetch(directory)
+        except SourceError as exc:  # the whole source down this round: what MetricCache survives too
+            say(f"{source.name} down during a concurrent refresh: {exc}")
         except BaseException as exc:  # noqa: BLE001 - reported after the join
             errors.append(exc)
 
@@ -121,11 +145,57 @@ def concurrent_refresh(sources: Sequence[PolledSource], directory: NodeDirectory
     return elapsed
 
 
+def load_average() -> list[float]:
+    """1, 5 and 15 minute load averages (what `uptime` prints): how busy the machine was meanwhile."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def prometheus_query_stats(sources: Sequence[PolledSource], repetitions: int = 3) -> dict[str, Any]:
+    """Per Prometheus metric: the query sent, and Prometheus' own timings of it (`stats=all`, median over
+    `repetitions`, each query alone), the samples it touched, the series and bytes it answered with."""
+    from adapters.prometheus import PrometheusSource
+
+    out: dict[str, Any] = {}
+    for source in sources:
+        if not isinstance(source, PrometheusSource):
+            continue
+        with httpx.Client(base_url=source.config.url, timeout=60) as client:
+            for metric in source.metrics():
+                query = source.query_for(metric)
+                runs: list[dict[str, Any]] = []
+                for _ in range(repetitions):
+                    wall = time.perf_counter()
+                    try:
+                        response = client.get("/api/v1/query", params={"query": query, "stats": "all"})
+                        body = response.json()
+                    except (httpx.HTTPError, ValueError) as exc:  # a starved Prometheus: said, not fatal
+                        runs.append({"wall": time.perf_counter() - wall, "error": f"{type(exc).__name__}: {exc}"})
+                        continue
+                    elapsed = time.perf_counter() - wall
+                    stats = body.get("data", {}).get("stats", {})
+                    runs.append({"wall": elapsed, "bytes": len(response.content),
+                                 "series": len(body.get("data", {}).get("result", [])), **stats.get("timings", {}),
+                                 "samples": stats.get("samples", {}).get("totalQueryableSamples")})
+                answered = [r for r in runs if "error" not in r]
+                last = answered[-1] if answered else {}
+                out[f"{source.name}/{metric}"] = {
+                    "query": query, "series": last.get("series"), "bytes": last.get("bytes"),
+                    "samples": last.get("samples"), "errors": [r["error"] for r in runs if "error" in r],
+                    "wall": spread([r["wall"] for r in runs]),
+                    **{key: spread([r[key] for r in answered if key in r]) for key in
+                       ("execTotalTime", "queryPreparationTime", "innerEvalTime") if key in last},
+                }
+    return out
+
+
 def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
-                 prometheus_timeout: float | None = None) -> dict[str, Any]:
-    """Per source: queries, wall/CPU per refresh (median and spread), samples; and the concurrent total."""
+                 prometheus_timeout: float | None = None, recording_rules: bool | None = None) -> dict[str, Any]:
+    """Per source: queries, wall/CPU per refresh (median and spread), samples; and the concurrent total.
+    `recording_rules`: Prometheus' presets read the recording rules (True) or the raw series (False);
+    None: as the dev cluster's sources have it."""
     directory = _directory(cluster)
-    sources = build(cluster, prometheus_timeout)
+    sources = build(cluster, prometheus_timeout, recording_rules)
+    load_before = load_average()
     try:
         warm_up(sources, directory)
         out: dict[str, Any] = {}
@@ -138,19 +208,27 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
                 "wall_seconds": spread([r[1] for r in runs]), "cpu_seconds": spread([r[2] for r in runs]),
             }
         together = [concurrent_refresh(sources, directory) for _ in range(repetitions)]
+        query_stats = prometheus_query_stats(sources)
     finally:
         for source in sources:
             source.close()
     sequential = sum(v["wall_seconds"]["median"] for v in out.values())
     concurrent = spread([w for w, _ in together])
-    say(f"sources at {len(cluster.nodes)} nodes, {repetitions} refreshes each: " + ", ".join(
+    prometheus_spec = next((s for s in _prometheus_specs(cluster, prometheus_timeout, recording_rules)
+                            if s["type"] == "prometheus"), {})
+    say(f"sources at {len(cluster.nodes)} nodes, {repetitions} refreshes each"
+        f"{' (Prometheus through recording rules)' if prometheus_spec.get('recordingRules') else ''}: " + ", ".join(
         f"{k} {v['queries']} queries {v['wall_seconds']['median']:.3f}s "
         f"[{v['wall_seconds']['min']:.3f}-{v['wall_seconds']['max']:.3f}] cpu {v['cpu_seconds']['median']:.3f}s"
         for k, v in out.items())
-        + f"; all at once {concurrent['median']:.3f}s [{concurrent['min']:.3f}-{concurrent['max']:.3f}]")
+        + f"; all at once {concurrent['median']:.3f}s [{concurrent['min']:.3f}-{concurrent['max']:.3f}]"
+        + f"; load {load_before} -> {load_average()}")
     return {
         "nodes": len(cluster.nodes), "repetitions": repetitions, "prometheus_timeout": prometheus_timeout,
+        "recording_rules": bool(prometheus_spec.get("recordingRules")),
+        "load_average": {"before": load_before, "after": load_average()},
         "sources": out,
+        "prometheus_queries": query_stats,
         "queries": sum(v["queries"] for v in out.values()),
         # Each source alone, one after the other (the figure the issue started from).
         "total_wall_seconds": round(sequential, 3),
@@ -166,14 +244,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--prometheus-timeout", type=float, default=None,
-                        help="seconds per Prometheus query (default: the source's own, 2 s)")
+                        help="seconds per Prometheus query (default: the source's own, 5 s)")
+    parser.add_argument("--queries", choices=("raw", "recorded", "both"), default="both",
+                        help="Prometheus presets over the raw series, over the recording rules, or both (default)")
     args = parser.parse_args(argv)
     say(f"dev cluster with {args.nodes} nodes")
-    # The shape e2e_bench measures in: no controller manager, 5 s scrapes, the metrics API every 15 s.
+    variants = {"raw": [False], "recorded": [True], "both": [False, True]}[args.queries]
+    # The shape e2e_bench measures in: no controller manager, 5 s scrapes, the metrics API every 15 s; the
+    # recording rules loaded only when measured (each evaluation costs Prometheus CPU the raw variant would share).
     with DevCluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, scrape_interval=5.0,
-                    metrics_api_interval=15.0, with_controller_manager=False) as cluster:
-        print(json.dumps(sources_cost(cluster, args.repetitions, prometheus_timeout=args.prometheus_timeout),
-                         indent=2))
+                    metrics_api_interval=15.0, with_controller_manager=False,
+                    recording_rules=args.queries != "raw") as cluster:
+        report = {"recorded" if recorded else "raw": sources_cost(
+            cluster, args.repetitions, prometheus_timeout=args.prometheus_timeout, recording_rules=recorded)
+            for recorded in variants}
+        print(json.dumps(report, indent=2))
     return 0
 
 

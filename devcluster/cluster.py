@@ -108,6 +108,15 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str,
     raise DevClusterError(f"{what} not ready after {timeout:.0f}s")
 
 
+# What telemetry_sources() asks Prometheus for (and, with recording_rules, the rules Prometheus evaluates).
+PROMETHEUS_METRICS: tuple[dict[str, str], ...] = (
+    {"name": "gpu_temperature", "preset": "dcgm_gpu_temp"},
+    {"name": "gpu_utilisation", "preset": "dcgm_gpu_util"},
+    {"name": "node_load_per_cpu", "preset": "node_load_per_cpu"},
+    {"name": "node_hourly_cost", "preset": "opencost_node_hourly_cost"},
+)
+
+
 class DevCluster:
     def __init__(
         self,
@@ -126,6 +135,7 @@ class DevCluster:
         quiet: bool = False,
         kubernetes: str | None = None,
         node_heartbeats: NodeHeartbeats | None = None,
+        recording_rules: bool = False,
     ) -> None:
         self.owns_run_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="metrics-sched-")).resolve()
@@ -148,6 +158,8 @@ class DevCluster:
         # given: what kubelets do (the benchmarks: the API server and the schedulers' node watches carry the
         # load a real cluster of this size puts on them).
         self.node_heartbeats = node_heartbeats
+        # Prometheus loads the product's per-node recording rules and telemetry_sources() reads them.
+        self.recording_rules = recording_rules
         self.group = ProcessGroup(self.run_dir, detach=detach)
         self.endpoints: Endpoints | None = None
         self._etcd_dir: Path | None = None
@@ -430,7 +442,8 @@ class DevCluster:
         directory.mkdir(exist_ok=True)
         url = self.endpoints.prometheus or f"http://127.0.0.1:{free_port()}"
         emulator = self.endpoints.emulator.removeprefix("http://")
-        config = prometheus.write_config(directory, emulator, self.scrape_interval)
+        recorded = {m["preset"] for m in PROMETHEUS_METRICS} if self.recording_rules else None
+        config = prometheus.write_config(directory, emulator, self.scrape_interval, recorded)
         self.progress("starting prometheus")
         self.group.start("prometheus", prometheus.argv(directory, url.removeprefix("http://"), config))
         wait_until(lambda: httpx.get(f"{url}/-/ready", timeout=1).status_code == 200, 60, "prometheus",
@@ -528,12 +541,8 @@ class DevCluster:
         if prometheus and self.endpoints.prometheus:
             out.append({
                 "name": "prometheus", "type": "prometheus", "url": self.endpoints.prometheus, "interval": interval,
-                "metrics": [
-                    {"name": "gpu_temperature", "preset": "dcgm_gpu_temp"},
-                    {"name": "gpu_utilisation", "preset": "dcgm_gpu_util"},
-                    {"name": "node_load_per_cpu", "preset": "node_load_per_cpu"},
-                    {"name": "node_hourly_cost", "preset": "opencost_node_hourly_cost"},
-                ],
+                "recordingRules": self.recording_rules,
+                "metrics": [dict(m) for m in PROMETHEUS_METRICS],
             })
         if cmdb and self.endpoints.cmdb:
             out.append({"name": "cmdb", "type": "cmdb", "preset": "netbox", "url": self.endpoints.cmdb,

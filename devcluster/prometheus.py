@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from adapters.prometheus.recording_rules import rule_groups
 
 EMULATOR_JOBS = {
     "dcgm-exporter": "/dcgm/metrics",
@@ -29,8 +32,12 @@ def prometheus_binary() -> str:
     return binary
 
 
-def write_config(directory: Path, emulator: str, scrape_interval: float) -> Path:
-    """Writes prometheus.yml; scheduler targets come later through file_sd (see add_target)."""
+def write_config(directory: Path, emulator: str, scrape_interval: float,
+                 recorded_presets: Collection[str] | None = None) -> Path:
+    """Writes prometheus.yml; scheduler targets come later through file_sd (see add_target). With
+    `recorded_presets`, also the recording rules the product ships for those presets
+    (adapters.prometheus.recording_rules), evaluated at the scrape interval: only those, since every rule
+    costs Prometheus an aggregation over every GPU's series at each evaluation."""
     targets = directory / "targets"
     targets.mkdir(parents=True, exist_ok=True)
     interval = f"{int(scrape_interval * 1000)}ms"
@@ -52,6 +59,11 @@ def write_config(directory: Path, emulator: str, scrape_interval: float) -> Path
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "scrape_configs": jobs,
     }
+    if recorded_presets is not None:
+        rules = directory / "recording-rules.yml"
+        rules.write_text(yaml.safe_dump({"groups": rule_groups(presets=recorded_presets)}, sort_keys=False,
+                                        width=200))
+        config["rule_files"] = [str(rules)]
     path = directory / "prometheus.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapters.prometheus.config import MetricSpec
-from adapters.prometheus.node_names import NodeIndex
+from adapters.prometheus.node_names import Match, NodeIndex
 from metrics_sched.ports import Sample, SeriesMatching
 
 PART_LABEL = "metrics_sched_part"
@@ -98,8 +98,10 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
     oldest_by_node: dict[str, float] = {}
     # (labels without the part marker and __name__, their key, value, __name__) of each value series
     values: list[tuple[dict[str, str], SeriesKey, float, str | None]] = []
+    # The node of each timestamp series, by its key: its value series (same labels) needs no second lookup.
+    matches: dict[SeriesKey, Match] = {}
     malformed = 0
-    resolve, node_labels = nodes.resolve_cached, metric.node_labels
+    resolve, node_labels, isfinite = nodes.resolve_cached, metric.node_labels, math.isfinite
     for element in result:
         parsed = _parse(element)
         if parsed is None:
@@ -113,9 +115,11 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
         if part == "v":
             values.append((labels, frozenset(labels.items()), value, name))
         elif part == "t":
-            if math.isfinite(value):
-                stamps[frozenset(labels.items())] = value
-                node = resolve(labels, node_labels).node
+            if isfinite(value):
+                key = frozenset(labels.items())
+                stamps[key] = value
+                match = matches[key] = resolve(labels, node_labels)
+                node = match.node
                 if node is not None:
                     oldest = oldest_by_node.get(node)
                     if oldest is None or value < oldest:
@@ -129,8 +133,9 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
         raise MalformedResult(f"expected an instant vector, got {str(result)[:80]}")
 
     per_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    sentinel = metric.sentinel_above
     for labels, key, raw, name in values:
-        match = resolve(labels, node_labels)
+        match = matches.get(key) or resolve(labels, node_labels)
         node = match.node
         if node is None:
             out.unmatched += 1
@@ -139,8 +144,8 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
                 out.unmatched_examples.append({"__name__": name, **labels} if name is not None else dict(labels))
             continue
         out.matched_by_rule[match.rule] += 1
-        reason = refusal(raw, metric)
-        if reason is not None:
+        # Within [0, sentinel] nothing can be wrong (NaN fails every comparison): the checks only for the rest.
+        if not 0.0 <= raw <= sentinel and (reason := refusal(raw, metric)) is not None:
             out.dropped[reason] += 1
             continue
         observed = stamps.get(key, oldest_by_node.get(node))

@@ -461,13 +461,17 @@ def test_config_defaults_and_durations() -> None:
                                "interval": "15s", "metrics": [{"name": "t", "preset": "dcgm_gpu_temp"}]},
                       SourceContext(Path(".")))
     assert (src.name, src.interval, src.metrics()) == ("prom", 15.0, ["t"])
-    assert src.config.url == "http://prom:9090" and src.config.timeout == 2.0
+    assert src.config.url == "http://prom:9090" and src.config.timeout == 5.0
     assert src.config.node_labels == ()  # only the built-in order (adapters/prometheus/node_names.py)
     metric = src.config.metrics[0]
     assert (metric.aggregation, metric.scale, metric.allow_negative) == ("max", 1.0, False)
     custom = from_config("p", {"url": "http://p", "interval": 30, "metrics": [{"name": "c", "query": "up"}]},
                          SourceContext(Path(".")))
     assert custom.interval == 30.0
+    # By default a query never outlives the refresh it belongs to.
+    quick = from_config("p", {"url": "http://p", "interval": "2s", "metrics": [{"name": "c", "query": "up"}]},
+                        SourceContext(Path(".")))
+    assert quick.config.timeout == 2.0
     assert (custom.config.metrics[0].timestamp_query, custom.config.metrics[0].aggregation) == ("timestamp(up)", "max")
 
 

@@ -1,0 +1,110 @@
+"""Recording rules that pre-aggregate the presets' inputs per node, and the queries that read them.
+
+Why: a raw GPU preset makes Prometheus aggregate every GPU's series at every refresh (8 GPUs x 5,000
+nodes = 40,000 series, twice: values and timestamps). On a busy Prometheus that is seconds per query,
+past a query timeout. The rules below do that aggregation once per evaluation, inside
+Prometheus, for every reader (each scheduler replica, the dashboards); a refresh then reads 5,000
+precomputed series per metric. The CPU count behind `node_load_per_cpu` (a 5m rate over every CPU and
+mode: the costliest preset) changes only when a node does, so its rule is evaluated once a minute (a new
+node's load per CPU appears within that minute).
+
+The rules are not free: each evaluation does the aggregation a raw query did, whether or not anyone
+reads it, so keep only those of the presets in use (`rule_groups(presets=...)`; the dev cluster does).
+What they buy is that the work leaves the refresh: it is done once per evaluation for every reader,
+and a refresh that reads it costs Prometheus one series per node.
+
+Each rule's expression is the raw preset's own query, rendered with the built-in node labels
+(`node_names.BUILT_IN_LABELS`), so the recorded series carry the labels the resolver reads and a
+recorded value pairs with its recorded timestamp (same labels). The timestamp rule records the oldest
+input sample's own time (`timestamp()` of the raw series), not the rule's evaluation time: a value
+read through a rule is as old as the scrape it came from, and ages out like a raw one.
+
+Use: install the rules (`deploy/recording-rules/prometheusrule.yaml`, a PrometheusRule; for a plain
+Prometheus, the `groups` under its `spec` are a rule file), then set `recordingRules: true` on the
+source. Without that key the source queries the raw series (the fallback, and the right choice while
+the rules are not installed: a recorded series that does not exist covers no node). Sources with their
+own `nodeLabels` need those labels added to the rules' `by (...)` lists. Presets without a rule here
+(`opencost_node_hourly_cost`: already one series per node) are queried raw either way.
+The deploy manifest is generated from these (adapters.prometheus.rules_manifest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.prometheus.presets import CORES_EXPRESSION, NODE_LABELS, PRESETS, Preset
+
+# The fast group follows the evaluation interval of the Prometheus that loads it unless given: match it to
+# the exporters' scrape interval (a rule evaluated less often than its inputs are scraped adds up to one
+# evaluation interval to every value's age; the timestamp rule keeps that age honest).
+FAST_GROUP = "metrics-sched-node-telemetry"
+SLOW_GROUP = "metrics-sched-node-cpus"
+SLOW_INTERVAL = "1m"
+CPUS_RECORD = "instance:node_cpus_online:rate5m"
+
+# Presets whose value and timestamp queries are recorded as they are (see the module docstring).
+_RECORDED_AS_IS = ("dcgm_gpu_temp", "dcgm_gpu_util", "dcgm_gpu_engine_active", "dcgm_gpu_power",
+                   "node_cpu_utilisation")
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    record: str
+    expr: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"record": self.record, "expr": self.expr}
+
+
+def value_record(preset: str) -> str:
+    return f"node:{preset}:value"
+
+
+def timestamp_record(preset: str) -> str:
+    return f"node:{preset}:timestamp_oldest"
+
+
+def recorded_queries(preset: str, node_labels: Sequence[str] = ()) -> tuple[str, str] | None:
+    """(value query, timestamp query) reading the recording rules instead of the raw series, or None when
+    the preset has no rule (it is queried raw). The recorded series are one per node already; the `by`
+    around them only drops `__name__`, which would otherwise travel with each of them (a third more bytes
+    to ship and parse) and which the reducer throws away."""
+    if preset in _RECORDED_AS_IS:
+        return Preset(f"max by ({NODE_LABELS}) ({value_record(preset)})",
+                      f"min by ({NODE_LABELS}) ({timestamp_record(preset)})", "max", "").render(node_labels)
+    if preset == "node_load_per_cpu":
+        # node_load1 is one series per node already; only its divisor is costly.
+        return f"node_load1 / {CPUS_RECORD}", PRESETS[preset].render()[1]
+    return None
+
+
+def recorded_presets() -> tuple[str, ...]:
+    return (*_RECORDED_AS_IS, "node_load_per_cpu")
+
+
+def fast_rules(presets: Collection[str] | None = None) -> list[RecordingRule]:
+    rules: list[RecordingRule] = []
+    for preset in _RECORDED_AS_IS:
+        if presets is None or preset in presets:
+            query, timestamp_query = PRESETS[preset].render()
+            rules += [RecordingRule(value_record(preset), query),
+                      RecordingRule(timestamp_record(preset), timestamp_query)]
+    return rules
+
+
+def slow_rules(presets: Collection[str] | None = None) -> list[RecordingRule]:
+    return [RecordingRule(CPUS_RECORD, CORES_EXPRESSION)] if presets is None or "node_load_per_cpu" in presets else []
+
+
+def rule_groups(interval: str | None = None, presets: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The rule groups, as a Prometheus rule file (`{"groups": ...}`) or a PrometheusRule's spec holds them;
+    `interval` sets the fast group's evaluation interval (None: the server's `evaluation_interval`);
+    `presets` keeps only the rules those presets read (None: every rule). Empty groups are left out."""
+    fast: dict[str, Any] = {"name": FAST_GROUP}
+    if interval is not None:
+        fast["interval"] = interval
+    fast["rules"] = [r.as_dict() for r in fast_rules(presets)]
+    slow = {"name": SLOW_GROUP, "interval": SLOW_INTERVAL, "rules": [r.as_dict() for r in slow_rules(presets)]}
+    return [group for group in (fast, slow) if group["rules"]]

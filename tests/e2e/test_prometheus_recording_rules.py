@@ -1,0 +1,117 @@
+"""The shipped recording rules in the dev cluster's real Prometheus, read by the Prometheus source.
+
+The session's Prometheus is given the rules for this module (every rule the product ships) and reloaded;
+afterwards its config is restored. A source with `recordingRules: true` must cover every node with the
+values and sample times the raw presets give from the same scrape.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from adapters.prometheus import PrometheusSource, from_config
+from adapters.prometheus.recording_rules import recorded_presets, rule_groups
+from devcluster import DevCluster
+from devcluster import prometheus as dev_prometheus
+from metrics_sched.ports import FetchResult, NodeDirectory, Sample
+from metrics_sched.telemetry import SourceContext
+from tests.polling import poll
+
+pytestmark = pytest.mark.e2e
+
+# Every preset that has a rule, plus one without (queried raw either way).
+METRICS = [{"name": preset, "preset": preset} for preset in recorded_presets()
+           if preset != "dcgm_gpu_engine_active"]  # the emulator does not serve DCGM's profiling metrics
+METRICS.append({"name": "opencost_node_hourly_cost", "preset": "opencost_node_hourly_cost"})
+RATES = {"node_load_per_cpu", "node_cpu_utilisation"}
+
+
+def _reload(cluster: DevCluster, recorded: set[str] | None) -> None:
+    assert cluster.endpoints is not None and cluster.endpoints.prometheus and cluster.endpoints.emulator
+    dev_prometheus.write_config(cluster.run_dir / "prometheus", cluster.endpoints.emulator.removeprefix("http://"),
+                                cluster.scrape_interval, recorded)
+    httpx.post(f"{cluster.endpoints.prometheus}/-/reload", timeout=60).raise_for_status()
+
+
+@pytest.fixture(scope="module")
+def with_rules(cluster: DevCluster) -> Iterator[str]:
+    _reload(cluster, set(recorded_presets()))
+    try:
+        assert cluster.endpoints is not None and cluster.endpoints.prometheus
+        yield cluster.endpoints.prometheus
+    finally:
+        _reload(cluster, None)
+
+
+def _directory(cluster: DevCluster) -> NodeDirectory:
+    return NodeDirectory(names=frozenset(n.name for n in cluster.nodes),
+                         by_internal_ip={n.internal_ip: n.name for n in cluster.nodes},
+                         cpu_allocatable={}, memory_allocatable={})
+
+
+def _source(url: str, recording_rules: bool) -> PrometheusSource:
+    spec: dict[str, Any] = {"url": url, "interval": 5, "timeout": 10, "recordingRules": recording_rules,
+                            "metrics": METRICS}
+    return from_config("prom", spec, SourceContext(Path(".")))
+
+
+def _by_key(result: FetchResult) -> dict[tuple[str, str], Sample]:
+    return {(s.metric, s.node): s for s in result.samples}
+
+
+def test_every_shipped_rule_evaluates_in_a_real_prometheus(with_rules: str) -> None:
+    expected = {rule["record"] for group in rule_groups() for rule in group["rules"]}
+
+    def healthy() -> dict[str, Any] | None:
+        groups = httpx.get(f"{with_rules}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        rules = {r["name"]: r for g in groups for r in g["rules"]}
+        ok = expected <= set(rules) and all(rules[name]["health"] == "ok" for name in expected)
+        return rules if ok else None
+
+    # The slow group's first evaluation comes within its interval (1m).
+    rules = poll(healthy, 150, "every recording rule evaluated without error", interval=1.0)
+    assert not any(rules[name].get("lastError") for name in expected)
+
+
+def test_recorded_presets_give_the_raw_presets_values_and_sample_times(cluster: DevCluster, with_rules: str) -> None:
+    nodes = _directory(cluster)
+    raw, recorded = _source(with_rules, False), _source(with_rules, True)
+    assert "DCGM_FI_DEV_GPU_TEMP" not in recorded.query_for("dcgm_gpu_temp")
+    mismatches: list[str] = []
+    # (metric, node) -> {sample time: value} of every raw answer so far. The rules lag the raw series by up to
+    # one evaluation (the CPU count by up to a minute), so a recorded sample is checked against the raw one
+    # of the same scrape (same sample time), whenever the raw source saw it.
+    raw_seen: dict[tuple[str, str], dict[float, float]] = defaultdict(dict)
+
+    def agree() -> bool:
+        second = raw.fetch(nodes)
+        first = recorded.fetch(nodes)
+        assert not first.errors and not second.errors, (first.errors, second.errors)
+        for sample in second.samples:
+            raw_seen[(sample.metric, sample.node)][sample.observed_at] = sample.value
+        got = _by_key(first)
+        if len(got) != len(METRICS) * len(nodes.names):
+            mismatches[:] = [f"recorded covers {len(got)} (metric, node) pairs of {len(METRICS) * len(nodes.names)}"]
+            return False
+        mismatches[:] = []
+        for key, sample in sorted(got.items()):
+            want = raw_seen[key].get(sample.observed_at)
+            # Rates are taken over windows ending at the rule's evaluation and at the query (and the first CPU
+            # counts see a short window): the same to well under 1 % once the window is full.
+            if want is None or sample.value != pytest.approx(want, rel=0.01 if key[0] in RATES else 1e-9):
+                mismatches.append(f"{key}: recorded {sample}, raw at that time {want}")
+        return not mismatches
+
+    try:
+        poll(agree, 180, "recorded presets giving the raw presets' values for every node", interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last differences: {mismatches[:5]}") from None
+    finally:
+        raw.close()
+        recorded.close()
