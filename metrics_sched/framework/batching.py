@@ -15,10 +15,13 @@ rejection counts, and what it was computed against. What each plugin reads (sign
   or changed (NodeTable.nodes_generation), rows, labels, images, resource columns, the telemetry generation,
   a metric value about to go stale (TELEMETRY readers), a ledger entry removed, a plugin's token (e.g. the
   inter-pod terms placed pods carry), nominated pods to hold room for, or sampling (percentage below 100);
-- the rows whose pods changed since (NodeTable.row_pod_stamp: the last placement, forgets, pod events) are
-  re-checked with the filters that read pods (or the ledger, when it took a placement for their metrics),
-  through `FilterPlugin.filter_rows`; a changed row that is not a candidate, or a candidate that no longer
-  fits, ends the batch (candidates and rejection counts would change: the full cycle recounts them);
+- the rows whose pods changed since (NodeTable.rows_changed_since: the last placement, forgets, pod events)
+  are re-checked with the filters that read pods (or the ledger, when it took a placement for their metrics),
+  through `FilterPlugin.filter_rows`; a candidate that no longer fits ends the batch (candidates and rejection
+  counts would change: the full cycle recounts them). A changed row that is not a candidate keeps the batch
+  while the filter that turned it down first (the stored cycle's filter trace: the one its rejection is counted
+  under) cannot have moved (it reads neither pods nor a ledger metric that took a placement) and the filters
+  before it that could have still let it through (filter_rows): it is turned down, and counted, as before;
 - plugins reading other nodes (Reads.CLUSTER: PodTopologySpread with constraints, ZoneSpread, inter-pod
   terms of the pod's own) re-run PreFilter, PreScore and Score in full, over every candidate; a Filter of
   theirs that is not skipped makes the pod unbatchable. Those whose scores are per-row counts summed per
