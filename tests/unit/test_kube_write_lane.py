@@ -18,6 +18,7 @@ from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenSource
 from adapters.kubernetes.write_lane import IDLE_EXPIRY_SECONDS, LaneError, WriteLane
 from metrics_sched.ports import ApiError
+from tests.polling import poll
 
 pytestmark = pytest.mark.unit
 
@@ -44,10 +45,14 @@ class Reply:
 Answer = Callable[[Seen], Reply]
 
 
+CLOSED: set[int] = set()  # connections the loopback server has closed (its handler finished), by number
+
+
 @contextlib.contextmanager
 def loopback(answer: Answer) -> Iterator[tuple[str, list[Seen]]]:
     seen: list[Seen] = []
     connections = iter(range(1, 1_000))
+    CLOSED.clear()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive
@@ -55,6 +60,11 @@ def loopback(answer: Answer) -> Iterator[tuple[str, list[Seen]]]:
         def setup(self) -> None:
             super().setup()
             self.number = next(connections)
+
+        def finish(self) -> None:
+            super().finish()
+            self.connection.close()  # what the server does next anyway: closed before it is reported
+            CLOSED.add(self.number)
 
         def _any(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -125,6 +135,7 @@ def test_reads_share_the_lane_and_return_the_decoded_reply() -> None:
 def test_a_connection_the_server_dropped_while_idle_is_not_reused() -> None:
     with loopback(lambda r: Reply(close_after=r.connection == 1)) as (url, seen), client(url) as kube:
         assert kube.send("POST", "/a", {}) == 201
+        poll(lambda: 1 in CLOSED, 5, "the server closing the idle connection")
         # Sent on the dropped connection, this write would fail with its outcome unknown.
         assert kube.send("POST", "/b", {}) == 201
     assert [s.connection for s in seen] == [1, 2]
