@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -60,6 +60,8 @@ class WriteFence:
 # httpcore's trace event just before a request's first byte is written (the connection is in hand).
 _SENDING = frozenset({"http11.send_request_headers.started", "http2.send_request_headers.started"})
 
+
+R = TypeVar("R")  # an answer of either transport (httpx.Response, LaneReply)
 
 class KubeClient:
     def __init__(
@@ -209,18 +211,29 @@ class KubeClient:
         if body is not None:
             content = orjson.dumps(body)
             headers["Content-Type"] = content_type
-        retries = self.max_write_retries if limited and retry_429 and method != "GET" else 0
-        for attempt in range(retries + 1):
-            response = self._send_once(http, method, path, content, headers, params, limited=limited, timeout=timeout)
-            wait = _retry_after(response) if attempt < retries else None
-            if wait is None:
-                break
-            log.info("%s %s: 429 Too Many Requests, retrying in %.1fs (Retry-After)", method, path, wait)
-            self.retried_after_429 += 1
-            self._sleep(wait)
+        response = self._after_429s(
+            method, path, limited and retry_429,
+            lambda: self._send_once(http, method, path, content, headers, params, limited=limited, timeout=timeout),
+            _retry_after)
         if response.status_code >= 400:
             raise self._status_error(method, path, response)
         return response
+
+    def _after_429s(self, method: str, path: str, retry: bool, send: Callable[[], R],
+                    wait_of: Callable[[R], float | None]) -> R:
+        """send(), sent again while it answers 429 with a usable Retry-After (writes on the rate-limited pool only,
+        at most max_write_retries times); the last answer."""
+        retries = self.max_write_retries if retry and method != "GET" else 0
+        attempt = 0
+        while True:
+            answer = send()
+            wait = wait_of(answer) if attempt < retries else None
+            if wait is None:
+                return answer
+            log.info("%s %s: 429 Too Many Requests, retrying in %.1fs (Retry-After)", method, path, wait)
+            self.retried_after_429 += 1
+            self._sleep(wait)
+            attempt += 1
 
     def _send_once(self, http: httpx.Client, method: str, path: str, content: bytes | None, headers: dict[str, str],
                    params: Mapping[str, str] | None, *, limited: bool, timeout: httpx.Timeout | None,
@@ -247,16 +260,11 @@ class KubeClient:
                    content_type: str, *, limited: bool, retry_429: bool, keep_body: bool) -> LaneReply:
         """As _call, on the lane."""
         content = orjson.dumps(body) if body is not None else None
-        retries = self.max_write_retries if limited and retry_429 and method != "GET" else 0
-        for attempt in range(retries + 1):
-            reply = self._lane_once(lane, method, path, content, content_type, params, limited=limited,
-                                    keep_body=keep_body)
-            wait = _retry_after_value(reply.status_code, reply.retry_after) if attempt < retries else None
-            if wait is None:
-                break
-            log.info("%s %s: 429 Too Many Requests, retrying in %.1fs (Retry-After)", method, path, wait)
-            self.retried_after_429 += 1
-            self._sleep(wait)
+        reply = self._after_429s(
+            method, path, limited and retry_429,
+            lambda: self._lane_once(lane, method, path, content, content_type, params, limited=limited,
+                                    keep_body=keep_body),
+            lambda answer: _retry_after_value(answer.status_code, answer.retry_after))
         if reply.status_code >= 400:
             raise self._error(method, path, reply.status_code, reply.content, reply.reason_phrase)
         return reply

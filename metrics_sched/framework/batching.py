@@ -57,7 +57,7 @@ from metrics_sched.framework.interfaces import (
     ScorePlugin,
     unchanged,
 )
-from metrics_sched.framework.runtime import CycleResult, Framework, ScoreTerm, normalize_scores
+from metrics_sched.framework.runtime import CycleResult, Framework, ScoreTerm, first_rejecter, normalize_scores
 from metrics_sched.framework.signature import BatchScope, Reads, template_of
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
@@ -320,7 +320,7 @@ class Batcher:
             return plugin if pods or any(metric in ledger for metric in metrics) else None
 
         for row in rows.tolist():
-            first = _first_rejecter(batch.trace, row)
+            first = first_rejecter(batch.trace, row)
             if first is None or may_move(first) is not None:
                 return False
             at = np.array([row], dtype=np.int64)
@@ -608,11 +608,4 @@ def _same(status: Status, skipped: bool) -> bool:
     """A re-run PreFilter / PreScore answered as it did for the batch: Skip again, or Success again."""
     return status.code == Code.SKIP if skipped else status.code == Code.SUCCESS
 
-
-def _first_rejecter(trace: Sequence[tuple[str, BoolArray]], row: int) -> int | None:
-    """The position of the filter that turned `row` down first (the one the cycle counted it under), or None."""
-    for position, (_, feasible) in enumerate(trace):
-        if not feasible[row]:
-            return position
-    return None
 

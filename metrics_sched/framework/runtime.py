@@ -21,7 +21,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -119,12 +119,8 @@ class CycleResult:
         self.filter_trace = []
 
     def first_rejecter(self, row: int) -> int | None:
-        """The position in filter_trace of the filter that turned `row` down (the one its rejection is counted
-        under), or None when no filter did (or the trace is gone)."""
-        for position, (_, feasible) in enumerate(self.filter_trace):
-            if not feasible[row]:
-                return position
-        return None
+        """first_rejecter() in this cycle's filter_trace (None once the trace is released)."""
+        return first_rejecter(self.filter_trace, row)
 
     def message(self) -> str:
         """Why the pod is not bound, in kube-scheduler's FailedScheduling shape."""
@@ -159,6 +155,15 @@ _PRE = frozenset({Code.SUCCESS, Code.SKIP, Code.ERROR}) | _REJECTIONS
 _RESERVE = frozenset({Code.SUCCESS, Code.ERROR}) | _REJECTIONS
 _PERMIT = frozenset({Code.SUCCESS, Code.SKIP, Code.WAIT, Code.ERROR}) | _REJECTIONS
 _BIND = frozenset({Code.SUCCESS, Code.SKIP, Code.PENDING, Code.ERROR}) | _REJECTIONS
+
+
+def first_rejecter(trace: Sequence[tuple[str, BoolArray]], row: int) -> int | None:
+    """The position in a filter trace (CycleResult.filter_trace) of the filter that turned `row` down first (the one
+    its rejection is counted under), or None when none did."""
+    for position, (_, feasible) in enumerate(trace):
+        if not feasible[row]:
+            return position
+    return None
 
 
 def normalize_scores(scorer: ScorePlugin, raw: FloatArray) -> tuple[FloatArray, bool]:

@@ -92,7 +92,9 @@ def test_recorded_presets_give_the_raw_presets_values_and_sample_times(cluster: 
     def agree() -> bool:
         second = raw.fetch(nodes)
         first = recorded.fetch(nodes)
-        assert not first.errors and not second.errors, (first.errors, second.errors)
+        if first.errors or second.errors:  # e.g. a query timing out on a loaded machine: the next round retries
+            mismatches[:] = [f"errors: recorded {first.errors}, raw {second.errors}"]
+            return False
         for sample in second.samples:
             raw_seen[(sample.metric, sample.node)][sample.observed_at] = sample.value
         got = _by_key(first)
