@@ -172,6 +172,9 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def __init__(self, args: Any, handle: Handle) -> None:
         super().__init__(args, handle)
         self._terms = tuple(self.make_terms())
+        # Every term pointwise: score() keeps their weighted mean over all rows (fixed with the terms).
+        self._pointwise = all(t.scale.pointwise and not t.per_resource for t in self._terms)
+        self._weights = [t.weight for t in self._terms]
         self._memos: dict[tuple[str, bool], _Memo] = {}
         self._combined: tuple[tuple[object, ...], FloatArray] | None = None  # all terms pointwise: their mean
         self._scope: BatchScope | None = None
@@ -282,16 +285,17 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> ScoreDetail:
         if not self.applies(pod):
             return ScoreDetail(np.full(rows.shape[0], np.nan))
-        terms = self.terms()
+        terms = self._terms
         memos = [self._memo(term.metric, table, term.ledger) for term in terms]
         # Evidence over all rows (the audit picks its candidates' rows): no per-cycle copies.
         evidence = tuple(memo.evidence or self._evidence(memo) for memo in memos)
-        if all(t.scale.pointwise and not t.per_resource for t in terms):
+        if self._pointwise:
             # Every term pointwise: their weighted mean over all rows is kept too, one gather a cycle.
             key = tuple(m.read for m in memos)
-            if self._combined is None or any(a is not b for a, b in zip(self._combined[0], key, strict=True)):
-                self._combined = (key, self._combine(terms, memos, table.capacity))
-            return ScoreDetail(self._combined[1][rows], evidence)
+            kept = self._combined
+            if kept is None or any(a is not b for a, b in zip(kept[0], key, strict=True)):
+                kept = self._combined = (key, self._combine(terms, memos, table.capacity))
+            return ScoreDetail(kept[1][rows], evidence)
         parts = [self._term_scores(t, m, table, rows) for t, m in zip(terms, memos, strict=True)]
         if len(parts) == 1 and terms[0].weight == 1:  # the mean of one term of weight 1 is the term (NaN stays NaN)
             return ScoreDetail(parts[0], evidence)
@@ -308,7 +312,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def _combine(self, terms: Sequence[MetricTerm], memos: Sequence[_Memo], size: int) -> FloatArray:
         """The terms' weighted mean over all rows: patched on the changed rows when every term is the one last
         combined or patched from it (a placement), computed afresh otherwise. Elementwise either way, so the same."""
-        weights = [t.weight for t in terms]
+        weights = self._weights
         if self._combined is not None:
             before, combined = self._combined
             patched = [m.changed for m, old in zip(memos, before, strict=True) if m.read is not old

@@ -23,6 +23,9 @@ from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 __all__ = ["RowScores"]
 
+# Up to this many changed rows are recomputed one at a time in Python floats (compute_one).
+_FEW = 4
+
 
 @dataclass
 class _Kept:
@@ -40,8 +43,13 @@ class RowScores:
         self._table: NodeTable | None = None
 
     def scores(self, key: Hashable, table: NodeTable, rows: IntArray,
-               compute: Callable[[IntArray], FloatArray]) -> FloatArray:
-        """compute(rows), from values kept for `key` and recomputed on the rows whose pods changed since."""
+               compute: Callable[[IntArray], FloatArray],
+               compute_one: Callable[[int], float] | None = None) -> FloatArray:
+        """compute(rows), from values kept for `key` and recomputed on the rows whose pods changed since.
+
+        compute_one(row), when given, is compute() of one row in Python floats (the same IEEE operations in the
+        same order, so the same double): a placement changes one row, and a dozen numpy calls on a one-row array
+        cost several times the arithmetic."""
         if table is not self._table:
             self._kept.clear()
             self._table = table
@@ -58,7 +66,11 @@ class RowScores:
             self._kept.move_to_end(key)
             if kept.stamp != table.pod_stamp:
                 changed = table.rows_changed_since(kept.stamp)
-                if changed.size:
+                if compute_one is not None and changed.size <= _FEW:
+                    values = kept.values
+                    for row in changed.tolist():
+                        values[row] = compute_one(row)
+                elif changed.size:
                     kept.values[changed] = compute(changed)
                 kept.stamp = table.pod_stamp
         result: FloatArray = kept.values[rows]

@@ -361,10 +361,10 @@ class Framework:
         """The pick among the scored `rows` (result.total): the placement plugins' narrowing, then the highest
         total, ties broken at random (as kube-scheduler's selectHost). result.node stays None when a placement
         plugin turns the pod down."""
-        allowed = self._place(result, table, rows)
-        if allowed is None:
+        placed, allowed = self._place(result, table, rows)
+        if not placed:
             return
-        total = np.where(allowed, result.total, -np.inf)
+        total = result.total if allowed is None else np.where(allowed, result.total, -np.inf)
         best = np.flatnonzero(total == total.max())
         pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
         result.row = int(rows[pick])
@@ -450,10 +450,11 @@ class Framework:
         result.total = mean.result(empty=0.0)
         return True
 
-    def _place(self, result: CycleResult, table: NodeTable, rows: IntArray) -> BoolArray | None:
-        """The placement plugins' narrowing of the scored rows (all of them when none narrows); None (result.status
-        says why) when one turns the pod down."""
-        allowed: BoolArray = np.ones(rows.size, dtype=bool)
+    def _place(self, result: CycleResult, table: NodeTable, rows: IntArray) -> tuple[bool, BoolArray | None]:
+        """The placement plugins' narrowing of the scored rows: (True, None) when none narrows (every row stays, no
+        mask built: the usual case), (True, mask) otherwise; (False, None) when one turns the pod down or the
+        narrowing leaves no row (result.status says why)."""
+        allowed: BoolArray | None = None
         for plugin in self.placements:
             started = time.perf_counter()
             mask, status = plugin.place(result.cycle, result.pod, table, rows, result.total)
@@ -462,13 +463,13 @@ class Framework:
             if not status.ok:
                 result.status = status
                 result.rejected_by.add(plugin.name)
-                return None
+                return False, None
             if mask is not None:
-                allowed &= mask
-        if not allowed.any():
+                allowed = mask if allowed is None else allowed & mask  # never changed in place
+        if allowed is not None and not allowed.any():
             result.status = Status(Code.UNSCHEDULABLE, "placement left no scored node", "")
-            return None
-        return allowed
+            return False, None
+        return True, allowed
 
     def _post_filter(self, result: CycleResult, table: NodeTable) -> None:
         """Nothing fits: PostFilter plugins in order until one succeeds (e.g. nominates a node). Their

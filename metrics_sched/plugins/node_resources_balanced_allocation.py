@@ -12,6 +12,7 @@ not the non-zero defaults NodeResourcesFit scores with; a pod that requests none
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +99,27 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             if not any(requests):
                 return np.zeros(rows.shape[0], dtype=np.float64)
         # Elementwise in the row's resources and the pod's requests: kept per row, patched where pods changed.
-        return self._kept.scores(requests, table, rows, lambda at: self._score_rows(requests, table, at))
+        return self._kept.scores(requests, table, rows, lambda at: self._score_rows(requests, table, at),
+                                 lambda row: self._score_one(requests, table, row))
+
+    def _score_one(self, requests: tuple[int, ...], table: NodeTable, row: int) -> float:
+        """_score_rows of one row in Python floats, the same operations in the same order (so the same double);
+        rows where some counted resource is not offered, or more than two count, take the vector path."""
+        fractions: list[float] = []
+        for resource, request in zip(self.args.resources, requests, strict=True):
+            name = resource.name
+            if name == PODS or (name not in _NATIVE and request == 0):
+                continue
+            col = table.resource_index.get(name)
+            if col is None:
+                continue
+            allocatable = float(table.allocatable_by_resource[col, row])
+            if not allocatable > 0 or len(fractions) == 2:
+                return float(self._score_rows(requests, table, np.array([row], dtype=np.int64))[0])
+            fractions.append(min(float(int(table.requested_by_resource[col, row]) + request) / allocatable, 1.0))
+        if len(fractions) < 2:
+            return MAX_NODE_SCORE
+        return float(math.trunc((1.0 - abs((fractions[0] - fractions[1]) / 2)) * MAX_NODE_SCORE))
 
     def _score_rows(self, requests: tuple[int, ...], table: NodeTable, rows: IntArray) -> FloatArray:
         fractions: list[FloatArray] = []

@@ -36,6 +36,8 @@ from metrics_sched.model.resources import CPU, MEMORY, PODS
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
 
 _REQUESTS = StateKey[IntArray]("NodeResourcesFit/requests")
+# filter_rows on up to this many rows compares Python ints.
+_FEW = 4
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,11 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
     def filter_rows(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> BoolArray:
         """filter() on a few rows (a batched cycle re-checks the nodes whose pods changed)."""
         request = self._requests(cycle, pod, table)
+        if rows.size <= _FEW:  # a placement's row or two: Python ints, not a dozen numpy calls on a 1xN block
+            free = table.free_by_resource
+            needed = [(col, int(request[col])) for col in np.flatnonzero(request).tolist()]
+            return np.array([all(int(free[col, row]) >= amount for col, amount in needed) for row in rows.tolist()],
+                            dtype=bool)
         wanted = np.flatnonzero(request)
         cells = np.ix_(rows, wanted)
         return np.asarray(~(table.allocatable[cells] - table.requested[cells] < request[wanted]).any(axis=1),
@@ -122,7 +129,34 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         # Elementwise in the row's resources and these numbers of the pod: kept per row, patched where pods changed.
         key = (pod.non_zero_requests.get(CPU, 0), pod.non_zero_requests.get(MEMORY, 0),
                *(pod.requests.get(resource, 0) for resource, _ in self.score_resources))
-        return self._kept.scores(key, table, rows, lambda at: self._score_rows(pod, table, at))
+        return self._kept.scores(key, table, rows, lambda at: self._score_rows(pod, table, at),
+                                 lambda row: self._score_one(pod, table, row))
+
+    def _score_one(self, pod: PodInfo, table: NodeTable, row: int) -> float:
+        """_score_rows of one row in Python floats: the same operations in the same order (an int64 over a float64
+        is float64(a) / b in numpy, as int / float is in Python), so the same double (tests/unit/test_row_memo)."""
+        total = 0.0
+        weights = 0
+        for resource, weight in self.score_resources:
+            col = table.resource_index.get(resource)
+            if col is None:
+                continue
+            capacity = float(table.allocatable_by_resource[col, row])
+            if resource == CPU:
+                used = int(table.nonzero_by_resource[0, row]) + pod.non_zero_requests.get(CPU, 0)
+            elif resource == MEMORY:
+                used = int(table.nonzero_by_resource[1, row]) + pod.non_zero_requests.get(MEMORY, 0)
+            else:
+                used = int(table.requested_by_resource[col, row]) + pod.requests.get(resource, 0)
+            ratio = min(float(used) / capacity, 1.0) if capacity > 0 else 1.0
+            if self.strategy == "LeastAllocated":
+                ratio = 1.0 - ratio
+            ratio *= 100.0
+            if weight != 1:
+                ratio *= weight
+            total += ratio
+            weights += weight
+        return total / weights if weights else total
 
     def _score_rows(self, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         total = np.zeros(rows.shape[0], dtype=np.float64)

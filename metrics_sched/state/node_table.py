@@ -315,13 +315,15 @@ class NodeTable:
 
     def add_requests(self, row: int, requests: IntArray, nonzero: tuple[int, int], sign: int = 1) -> None:
         width = requests.shape[0]
-        self.requested[row, :width] += sign * requests
-        self.nonzero_requested[row, 0] += sign * nonzero[0]
-        self.nonzero_requested[row, 1] += sign * nonzero[1]
-        self.free_by_resource[:width, row] -= sign * requests
-        self.requested_by_resource[:width, row] += sign * requests
-        self.nonzero_by_resource[0, row] += sign * nonzero[0]
-        self.nonzero_by_resource[1, row] += sign * nonzero[1]
+        delta = requests if sign == 1 else sign * requests  # one product, not three (an assume adds sign 1)
+        cpu, memory = sign * nonzero[0], sign * nonzero[1]
+        self.requested[row, :width] += delta
+        self.nonzero_requested[row, 0] += cpu
+        self.nonzero_requested[row, 1] += memory
+        self.free_by_resource[:width, row] -= delta
+        self.requested_by_resource[:width, row] += delta
+        self.nonzero_by_resource[0, row] += cpu
+        self.nonzero_by_resource[1, row] += memory
         self.generation += 1
         self.pod_stamp += 1
         self.row_pod_stamp[row] = self.pod_stamp

@@ -92,14 +92,19 @@ class InFlightLedgerStore:
             self._remove(uid)
             row = self._table.index.get(node, -1) if self._table is not None else -1
             slots = {}
+            columns, appended = self._columns, self.appended
+            changed = np.array([row], dtype=np.int64)  # the step's row, one array for every metric (read-only)
+            changed.flags.writeable = False
             for metric, delta in deltas.items():
-                column = self._columns.setdefault(metric, _Column())
+                column = columns.get(metric)
+                if column is None:  # not setdefault(): its default, four arrays, would be built on every call
+                    column = columns[metric] = _Column()
                 slots[metric] = column.append(node, row, when, delta)
-                self._add_to_dense(column, row, when, delta)
-                self.appended[metric] = self.appended.get(metric, 0) + 1
+                self._add_to_dense(column, row, when, delta, changed)
+                appended[metric] = appended.get(metric, 0) + 1
             self._placements[uid] = _Placement(node, when, slots)
 
-    def _add_to_dense(self, column: _Column, row: int, when: float, delta: float) -> None:
+    def _add_to_dense(self, column: _Column, row: int, when: float, delta: float, changed: IntArray) -> None:
         """The new placement's delta on its row, as the full computation would add it (last, in order)."""
         dense, observed = column.dense, column.dense_observed
         if dense is None or observed is None:
@@ -113,7 +118,7 @@ class InFlightLedgerStore:
         updated[row] += delta
         updated.flags.writeable = False
         column.dense = updated
-        column.step = (updated, dense, np.array([row], dtype=np.int64))
+        column.step = (updated, dense, changed)
 
     def _remove(self, uid: str) -> None:
         placement = self._placements.pop(uid, None)
@@ -153,8 +158,8 @@ class InFlightLedgerStore:
             self._placements[uid] = _Placement(placement.node, placement.at, slots)
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._placements)
+        # No lock: len() of a dict is one atomic read under the GIL, and stale the moment it returns either way.
+        return len(self._placements)
 
     def by_node(self) -> dict[str, int]:
         with self._lock:

@@ -111,3 +111,45 @@ def test_rows_changed_since_is_the_compare_over_every_row() -> None:
                 np.testing.assert_array_equal(table.rows_changed_since(since), expected)
     finally:
         harness.stop()
+
+
+@pytest.mark.parametrize("strategy", ["LeastAllocated", "MostAllocated"])
+def test_one_row_in_python_floats_is_the_vector_computation(strategy: str) -> None:
+    """_score_one (a placement's row, Python floats) gives the double _score_rows gives for that row, on every row of
+    a cluster with pods placed, resources some nodes do not offer (zero allocatable) and both strategies; and
+    NodeResourcesFit.filter_rows on a few rows (Python ints) agrees with the vector form."""
+    from metrics_sched.plugins.node_resources_fit import ScoringStrategy
+
+    harness = cluster(120, seed=9)
+    rng = random.Random(9)
+    try:
+        state, handlers = harness.scheduler.state, harness.scheduler.handlers
+        for i in range(10):  # nodes without GPUs, or with odd sizes: zero and uneven allocatable
+            handlers.on_node_event("MODIFIED", node_object(f"node-{i:05d}", cpu=rng.choice((1, 3, 96)),
+                                                          memory_gib=rng.choice((1, 7, 512)), gpus=rng.choice((0, 3))))
+        for i in range(300):
+            harness.place(parse_pod(make_pod(i)))
+        table = state.table
+        every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+        fit = NodeResourcesFit(NodeResourcesFit.Args(ScoringStrategy(strategy)), harness.framework.handle)  # type: ignore[arg-type]
+        balanced = next(p for p in harness.framework.instances.values()
+                        if isinstance(p, NodeResourcesBalancedAllocation))
+        for i in (0, 1, 2, 3, 7):
+            pod = parse_pod(make_pod(i))
+            vector = fit._score_rows(pod, table, every)
+            one = np.array([fit._score_one(pod, table, row) for row in every.tolist()])
+            np.testing.assert_array_equal(one, vector)
+            requests = balanced._pod_requests(pod)
+            vector = balanced._score_rows(requests, table, every)
+            one = np.array([balanced._score_one(requests, table, row) for row in every.tolist()])
+            np.testing.assert_array_equal(one, vector)
+            cycle = CycleState()
+            fit.pre_filter(cycle, pod)
+            whole = fit.filter_rows(cycle, pod, table, every)
+            if i == 1:  # the GPU pod: nodes without GPUs turn it down
+                assert whole.any() and not whole.all()
+            for start in range(0, every.size, 3):
+                few = every[start: start + 3]
+                np.testing.assert_array_equal(fit.filter_rows(cycle, pod, table, few), whole[start: start + 3])
+    finally:
+        harness.stop()
