@@ -117,19 +117,21 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
     def filter_rows(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> BoolArray:
         """filter() on a few rows (a batched cycle re-checks the nodes whose pods changed)."""
         request = self._requests(cycle, pod, table)
+        free = table.free_by_resource
+        kept = cycle.get(_NEEDED)
+        if kept is None or kept[0] is not request:
+            kept = (request, tuple((col, int(request[col])) for col in np.flatnonzero(request).tolist()))
+            cycle.write(_NEEDED, kept)
+        needed = kept[1]
         if rows.size <= _FEW:  # a placement's row or two: Python ints, not a dozen numpy calls on a 1xN block
-            free = table.free_by_resource
-            kept = cycle.get(_NEEDED)
-            if kept is None or kept[0] is not request:
-                kept = (request, tuple((col, int(request[col])) for col in np.flatnonzero(request).tolist()))
-                cycle.write(_NEEDED, kept)
-            needed = kept[1]
             return np.array([all(int(free[col, row]) >= amount for col, amount in needed) for row in rows.tolist()],
                             dtype=bool)
-        wanted = np.flatnonzero(request)
-        cells = np.ix_(rows, wanted)
-        return np.asarray(~(table.allocatable[cells] - table.requested[cells] < request[wanted]).any(axis=1),
-                          dtype=bool)
+        # free_by_resource is contiguous per resource: a gather and a compare per requested resource (filter()'s
+        # own comparison, on these rows).
+        fits: BoolArray = np.ones(rows.size, dtype=bool)
+        for col, amount in needed:
+            fits &= free[col][rows] >= amount
+        return fits
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         # Elementwise in the row's resources and these numbers of the pod: kept per row, patched where pods changed.
