@@ -59,16 +59,15 @@ class _Workers:
 
     def submit(self, call: Callable[[], object]) -> None:
         """Queues `call`; RuntimeError once shut down (as an executor's submit)."""
-        if not self._threads:
-            with self._lock:
-                if not self._threads and not self._closed:
-                    for i in range(self.size):
-                        thread = threading.Thread(target=self._work, name=f"{self.name}_{i}", daemon=True)
-                        thread.start()
-                        self._threads.append(thread)
-        if self._closed:
-            raise RuntimeError("cannot schedule new binds after shutdown")
-        self._calls.put(call)
+        with self._lock:  # so no call is queued behind the end markers of shutdown()
+            if self._closed:
+                raise RuntimeError("cannot schedule new binds after shutdown")
+            if not self._threads:
+                for i in range(self.size):
+                    thread = threading.Thread(target=self._work, name=f"{self.name}_{i}", daemon=True)
+                    thread.start()
+                    self._threads.append(thread)
+            self._calls.put(call)
 
     def _work(self) -> None:
         calls = self._calls
