@@ -285,6 +285,10 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> ScoreDetail:
         if not self.applies(pod):
             return ScoreDetail(np.full(rows.shape[0], np.nan))
+        if self._pointwise and rows.shape[0] <= _FEW:
+            few = self._score_few(table, rows)
+            if few is not None:
+                return few
         terms = self._terms
         memos = [self._memo(term.metric, table, term.ledger) for term in terms]
         # Evidence over all rows (the audit picks its candidates' rows): no per-cycle copies.
@@ -301,6 +305,42 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             return ScoreDetail(parts[0], evidence)
         combined = nan_weighted_mean(parts, [t.weight for t in terms], rows.size)
         return ScoreDetail(combined, evidence)
+
+    def _score_few(self, table: NodeTable, rows: IntArray) -> ScoreDetail | None:
+        """score() of a few rows (a batched cycle re-scores the rows a placement changed) when every term is
+        pointwise: each row's value straight from the column and the ledger's adjustment, scaled and averaged in
+        Python floats (the same IEEE operations in the same order as the memo's patch, Scale.apply and the weighted
+        mean: the same doubles), with the evidence a full score() gives. The memos are left as they are: the next
+        score() over many rows patches them from the rows where the adjustment differs. None (the memo path runs)
+        until a memo holds the column's measured values."""
+        ledger = self.handle.ledger
+        placed = len(ledger) > 0
+        at = rows.tolist()
+        scored: list[list[float]] = []
+        evidence: list[MetricEvidence] = []
+        for term in self._terms:
+            column = self.handle.metrics.column(term.metric, table)
+            memo = self._memos.get((term.metric, term.ledger))
+            if memo is None or memo.column is not column or memo.read.measured is None:
+                return None
+            measured, missing = memo.read.measured, memo.read.missing
+            in_flight = ledger.adjustment(term.metric, table, column.observed_at) if term.ledger and placed else None
+            lowest = column.contract.on_missing == OnMissing.LOWEST
+            scale, better = term.scale, term.better
+            values: list[float] = []
+            for row in at:
+                if lowest and missing[row]:
+                    values.append(0.0)
+                    continue
+                value = measured.item(row) if in_flight is None else measured.item(row) + in_flight.item(row)
+                values.append(scale.apply_one(value, better))
+            scored.append(values)
+            evidence.append(MetricEvidence(column.metric, measured, in_flight, column.observed_at,
+                                           tuple(column.sources)))
+        weights = self._weights
+        combined = np.array([_weighted_mean_one([values[i] for values in scored], weights) for i in range(len(at))],
+                            dtype=np.float64)
+        return ScoreDetail(combined, tuple(evidence))
 
     @staticmethod
     def _evidence(memo: _Memo) -> MetricEvidence:

@@ -65,3 +65,43 @@ def test_one_row_arithmetic_is_the_vector_arithmetic() -> None:
         np.testing.assert_array_equal(
             np.array([_weighted_mean_one([float(p[i]) for p in gapless], weights) for i in range(300)]),
             nan_weighted_mean(gapless, weights, 300))
+
+
+def test_a_few_rows_scored_without_the_memos_equal_the_memo_path() -> None:
+    """score() of a few rows (what a batched cycle asks after a placement) reads the column and the ledger straight,
+    leaving the memos behind; its scores and evidence are the memo path's, bit for bit, and the memos catch up with
+    every placement made meanwhile when they are next used."""
+    from metrics_sched.framework.cycle_state import CycleState
+
+    harness = cluster(300, seed=4)
+    rng = np.random.default_rng(4)
+    try:
+        plugins = [p for p in harness.framework.instances.values()
+                   if isinstance(p, MetricScorePlugin) and p._pointwise]
+        assert len(plugins) >= 2
+        table = harness.scheduler.state.table
+        every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+        fast = 0
+        for i in range(90):
+            result = harness.place(parse_pod(make_pod(i)))
+            assert result.node is not None
+            pod = parse_pod(make_pod(i + 1))
+            few = np.sort(rng.choice(every, size=int(rng.integers(1, 5)), replace=False)).astype(np.int64)
+            if i % 3 == 0:  # the last placement's row, as a batched cycle asks
+                few = np.array([table.index[result.node]], dtype=np.int64)
+            for plugin in plugins:
+                if not plugin.applies(pod):
+                    continue
+                fast += plugin._score_few(table, few) is not None
+                small = plugin.score(CycleState(), pod, table, few)
+                if i % 4 == 0:
+                    continue  # the memos fall several placements behind before the next full score
+                whole = plugin.score(CycleState(), pod, table, every)
+                np.testing.assert_array_equal(small.scores, whole.scores[np.searchsorted(every, few)])
+                assert len(small.evidence) == len(whole.evidence)
+                for a, b in zip(small.evidence, whole.evidence, strict=True):
+                    assert (a.metric, a.sources) == (b.metric, b.sources)
+                    assert a.values is b.values and a.in_flight is b.in_flight and a.observed_at is b.observed_at
+        assert fast > 100
+    finally:
+        harness.stop()
