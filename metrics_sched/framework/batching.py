@@ -70,6 +70,8 @@ __all__ = ["BatchStats", "Batcher"]
 MAX_TEMPLATES = 16
 # More changed rows than this since a batch: the full cycle is as cheap.
 MAX_DIRTY = 64
+# At most this many changed rows are compared and patched one by one with Python floats (fewer numpy calls).
+_FEW = 8
 # A batch ends this long before a metric value it read goes stale (freshness is judged against `now` with a
 # subtraction; the margin covers its rounding).
 STALE_MARGIN = 1e-3
@@ -78,9 +80,10 @@ _CHANGES_ON_ROW = Reads.PODS | Reads.LEDGER
 # value is then normalize() of its raw value alone, and no other row's moves. Compared by identity, so a plugin
 # that overrides normalize() is normalised over every candidate again.
 _PER_NODE_NORMALIZE = frozenset({ScorePlugin.normalize, unchanged})
+_NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)  # never written to
 
 
-@dataclass
+@dataclass(slots=True)
 class _Term:
     term: ScoreTerm
     scorer: ScorePlugin
@@ -90,18 +93,27 @@ class _Term:
     # the ledger took a placement for one of them
     gaps: bool  # the normalised values hold NaN (what the cycle's WeightedMean was told)
     per_node: bool  # its normalize() maps each value on its own
+    # Its normalised values may move on rows that did not change: scored over every candidate, or re-scored on
+    # the changed rows and normalised over every candidate (fixed at store time: _Term.of).
+    everywhere: bool
+    # Its normalize() is `unchanged` and it promises 0-100 (Normalized.COMPLETE: and never NaN): normalize_scores
+    # gives its raw values back as they are, so a changed row's normalised value is its raw value.
+    identity: bool
     # Kept up to date by the plugin (IncrementalScorer) instead of re-running its PreScore and Score.
     incremental: IncrementalScores | None = None
 
+    @classmethod
+    def of(cls, term: ScoreTerm, scorer: ScorePlugin, cluster: bool, pods: bool, ledger: tuple[str, ...],
+           gaps: bool, incremental: IncrementalScores | None) -> _Term:
+        normalize = type(scorer).normalize
+        per_node = normalize in _PER_NODE_NORMALIZE
+        everywhere = cluster or (not per_node and (pods or bool(ledger)))
+        identity = normalize is unchanged and scorer.normalized is not Normalized.UNCHECKED
+        return cls(term, scorer, cluster, pods, ledger, gaps, per_node, everywhere, identity, incremental)
+
     def with_term(self, term: ScoreTerm, gaps: bool | None = None) -> _Term:
         return _Term(term, self.scorer, self.cluster, self.pods, self.ledger, self.gaps if gaps is None else gaps,
-                     self.per_node, self.incremental)
-
-    @property
-    def everywhere(self) -> bool:
-        """Its normalised values may move on rows that did not change: scored over every candidate, or re-scored
-        on the changed rows and normalised over every candidate."""
-        return self.cluster or (not self.per_node and (self.pods or bool(self.ledger)))
+                     self.per_node, self.everywhere, self.identity, self.incremental)
 
 
 @dataclass
@@ -132,6 +144,7 @@ class _Batch:
     filter_skipped: frozenset[str]
     score_skipped: frozenset[str]
     rows: IntArray
+    position: IntArray  # per table row (the capacity it was stored at): its position in `rows`, -1 if not there
     terms: list[_Term]
     total: FloatArray
     rejections: Counter[str]
@@ -160,6 +173,7 @@ class BatchStats:
     stored: int = 0
     totals_recomputed: int = 0  # batched cycles whose normalisation moved (every candidate's total computed)
     past_non_candidates: int = 0  # batched cycles after pods changed on rows that are not candidates (still not)
+    many_changed: int = 0  # batched cycles with more than _FEW changed candidates (compared and patched in numpy)
     refused: Counter[str] = field(default_factory=Counter)
 
 
@@ -233,21 +247,21 @@ class Batcher:
         if framework.cluster.nominations.held_for(pod, table):
             refused["nominated pods"] += 1
             return None
-        if any(token() != seen for token, seen in batch.tokens):
-            refused["cluster changed"] += 1
-            return None
+        for token, seen in batch.tokens:
+            if token() != seen:
+                refused["cluster changed"] += 1
+                return None
         rows = batch.rows
         # Every row whose pods changed (what the cluster-reading scorers count from), and those among the candidates.
         pods_changed = dirty = table.rows_changed_since(batch.stamp)
-        positions: IntArray = np.zeros(0, dtype=np.int64)
+        positions = _NO_ROWS
         if dirty.size:
             if dirty.size > MAX_DIRTY:
                 refused["many rows changed"] += 1
                 return None
-            positions = np.searchsorted(rows, dirty)
-            inside = positions < rows.size
-            inside[inside] = rows[positions[inside]] == dirty[inside]
-            if not inside.all():
+            positions = batch.position[dirty]
+            if int(positions.min()) < 0:
+                inside = positions >= 0
                 if not self._still_turned_down(batch, pod, table, dirty[~inside]):
                     refused["changed row not a candidate"] += 1
                     return None
@@ -266,12 +280,15 @@ class Batcher:
         ledger = self._ledger_changes(batch)
         if dirty.size:
             for plugin, pods, read in batch.recheck:
-                if (pods or any(m in ledger for m in read)) and not plugin.filter_rows(cycle, pod, table, dirty).all():
+                if ((pods or (ledger and not ledger.keys().isdisjoint(read)))
+                        and not plugin.filter_rows(cycle, pod, table, dirty).all()):
                     refused["candidate no longer fits"] += 1
                     return None
 
         result.feasible_rows = rows
-        result.rejections = Counter(batch.rejections)
+        rejections: Counter[str] = Counter()
+        result.rejections = rejections
+        dict.update(rejections, batch.rejections)  # a copy (Counter(counter) counts them one by one)
         result.rejected_by = set(batch.rejected_by)
         result.filter_skipped = batch.filter_skipped
         result.skipped = set(batch.score_skipped)
@@ -302,6 +319,8 @@ class Batcher:
         result.total = total
         batch.terms, batch.total, batch.stamp = terms, total, stamp
         batch.ledger.update(ledger)
+        if dirty.size > _FEW:
+            self.stats.many_changed += 1
         framework.choose(result, table, rows)
         return result
 
@@ -345,11 +364,13 @@ class Batcher:
         """The terms now; whether a normalised value moved outside the changed rows (the totals are then
         recomputed over every candidate); whether a changed row's normalised value moved. None: an incremental
         plugin's scores cannot be kept (the batch is not used)."""
-        cycle, pod, rows, clock = result.cycle, result.pod, batch.rows, time.perf_counter
+        cycle, pod, rows, clock, timings = result.cycle, result.pod, batch.rows, time.perf_counter, result.timings
         terms: list[_Term] = []
         whole = moved = False
+        # A few changed rows (the usual one: the last placement) are compared and patched with Python floats.
+        places = positions.tolist() if 0 < dirty.size <= _FEW else None
         for entry in batch.terms:
-            scorer, old = entry.scorer, entry.term
+            old = entry.term
             if entry.incremental is not None:
                 started = clock()
                 kept = entry.incremental.rescore(cycle, pod, table, pods_changed)
@@ -358,15 +379,22 @@ class Batcher:
                 raw, evidence = kept, old.evidence
             elif entry.cluster:
                 started = clock()
-                scored = scorer.score(cycle, pod, table, rows)
+                scored = entry.scorer.score(cycle, pod, table, rows)
                 detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
                 raw, evidence = np.asarray(detail.scores, dtype=np.float64), detail.evidence
-            elif dirty.size and (entry.pods or any(m in ledger for m in entry.ledger)):
+            elif dirty.size and (entry.pods or (ledger and not ledger.keys().isdisjoint(entry.ledger))):
                 started = clock()
+                scorer = entry.scorer
                 scored = scorer.score(cycle, pod, table, dirty)
                 detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
                 fresh = np.asarray(detail.scores, dtype=np.float64)
-                if _equal(fresh, old.raw[positions]):
+                if places is not None:
+                    values = fresh.tolist()
+                    old_raw = old.raw
+                    same = _same_floats(values, [old_raw.item(at) for at in places])
+                else:
+                    same = _equal(fresh, old.raw[positions])
+                if same:
                     # The same scores; the evidence (whole-table arrays, e.g. the ledger's latest) is taken as is.
                     if detail.evidence is not old.evidence:
                         entry = entry.with_term(
@@ -374,13 +402,26 @@ class Batcher:
                     terms.append(entry)
                     continue
                 raw = old.raw.copy()
-                raw[positions] = fresh
+                if places is not None:
+                    for at, value in zip(places, values, strict=True):
+                        raw[at] = value
+                else:
+                    raw[positions] = fresh
                 evidence = detail.evidence
+                if entry.identity:
+                    # normalize_scores gives the raw values back (the same array, as the cycle's term holds): the
+                    # normalised values moved where the raw ones did. A NaN only where promised (IN_RANGE).
+                    timings.append((scorer.name, "Score", clock() - started, "Success"))
+                    moved = True
+                    gaps = entry.gaps or (scorer.normalized is Normalized.IN_RANGE and (
+                        any(value != value for value in values) if places is not None else bool(np.isnan(fresh).any())))
+                    terms.append(entry.with_term(ScoreTerm(old.plugin, old.weight, raw, raw, evidence), gaps))
+                    continue
                 if entry.per_node:
                     # The cycle's bounding maps each value on its own too (NaN for anything not finite, else
                     # clipped to 0-100): the changed rows alone give their values, the others keep theirs.
                     changed, changed_gaps = normalize_scores(scorer, fresh)
-                    result.timings.append((scorer.name, "Score", clock() - started, "Success"))
+                    timings.append((scorer.name, "Score", clock() - started, "Success"))
                     moved = moved or not _equal(old.normalized[positions], changed)
                     normalized = old.normalized.copy()
                     normalized[positions] = changed
@@ -393,8 +434,9 @@ class Batcher:
                 terms.append(entry)
                 continue
             # Normalised over every candidate, as the cycle does.
+            scorer = entry.scorer
             normalized, gaps = normalize_scores(scorer, raw)
-            result.timings.append((scorer.name, "Score", clock() - started, "Success"))
+            timings.append((scorer.name, "Score", clock() - started, "Success"))
             # Scores read from the cluster move with nearly every placement (spreading: at least on the node
             # placed on): compared, they would be recomputed all the same.
             if not entry.cluster and gaps == entry.gaps and _equal(normalized, old.normalized):
@@ -451,9 +493,9 @@ class Batcher:
             incremental = None
             if term.plugin in cluster and isinstance(scorer, IncrementalScorer):
                 incremental = scorer.incremental_scores(result.cycle, pod, table, result.feasible_rows)
-            terms.append(_Term(term, scorer, term.plugin in cluster, bool(scope.reads & Reads.PODS), metrics,
-                               scorer.normalized is not Normalized.COMPLETE and bool(np.isnan(term.normalized).any()),
-                               type(scorer).normalize in _PER_NODE_NORMALIZE, incremental))
+            terms.append(_Term.of(term, scorer, term.plugin in cluster, bool(scope.reads & Reads.PODS), metrics,
+                                  scorer.normalized is not Normalized.COMPLETE
+                                  and bool(np.isnan(term.normalized).any()), incremental))
         stages = _stages(terms)
         if not np.array_equal(_staged_total(stages), result.total, equal_nan=True):
             refused["totals not reproduced"] += 1  # a defect: the batch would not give the cycle's decisions
@@ -466,7 +508,8 @@ class Batcher:
         self._batches.append(_Batch(
             template=template, validity=self._validity(table), deadline=deadline, stamp=stamp,
             cycle=result.cycle.clone(), filter_skipped=filter_skipped, score_skipped=frozenset(result.skipped),
-            rows=result.feasible_rows, terms=terms, total=result.total, rejections=Counter(result.rejections),
+            rows=result.feasible_rows, position=_positions(result.feasible_rows, table.capacity), terms=terms,
+            total=result.total, rejections=Counter(result.rejections),
             rejected_by=frozenset(result.rejected_by), recheck=recheck, ledger=ledger,
             cluster_pre_filters=[(p, p.name in filter_skipped) for p in framework.pre_filters if p.name in cluster],
             cluster_pre_scores=[p for p in framework.pre_scores if p.name in cluster and p.name not in kept],
@@ -484,6 +527,13 @@ class Batcher:
         if not isinstance(reader, MetricCache):
             return None
         return min(reader.fresh_until(metric, table) for metric in dict.fromkeys(metrics))
+
+
+def _positions(rows: IntArray, capacity: int) -> IntArray:
+    """Per table row, its position among `rows` (-1: not among them)."""
+    position: IntArray = np.full(capacity, -1, dtype=np.int64)
+    position[rows] = np.arange(rows.size, dtype=np.int64)
+    return position
 
 
 def _stages(terms: Sequence[_Term]) -> _Stages:
@@ -529,32 +579,44 @@ def _restage(stages: _Stages, before: Sequence[_Term], after: Sequence[_Term], p
     first = stages.first
     changed = False
     weights = False
+    parts = stages.parts
     for index, (old, new) in enumerate(zip(before, after, strict=True)):
-        if new.term.normalized is old.term.normalized:
+        normalized = new.term.normalized
+        if normalized is old.term.normalized:
             continue
         changed = True
         if new.everywhere:
-            stages.parts[index - first] = _part(new)
+            if new.term.weight != 1 and not new.gaps:
+                # The batch's own array (_part made it: never handed out, never a term's): rewritten in place.
+                np.multiply(normalized, new.term.weight, out=parts[index - first])
+            else:
+                parts[index - first] = _part(new)
             weights = weights or new.gaps or old.gaps
     if weights:
         stages.weights = np.zeros_like(stages.weights)
         for entry in after:
             stages.weights += _weight(entry)
-    if changed:
+    if changed and positions.size:
+        prefix, row_weights = stages.prefix, stages.weights
+        # Per term: its normalised values, its weight, and the part it owns on changed rows (None: in the prefix,
+        # or a part that moves everywhere and was given afresh above).
+        columns = [(entry.term.normalized, entry.term.weight,
+                    None if index < first or entry.everywhere else parts[index - first])
+                   for index, entry in enumerate(after)]
         for position in positions.tolist():
             total = weight = 0.0
-            for index, entry in enumerate(after):
-                value = float(entry.term.normalized[position])
+            for index, (normalized, term_weight, part_of) in enumerate(columns):
+                value = normalized.item(position)
                 part = 0.0
                 if value == value:  # not NaN
-                    part = value * entry.term.weight
-                    weight += entry.term.weight
+                    part = value * term_weight
+                    weight += term_weight
                 if index < first:
                     total += part
-                elif not entry.everywhere:
-                    stages.parts[index - first][position] = part
-            stages.prefix[position] = total
-            stages.weights[position] = weight
+                elif part_of is not None:
+                    part_of[position] = part
+            prefix[position] = total
+            row_weights[position] = weight
             if weight <= 0:
                 stages.positive = False
         # A row that had no weight may have one now: look again (the usual case never gets here).
@@ -592,12 +654,17 @@ def _equal(a: FloatArray, b: FloatArray) -> bool:
     return bool(np.isnan(a[differ]).all() and np.isnan(b[differ]).all())
 
 
+def _same_floats(a: Sequence[float], b: Sequence[float]) -> bool:
+    """_equal on Python floats (NaN equal to NaN)."""
+    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
+
+
 def _row_total(terms: Sequence[_Term], position: int) -> float:
     """One candidate's weighted total as WeightedMean computes it (NaN terms drop out; 0 when none has a value):
     the same float operations in the same order, on the one row (a few changed rows: no pass over the table)."""
     total = weights = 0.0
     for entry in terms:
-        value = float(entry.term.normalized[position])
+        value = entry.term.normalized.item(position)
         if value == value:  # not NaN
             total += value * entry.term.weight
             weights += entry.term.weight

@@ -386,19 +386,26 @@ class _Kept:
     keyed: BoolArray  # per table row: the row has the constraint's key
     part: FloatArray  # hostname: per batch row, kept up to date
     # Constraints on other keys: each table row's domain (`missing` for rows without the key, which count in the
-    # "" domain), the rows counted, the per-domain sums of their counts, and each batch row's domain
-    # (`missing + 1`, a 0, for rows without the key).
+    # "" domain), the rows counted, the per-domain sums of their counts, each domain's share (sums * weight +
+    # offset, then a 0 for rows without the key) and each batch row's domain in it (`missing + 1` for rows
+    # without the key).
     codes: IntArray | None = None
     counted: BoolArray | None = None
     sums: FloatArray | None = None
+    shares: FloatArray | None = None
     gather: IntArray | None = None
+
+
+# At most this many changed rows are followed one by one (Python floats on each); more: the same in numpy.
+_FEW = 8
 
 
 class _SpreadScores(IncrementalScores):
     """pre_score's raw scores over the batch's rows, kept from the matching pods' per-row counts: a row whose
     count moved changes its hostname part and its domain's sum; the domain parts are then a gather. Every sum
     is of integer counts (exact in float64), and each row's value is the same float operations in the same
-    order as pre_score's, so the scores are pre_score's bit for bit."""
+    order as pre_score's (a float64 product then a sum, rounded alike in numpy and in Python), so the scores are
+    pre_score's bit for bit."""
 
     def __init__(self, plugin: PodTopologySpread, pod: PodInfo, table: NodeTable, rows: IntArray,
                  constraints: list[Constraint]) -> None:
@@ -406,10 +413,16 @@ class _SpreadScores(IncrementalScores):
         self.constraints = constraints
         self.rows = rows
         size = self.size = table.capacity
+        # Per table row, its position among the batch's rows (-1: not a candidate).
+        self.position: IntArray = np.full(size, -1, dtype=np.int64)
+        self.position[rows] = np.arange(rows.size, dtype=np.int64)
         own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
         # The pod's own constraints are its template's (the batch's: the same for every pod it serves); the
-        # defaults are the configured ones with the workloads' selector for the pod, which may change.
+        # defaults are the configured ones with the workloads' selector for the pod, which may change: asked
+        # again when the workloads or what the selector is built from (namespace, labels, controller) changed.
         self.selector = None if own else constraints[0].selector
+        workloads = plugin.handle.cluster.workloads
+        self.selected = (workloads.generation, _selected_by(pod))
         require_all = own or plugin.args.defaulting_type != "System"
         has_all = np.ones(size, dtype=bool)
         for c in constraints:
@@ -419,14 +432,15 @@ class _SpreadScores(IncrementalScores):
         scored = rows[has_all[rows]] if require_all else rows
         masks: dict[str, BoolArray] = {}
         selectors: dict[LabelSelector, int] = {}
-        self.selectors: list[LabelSelector] = []
+        self.queries: list[PodQuery | None] = []  # per selector: what _counts asks (None: it counts nothing)
         self.counts: list[IntArray] = []
         self.kept: list[_Kept] = []
         for c in constraints:
             index = selectors.get(c.selector)
             if index is None:
-                index = selectors[c.selector] = len(self.selectors)
-                self.selectors.append(c.selector)
+                index = selectors[c.selector] = len(self.queries)
+                self.queries.append(None if c.selector.empty or c.selector.nothing else PodQuery(
+                    (QueryTerm(frozenset({pod.namespace}), c.selector),), skip_terminating=True))
                 self.counts.append(plugin._counts(pod, c.selector, size).copy())
             per_row = self.counts[index].astype(np.float64)
             codes_all = table.topology(c.topology_key).codes[:size]
@@ -448,22 +462,30 @@ class _SpreadScores(IncrementalScores):
                               dtype=np.float64)
             weight = float(np.log(int(domains.sum()) + 2))
             gather = np.where(keyed, codes_all, missing + 1)[rows]
-            self.kept.append(_Kept(index, weight, offset, keyed, np.zeros(0), codes, counted, sums, gather))
+            shares = np.append(sums * weight + offset, 0.0)
+            self.kept.append(_Kept(index, weight, offset, keyed, np.zeros(0), codes, counted, sums, shares, gather))
 
     def raw(self) -> FloatArray:
-        """pre_score's raw scores of the batch's rows from the kept counts."""
+        """pre_score's raw scores of the batch's rows from the kept counts: a new array."""
         total: FloatArray | None = None
         for kept in self.kept:
-            if kept.sums is None:
+            if kept.shares is None:
                 part = kept.part
             else:
                 assert kept.gather is not None
                 # sums[codes] * weight + offset per row is the same done per domain, then gathered.
-                part = np.take(np.append(kept.sums * kept.weight + kept.offset, 0.0), kept.gather)
-            # pre_score adds them to zeros in this order (0 + part is part)
-            total = part if total is None else total + part
+                part = kept.shares.take(kept.gather)
+            # pre_score adds them to zeros in this order (0 + part is part; a + b is b + a, bit for bit)
+            if total is None:
+                total = part
+            elif part is kept.part:
+                total = total + part if total is self.kept[0].part else np.add(total, part, out=total)
+            else:
+                total = np.add(part, total, out=part)
         assert total is not None
-        total = total + 0.5 if len(self.kept) == 1 else np.add(total, 0.5, out=total)  # a new array, never `part`
+        # A new array, never a kept part: `total` is one only when the first constraint's part is all there is
+        # (or nothing was added to it).
+        total = total + 0.5 if total is self.kept[0].part else np.add(total, 0.5, out=total)
         raw: FloatArray = np.floor(total, out=total)
         if self.ignored is not None:
             raw[self.ignored] = _IGNORED
@@ -474,33 +496,77 @@ class _SpreadScores(IncrementalScores):
             return None
         if self.selector is not None:
             workloads = self.plugin.handle.cluster.workloads
-            if workloads.default_selector(pod.raw) != self.selector:
-                return None  # e.g. a Service now selects the pod: other constraints, other counts
-        for index, selector in enumerate(self.selectors):
-            if not changed.size:
-                break
-            now = self.plugin._counts(pod, selector, self.size)[changed]
-            before = self.counts[index]
-            differ = now != before[changed]
-            if not differ.any():
+            selected = (workloads.generation, _selected_by(pod))
+            if selected != self.selected:
+                if workloads.default_selector(pod.raw) != self.selector:
+                    return None  # e.g. a Service now selects the pod: other constraints, other counts
+                self.selected = selected
+        if changed.size:
+            cluster = self.plugin.handle.cluster
+            for index, query in enumerate(self.queries):
+                if query is None:
+                    continue  # counts nothing, ever
+                now = cluster.pod_counts(query)
+                if changed.size <= _FEW:
+                    self._follow(index, now, changed.tolist())
+                else:
+                    self._sweep(index, now, changed)
+        raw = self.raw()
+        cycle.write(_SCORE, _ScoreState(raw, self.rows))
+        return raw
+
+    def _follow(self, index: int, now: IntArray, changed: list[int]) -> None:
+        """The counts of a few changed rows, one by one."""
+        before = self.counts[index]
+        for row in changed:
+            fresh = int(now[row])
+            delta = fresh - int(before[row])
+            if not delta:
                 continue
-            moved, fresh = changed[differ], now[differ]
-            delta = (fresh - before[moved]).astype(np.float64)
-            before[moved] = fresh
-            positions = np.searchsorted(self.rows, moved)
-            candidate = positions < self.rows.size
-            candidate[candidate] = self.rows[positions[candidate]] == moved[candidate]
+            before[row] = fresh
             for kept in self.kept:
                 if kept.selector != index:
                     continue
                 if kept.sums is None:
-                    mine = moved[candidate]
-                    kept.part[positions[candidate]] = np.where(
-                        kept.keyed[mine], fresh[candidate].astype(np.float64) * kept.weight + kept.offset, 0.0)
+                    position = int(self.position[row])
+                    if position >= 0:
+                        kept.part[position] = float(fresh) * kept.weight + kept.offset if kept.keyed[row] else 0.0
                 else:
-                    assert kept.codes is not None and kept.counted is not None
-                    counted = kept.counted[moved]
-                    np.add.at(kept.sums, kept.codes[moved[counted]], delta[counted])
-        raw = self.raw()
-        cycle.write(_SCORE, _ScoreState(raw, self.rows))
-        return raw
+                    assert kept.codes is not None and kept.counted is not None and kept.shares is not None
+                    if kept.counted[row]:
+                        domain = int(kept.codes[row])
+                        total = float(kept.sums[domain]) + delta  # integers: exact
+                        kept.sums[domain] = total
+                        kept.shares[domain] = total * kept.weight + kept.offset
+
+    def _sweep(self, index: int, now: IntArray, changed: IntArray) -> None:
+        """The counts of many changed rows, in numpy."""
+        before = self.counts[index]
+        fresh = now[changed]
+        differ = fresh != before[changed]
+        if not differ.any():
+            return
+        moved, fresh = changed[differ], fresh[differ]
+        delta = (fresh - before[moved]).astype(np.float64)
+        before[moved] = fresh
+        positions = self.position[moved]
+        candidate = positions >= 0
+        for kept in self.kept:
+            if kept.selector != index:
+                continue
+            if kept.sums is None:
+                mine = moved[candidate]
+                kept.part[positions[candidate]] = np.where(
+                    kept.keyed[mine], fresh[candidate].astype(np.float64) * kept.weight + kept.offset, 0.0)
+            else:
+                assert kept.codes is not None and kept.counted is not None and kept.shares is not None
+                counted = kept.counted[moved]
+                np.add.at(kept.sums, kept.codes[moved[counted]], delta[counted])
+                kept.shares[:-1] = kept.sums * kept.weight + kept.offset
+
+
+def _selected_by(pod: PodInfo) -> tuple[str, Any, Any]:
+    """What of the pod a default selector is built from besides the workloads: its namespace, labels and
+    controller reference (compared by value)."""
+    metadata = pod.raw.get("metadata") or {}
+    return pod.namespace, metadata.get("labels"), metadata.get("ownerReferences")

@@ -85,18 +85,42 @@ class _ZoneScores(IncrementalScores):
         self.present = np.flatnonzero(np.bincount(self.candidate_zone, minlength=zones) > 0)
         self.size_rows = rows.shape[0]
         self.labels_generation = table.labels_generation
+        # The zones with a candidate, as Python ints: their sums' low and high are read each cycle.
+        self.zones_present: list[int] = self.present.tolist()
 
     def rescore(self, cycle: CycleState, pod: PodInfo, table: NodeTable, changed: IntArray) -> FloatArray | None:
         if table.capacity != self.size or table.labels_generation != self.labels_generation:
             return None
+        per_zone = self.per_zone
         if changed.size:
-            fresh = self.plugin.handle.owner_counts(self.owner)[changed]
-            np.add.at(self.per_zone, self.zone_of[changed], (fresh - self.counts[changed]).astype(np.float64))
-            self.counts[changed] = fresh
-        seen = self.per_zone[self.present]
-        low, high = float(seen.min()), float(seen.max())
+            now = self.plugin.handle.owner_counts(self.owner)
+            if changed.size <= _FEW:
+                counts, zone_of = self.counts, self.zone_of
+                for row in changed.tolist():
+                    fresh = int(now[row])
+                    delta = fresh - int(counts[row])
+                    if delta:
+                        counts[row] = fresh
+                        zone = int(zone_of[row])
+                        per_zone[zone] = float(per_zone[zone]) + delta  # integers: exact
+            else:
+                fresh_counts = now[changed]
+                np.add.at(per_zone, self.zone_of[changed], (fresh_counts - self.counts[changed]).astype(np.float64))
+                self.counts[changed] = fresh_counts
+        if len(self.zones_present) <= _FEW:
+            seen = [float(per_zone[zone]) for zone in self.zones_present]
+            low, high = min(seen), max(seen)
+        else:
+            present = per_zone[self.present]
+            low, high = float(present.min()), float(present.max())
         if high == low:
             return np.full(self.size_rows, 100.0)
-        per_zone = np.asarray(100.0 * (high - self.per_zone) / (high - low), dtype=np.float64)
-        scores: FloatArray = np.take(per_zone, self.candidate_zone)
+        # score()'s 100.0 * (high - candidate) / (high - low), per zone then gathered (the same operations on the
+        # same values: each element's result does not depend on the others).
+        values = np.asarray(100.0 * (high - per_zone) / (high - low), dtype=np.float64)
+        scores: FloatArray = values.take(self.candidate_zone)
         return scores
+
+
+# At most this many changed rows (or zones) are handled one by one in Python floats; more: in numpy.
+_FEW = 8

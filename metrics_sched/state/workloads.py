@@ -108,6 +108,9 @@ class WorkloadSelectors:
         self._lock = threading.Lock()
         self._maps: dict[_MapKind, _Table[LabelPairs]] = {"services": {}, "replicationcontrollers": {}}
         self._sets: dict[_SetKind, _Table[tuple[Requirement, ...]]] = {"replicasets": {}, "statefulsets": {}}
+        # Moves whenever what default_selector may answer changes (a kept batch's default constraints stand while
+        # it is the same: PodTopologySpread's incremental scores).
+        self.generation = 0
 
     def upsert(self, kind: WorkloadKind, obj: Mapping[str, Any]) -> bool:
         """An object as it is now; True if what DefaultSelector may answer changed."""
@@ -115,16 +118,24 @@ class WorkloadSelectors:
         raw = (obj.get("spec") or {}).get("selector")
         with self._lock:
             if kind == "services" or kind == "replicationcontrollers":
-                return _put(self._maps[kind], namespace, name, _selector_map(raw))
-            return _put(self._sets[kind], namespace, name, _selector_requirements(raw))
+                changed = _put(self._maps[kind], namespace, name, _selector_map(raw))
+            else:
+                changed = _put(self._sets[kind], namespace, name, _selector_requirements(raw))
+            if changed:
+                self.generation += 1
+            return changed
 
     def remove(self, kind: WorkloadKind, obj: Mapping[str, Any]) -> bool:
         """The object is gone (only its namespace and name are read). True if an entry was dropped."""
         namespace, name = _key(obj)
         with self._lock:
             if kind == "services" or kind == "replicationcontrollers":
-                return _drop(self._maps[kind], namespace, name)
-            return _drop(self._sets[kind], namespace, name)
+                changed = _drop(self._maps[kind], namespace, name)
+            else:
+                changed = _drop(self._sets[kind], namespace, name)
+            if changed:
+                self.generation += 1
+            return changed
 
     def default_selector(self, pod: Mapping[str, Any]) -> LabelSelector:
         """kube-scheduler's helper.DefaultSelector: the merged selectors of the pod's namespace's Services

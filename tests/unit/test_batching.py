@@ -93,6 +93,10 @@ def _events(harness: Harness) -> dict[int, Callable[[list[PodInfo]], None]]:
     def add_bare_node(_: list[PodInfo]) -> None:  # no zone label: left out of zone spreading
         handlers.on_node_event("ADDED", node_object("bare-0", cpu=64, memory_gib=256, gpus=8))
 
+    def delete_many(placed: list[PodInfo]) -> None:  # more changed rows than a batched cycle follows one by one
+        for info in placed[-150::10]:
+            state.remove_pod(info.uid)
+
     def forget(placed: list[PodInfo]) -> None:
         state.forget(placed[-1].uid)
 
@@ -104,7 +108,7 @@ def _events(harness: Harness) -> dict[int, Callable[[list[PodInfo]], None]]:
         harness.clock.now += 3600.0  # past every maxAge: the values go stale, metric filters and scores change
 
     return {60: add_node, 110: cordon, 140: repel, 170: delete_pods, 200: add_bare_node, 230: forget, 280: refresh,
-            330: delete_pods, 380: age, 430: refresh}
+            300: delete_many, 330: delete_pods, 380: age, 430: refresh}
 
 
 def _run(batching: bool, count: int, config: dict[str, Any] | None = None) -> tuple[list[CycleResult], Harness]:
@@ -161,6 +165,7 @@ def test_batched_decisions_equal_unbatched_ones() -> None:
         assert stats.refused["candidate no longer fits"] + stats.refused["changed row not a candidate"] >= 1, stats
         assert stats.refused["totals not reproduced"] == 0, stats
         assert stats.past_non_candidates > 0, stats  # pods changed on rows the batch's filters had turned down
+        assert stats.many_changed > 0, stats  # more changed candidates than are followed one by one
         # The spreading terms were kept incrementally (PreScore and Score not re-run), and moved the totals.
         kept = {entry.term.plugin for batch in batcher._batches for entry in batch.terms if entry.incremental}
         assert kept == {"PodTopologySpread", "ZoneSpread"}, kept
