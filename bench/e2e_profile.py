@@ -8,6 +8,10 @@ other; the collapsed stacks are written next to the JSON for bench/flame.py.
 
     python -m bench.e2e_profile [--nodes 500] [--pods 2000] [--out /tmp/e2e-profile]
         [--py-spy PATH | --no-profile] [--prebound N] [--heap | --census] [--rate R] [--scheduler-env NAME=VALUE]
+        [--contender ms-all | ms-resources]
+
+--contender ms-resources profiles bench/e2e_bench.py's resource-only metrics-sched (its configuration, no
+telemetry plugins) instead of the every-metric one.
 
 --census diffs the scheduler's live objects per type between ready and the last bind (bench/census_run.py);
 --heap traces every allocation instead (tracemalloc: exact tracebacks, but the run is several times slower).
@@ -36,6 +40,7 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.e2e_bench import CONTENDERS, metrics_sched_config
 from devcluster import DevCluster
 from devcluster.cluster import wait_until
 from devcluster.kubeapi import Credentials, tls_context
@@ -237,41 +242,42 @@ def main() -> None:
                              "the scheduler: the pending backlog then counts in the peak RSS)")
     parser.add_argument("--scheduler-env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for the scheduler process (e.g. MALLOC_ARENA_MAX=2)")
+    parser.add_argument("--contender", choices=("ms-all", "ms-resources"), default="ms-all",
+                        help="which of bench/e2e_bench.py's metrics-sched contenders, with its configuration")
     parser.add_argument("--out", type=Path, default=Path("/tmp/e2e-profile"))
     parser.add_argument("--py-spy", type=Path, default=None,
                         help="sample with this py-spy binary instead (on-CPU samples only: the built-in sampler "
                              "counts wall-clock time, so a thread blocked in C shows where it blocks)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = f"{args.nodes}x{args.pods}" + (f"+{args.prebound}" if args.prebound else "")
+    tag = f"{args.nodes}x{args.pods}" + (f"+{args.prebound}" if args.prebound else "") + \
+        ("-resources" if args.contender == "ms-resources" else "")
+    contender = next(c for c in CONTENDERS if c.key == args.contender)
+    name = contender.scheduler_name
     with DevCluster(nodes=args.nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0,
                     with_controller_manager=False) as cluster:
         if args.prebound:
             create_bound(cluster, args.prebound)
         port = free_port()
-        config = {
-            "apiVersion": "metrics-sched.io/v1alpha1", "kind": "MetricsSchedulerConfiguration",
-            "leaderElection": {"leaderElect": False},
-            "server": {"bindAddress": "127.0.0.1", "port": port, "insecure": True},
-            "audit": {"logDecisions": False}, "enableProfiling": True,
-            "profiles": [{"schedulerName": "ms-all"}], "sources": cluster.telemetry_sources(interval=5.0),
-        }
-        path = cluster.run_dir / "ms-all.yaml"
+        # The bench's own configuration of the contender, with the profiling endpoint on.
+        config = {**metrics_sched_config(contender, cluster, port), "enableProfiling": True}
+        path = cluster.run_dir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
         started_at = time.monotonic()
         census_file = args.out / f"census-{tag}.jsonl"
         census_file.unlink(missing_ok=True)
         entry = ["bench.census_run"] if args.census else ["metrics_sched.cli"]
-        managed = cluster.group.start("ms-all", [sys.executable, "-m", *entry, "run", "--config",
+        managed = cluster.group.start(name, [sys.executable, "-m", *entry, "run", "--config",
                                                  str(path), "--kubeconfig", str(cluster.kubeconfig),
                                                  "--log-format", "text", "--log-level", "warning"],
                                       env={**os.environ, **dict(e.split("=", 1) for e in args.scheduler_env),
                                            **({"CENSUS_FILE": str(census_file)} if args.census else {})})
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 300, "ms-all",
-                   lambda: cluster.group.check("ms-all"))
-        wait_until(lambda: all(s["up"] for s in httpx.get(f"{url}/sources", timeout=5).json().values()), 300,
-                   "every telemetry source up", lambda: cluster.group.check("ms-all"))
+        wait_until(lambda: httpx.get(f"{url}/readyz", timeout=1).status_code == 200, 300, name,
+                   lambda: cluster.group.check(name))
+        if config.get("sources"):
+            wait_until(lambda: all(s["up"] for s in httpx.get(f"{url}/sources", timeout=5).json().values()), 300,
+                       "every telemetry source up", lambda: cluster.group.check(name))
         ready_seconds = time.monotonic() - started_at
         pid = managed.pid
         if args.census:
@@ -307,7 +313,7 @@ def main() -> None:
         t0 = time.monotonic()
         creator = subprocess.Popen([sys.executable, "-m", "bench.pod_creator", "--kubeconfig",
                                     str(cluster.kubeconfig), "--namespace", namespace, "--count", str(args.pods),
-                                    "--scheduler", "ms-all", "--rate", str(args.rate)])
+                                    "--scheduler", name, "--rate", str(args.rate)])
         profiler = threading.Thread(target=profile_loop, daemon=True)
         spy_out = args.out / f"pyspy-{tag}.txt"
         spy = None
@@ -374,7 +380,7 @@ def main() -> None:
         }
         (args.out / f"result-{tag}.json").write_text(json.dumps(result, indent=2))
         print(json.dumps({k: v for k, v in result.items() if k != "top_busy_leaves"}, indent=2))
-        cluster.group.stop("ms-all")
+        cluster.group.stop(name)
         api_client.close()
 
 

@@ -12,6 +12,8 @@ out; once out, the write's whole exchange is bounded by the fence's timeout.
 from __future__ import annotations
 
 import contextlib
+import functools
+import http.client
 import logging
 import socket
 import time
@@ -184,8 +186,27 @@ class KubeClient:
     def watch(self, path: str, params: Mapping[str, str], *, read_timeout: float | None = None,
               ) -> Iterator[WatchStream]:
         """Opens a watch stream (HTTP errors, including 410 Gone, raise ApiError before it is yielded)."""
-        timeout = httpx.Timeout(self.list_timeout, connect=self.connect_timeout,
-                                read=read_timeout if read_timeout is not None else self.watch_read_timeout)
+        read = read_timeout if read_timeout is not None else self.watch_read_timeout
+        if self._lane is not None:
+            # On an http.client connection of its own (see write_lane.py): httpx's streaming layers (httpcore, h11)
+            # cost more CPU per watch event than decoding the event's JSON.
+            try:
+                stream = self._lane.open_stream(path, {**params, "watch": "true"}, read_timeout=read)
+            except LaneError as exc:
+                raise ApiError(None, self._scrub(f"WATCH {path}: {exc.kind}: {exc}"), reason=exc.kind) from exc
+            try:
+                if stream.status >= 400:
+                    try:
+                        body = stream.read_all()
+                    except (OSError, http.client.HTTPException) as exc:
+                        raise self._transport_error("WATCH", path, exc) from exc
+                    raise self._error("WATCH", path, stream.status, body, stream.reason)
+                yield WatchStream(stream.chunks(), path, stream.shutdown, timeouts=(TimeoutError,),
+                                  failures=(OSError, http.client.HTTPException))
+            finally:
+                stream.close()
+            return
+        timeout = httpx.Timeout(self.list_timeout, connect=self.connect_timeout, read=read)
         request = self._watch_http.build_request("GET", path, params={**params, "watch": "true"}, timeout=timeout)
         try:
             response = self._watch_http.send(request, stream=True)
@@ -198,7 +219,8 @@ class KubeClient:
                 except httpx.HTTPError as exc:
                     raise self._transport_error("WATCH", path, exc) from exc
                 raise self._status_error("WATCH", path, response)
-            yield WatchStream(response, path)
+            yield WatchStream(response.iter_bytes(), path, functools.partial(_shutdown, response),
+                              timeouts=(httpx.ReadTimeout,), failures=(httpx.HTTPError, httpx.StreamError))
         finally:
             response.close()
 
@@ -322,11 +344,17 @@ class KubeClient:
 
 
 class WatchStream:
-    """The events of one open watch, decoded line by line."""
+    """The events of one open watch, decoded line by line from its transport's bytes."""
 
-    def __init__(self, response: httpx.Response, path: str) -> None:
-        self._response = response
+    def __init__(self, chunks: Iterator[bytes], path: str, shutdown: Callable[[], None], *,
+                 timeouts: tuple[type[BaseException], ...], failures: tuple[type[BaseException], ...]) -> None:
+        """chunks: the body's bytes as they arrive; shutdown: wakes a reader blocked on the connection (abort);
+        timeouts: the transport's errors for a read timeout, failures: its other errors."""
+        self._chunks = chunks
         self._path = path
+        self._shutdown = shutdown
+        self._timeouts = timeouts
+        self._failures = failures
         self._aborted = False
 
     def events(self) -> Iterator[dict[str, Any]]:
@@ -336,7 +364,7 @@ class WatchStream:
         text and split it again, which cost as much as the JSON itself."""
         pending: list[bytes] = []  # the start of a line whose end has not arrived yet
         try:
-            for chunk in self._response.iter_bytes():
+            for chunk in self._chunks:
                 if b"\n" not in chunk:
                     pending.append(chunk)
                     continue
@@ -353,10 +381,10 @@ class WatchStream:
             tail = b"".join(pending)
             if tail.strip():
                 yield self._event(tail)
-        except httpx.ReadTimeout as exc:
+        except self._timeouts as exc:
             if not self._aborted:
                 raise WatchTimeout(None, f"WATCH {self._path}: no data within the read timeout") from exc
-        except (httpx.HTTPError, httpx.StreamError) as exc:
+        except self._failures as exc:
             if not self._aborted:
                 raise ApiError(None, f"WATCH {self._path}: {type(exc).__name__}: {exc}") from exc
 
@@ -373,14 +401,19 @@ class WatchStream:
         """Ends the stream from another thread. Closing alone would leave the reader blocked in recv()
         until the read timeout; shutting the socket down wakes it at once."""
         self._aborted = True
-        stream = self._response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):
-                # The plain-socket method: SSLSocket.shutdown would also drop the SSL object under the reader.
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-        else:
-            self._response.close()
+        self._shutdown()
+
+
+def _shutdown(response: httpx.Response) -> None:
+    """abort() of a stream on httpx: its socket shut down (or, on a test transport, the response closed)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            # The plain-socket method: SSLSocket.shutdown would also drop the SSL object under the reader.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    else:
+        response.close()
 
 
 def lease_client(config: KubeConfig, *, request_timeout: float, transport: httpx.BaseTransport | None = None,

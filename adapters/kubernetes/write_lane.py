@@ -10,21 +10,25 @@ POST on an http.client connection (bench/http_write_bench.py) - more than the sc
 adds: the bearer token (refreshed and retried once after a 401, as BearerAuth does), the kubeconfig's
 tls-server-name as SNI and verified name, timeouts, and the write fence's last look once a connection is in
 hand, before the first byte goes out. All of KubeClient.request/send share it, so a read right after a failed
-bind (DefaultBinder's re-read) finds a warm connection as it did on httpx's pool. LISTs and watches stay on
-httpx (long streamed bodies on a pool of their own); so does everything of a client configured
-with a proxy (httpx speaks the kubeconfig's proxy-url; http.client's tunnel would be a second implementation)
-or with a test transport.
+bind (DefaultBinder's re-read) finds a warm connection as it did on httpx's pool. A watch opens a connection of
+its own here (open_stream: never pooled, closed with the stream): every pod costs a few watch events, and
+httpx's streaming layers cost more CPU per event than decoding it. LISTs stay on httpx (long bodies, on a pool of
+their own); so does everything of a client configured with a proxy (httpx speaks the kubeconfig's proxy-url;
+http.client's tunnel would be a second implementation) or with a test transport.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
+import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from adapters.kubernetes.tokens import TokenSource
@@ -52,10 +56,101 @@ class LaneReply:
     content: bytes  # the body of an error reply (a Status), or of any reply when asked for; else empty
 
 
+# http.client's own limits on a response head.
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
+
+
+class _Headers:
+    """A response's header fields by lower-cased name: what http.client reads of them (get, get_all), without
+    the email package's parser and policy objects, which cost more CPU per write than the rest of the exchange's
+    parsing (the API server's replies are plain HTTP/1.1 heads: no folded lines, no encoded words)."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._fields: dict[str, list[str]] = {}
+        for line in lines:
+            name, colon, value = line.decode("iso-8859-1").partition(":")
+            if colon:
+                self._fields.setdefault(name.strip().lower(), []).append(value.strip())
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        values = self._fields.get(name.lower())
+        return values[0] if values else default
+
+    def get_all(self, name: str, failobj: list[str] | None = None) -> list[str] | None:
+        return self._fields.get(name.lower()) or failobj
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(name, value) for name, values in self._fields.items() for value in values]
+
+
+class _Response(http.client.HTTPResponse):
+    """http.client's response with the head read by _Headers (see there); the body, chunked or not, and the
+    connection's reuse are http.client's own. begin() is HTTPResponse.begin's logic with that one change."""
+
+    def begin(self) -> None:
+        if self.headers is not None:
+            return
+        while True:
+            version, status, reason = self._read_status()
+            lines = _read_head(self.fp)
+            if status != http.client.CONTINUE:
+                break
+        self.code = self.status = status
+        self.reason = reason.strip()
+        if version in ("HTTP/1.0", "HTTP/0.9"):
+            self.version = 10
+        elif version.startswith("HTTP/1."):
+            self.version = 11
+        else:
+            raise http.client.UnknownProtocol(version)
+        self.headers = self.msg = _Headers(lines)
+        encoding = self.headers.get("transfer-encoding")
+        self.chunked = bool(encoding and encoding.lower() == "chunked")
+        self.chunk_left = None
+        self.will_close = self._check_close()
+        self.length = None
+        length = self.headers.get("content-length")
+        if length and not self.chunked:
+            try:
+                self.length = int(length)
+            except ValueError:
+                self.length = None
+            else:
+                if self.length < 0:
+                    self.length = None
+        if status in (http.client.NO_CONTENT, http.client.NOT_MODIFIED) or 100 <= status < 200 \
+                or self._method == "HEAD":
+            self.length = 0
+        if not self.will_close and not self.chunked and self.length is None:
+            self.will_close = True
+
+
+def _read_head(fp: Any) -> list[bytes]:
+    """The header lines of a response, up to the empty line (http.client's limits)."""
+    lines: list[bytes] = []
+    while True:
+        line = fp.readline(_MAX_LINE + 1)
+        if len(line) > _MAX_LINE:
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            return lines
+        lines.append(line)
+        if len(lines) > _MAX_HEADERS:
+            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+
+
+class _PlainConnection(http.client.HTTPConnection):
+    response_class = _Response
+
+
 class _TLSConnection(http.client.HTTPConnection):
     """HTTPS with the SNI and certificate name chosen apart from the host (kubeconfig tls-server-name)."""
 
     default_port = 443
+    response_class = _Response
 
     def __init__(self, host: str, port: int | None, *, timeout: float, context: ssl.SSLContext,
                  server_name: str) -> None:
@@ -66,6 +161,38 @@ class _TLSConnection(http.client.HTTPConnection):
     def connect(self) -> None:
         super().connect()  # TCP, with TCP_NODELAY
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name)
+
+
+class LaneStream:
+    """A reply read as it arrives (a watch), on a connection of its own, closed with the stream."""
+
+    def __init__(self, connection: http.client.HTTPConnection, response: _Response) -> None:
+        self._connection = connection
+        self._response = response
+        self.status = response.status
+        self.reason = response.reason
+
+    def chunks(self, size: int = 65_536) -> Iterator[bytes]:
+        """The body's bytes as they arrive (chunked transfer decoded), until the server ends it. Raises OSError
+        (TimeoutError when nothing arrived within the read timeout) or http.client.HTTPException."""
+        read = self._response.read1
+        while chunk := read(size):
+            yield chunk
+
+    def read_all(self) -> bytes:
+        return self._response.read()
+
+    def shutdown(self) -> None:
+        """Wakes a reader blocked in recv() at once (from another thread); close() alone would not."""
+        sock = self._connection.sock
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                # The plain-socket method: SSLSocket.shutdown would also drop the SSL object under the reader.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._response.close()
+        self._connection.close()
 
 
 class WriteLane:
@@ -117,6 +244,35 @@ class WriteLane:
             reply = self._exchange(method, target, content, headers, timeout, before_send, keep_body)
         return reply
 
+    def open_stream(self, path: str, params: Mapping[str, str] | None, *, read_timeout: float) -> LaneStream:
+        """A GET whose reply is read as it arrives (a watch), on a new connection that is never pooled (it stays
+        busy for the stream's life) and is closed with the stream; retried once after a 401 with a refreshed
+        token, as send(). Raises LaneError."""
+        target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
+        for attempt in range(2):
+            headers = dict(self._headers)
+            token = self._token.token() if self._token is not None else ""
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            connection: http.client.HTTPConnection | None = None
+            try:
+                connection = self._connect()
+                assert connection.sock is not None
+                connection.sock.settimeout(read_timeout)
+                connection.request("GET", target, headers=headers)
+                response = connection.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                if connection is not None:
+                    connection.close()
+                kind = "Timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+                raise LaneError(str(exc) or kind, kind=kind, sent=connection is not None) from exc
+            assert isinstance(response, _Response)
+            if response.status == 401 and attempt == 0 and self._token is not None and self._token.refresh():
+                connection.close()
+                continue
+            return LaneStream(connection, response)
+        raise AssertionError("unreachable")
+
     def _exchange(self, method: str, target: str, content: bytes | None, headers: dict[str, str], timeout: float,
                   before_send: Callable[[], None] | None, keep_body: bool) -> LaneReply:
         token = self._token.token() if self._token is not None else ""
@@ -163,7 +319,7 @@ class WriteLane:
             connection = _TLSConnection(self._host, self._port, timeout=self._connect_timeout,
                                         context=self._context, server_name=self._server_name)
         else:
-            connection = http.client.HTTPConnection(self._host, self._port, timeout=self._connect_timeout)
+            connection = _PlainConnection(self._host, self._port, timeout=self._connect_timeout)
         connection.connect()
         return connection
 

@@ -1,12 +1,13 @@
-"""Auditor: builds the DecisionRecord of each attempt and hands it to the sinks: the /decisions ring,
-one JSON log line, the Scheduled event's message and a pod annotation, and the metric observers."""
+"""Auditor: builds the record of each attempt (as the ring keeps it, StoredDecision) and hands it to the sinks:
+the /decisions ring, one JSON log line, the Scheduled event's message and a pod annotation, and the metric
+observers."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
-from metrics_sched.audit.record import DecisionRecord, StoredDecision, build_packed
+from metrics_sched.audit.record import StoredDecision, build_stored
 from metrics_sched.audit.ring import DecisionRing
 from metrics_sched.framework.cycle_state import StateKey, annotate_binding
 from metrics_sched.framework.runtime import CycleResult
@@ -16,10 +17,9 @@ from metrics_sched.state.cluster_state import ClusterState
 log = logging.getLogger("metrics_sched.decisions")
 
 ANNOTATION = "metrics-sched.io/decision"
-# The record travels with the cycle to the bind, which fills in the bind's outcome.
-RECORD = StateKey[DecisionRecord]("audit/record")
-# The ring's compact copy, which gets the bind's outcome too.
-STORED = StateKey[StoredDecision]("audit/stored")
+# The record travels with the cycle to the bind, which fills in the bind's outcome. It is the ring's own compact
+# record (a DecisionRecord is built from it only when asked for: StoredDecision.to_record()).
+RECORD = StateKey[StoredDecision]("audit/record")
 
 
 class Auditor:
@@ -33,27 +33,27 @@ class Auditor:
         self.annotate = annotate
         self.log_decisions = log_decisions
         self.shadow_profiles = shadow_profiles  # their cycles only record where a pod would have gone
-        self.record_observers: list[Callable[[DecisionRecord, CycleResult], None]] = []
-        self.bind_observers: list[Callable[[DecisionRecord, BindOutcome], None]] = []
+        self.record_observers: list[Callable[[StoredDecision, CycleResult], None]] = []
+        self.bind_observers: list[Callable[[StoredDecision, BindOutcome], None]] = []
 
     def on_cycle(self, result: CycleResult) -> None:
         with self.state.lock:
-            record, packed = build_packed(result, self.state.table, config_hash=self.config_hash, top=self.top,
-                                          shadow=result.profile in self.shadow_profiles)
+            record = build_stored(result, self.state.table, config_hash=self.config_hash, top=self.top,
+                                  shadow=result.profile in self.shadow_profiles)
         result.cycle.write(RECORD, record)
         result.summary = record.summary()
         if self.annotate and record.node is not None and record.result != "shadow":
             # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
             annotate_binding(result.cycle, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
-        result.cycle.write(STORED, self.ring.add(record, packed))
+        self.ring.keep(record)
         for observer in self.record_observers:
             observer(record, result)
         result.release_arrays()
         if self.log_decisions:
             log.info("%s %s: %s", record.pod, record.result, record.node or record.message, extra={
                 "decision_id": record.id, "pod": record.pod, "result": record.result, "node": record.node,
-                "score": record.candidates[0].total if record.candidates else None, "margin": record.margin,
-                "feasible": record.feasible, "nodes": record.nodes_total, "rejections": record.rejections,
+                "score": record.winner_total, "margin": record.margin,
+                "feasible": record.feasible, "nodes": record.nodes_total, "rejections": dict(record.rejections),
                 "summary": result.summary, "config_hash": record.config_hash,
             })
 
@@ -63,8 +63,5 @@ class Auditor:
             return
         record.bind = outcome.result
         record.bind_ms = round(outcome.seconds * 1000, 3)
-        stored = result.cycle.get(STORED)
-        if stored is not None:
-            stored.bind, stored.bind_ms = record.bind, record.bind_ms
         for observer in self.bind_observers:
             observer(record, outcome)

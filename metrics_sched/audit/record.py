@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import sys
 import time
 from array import array
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -112,13 +114,22 @@ class DecisionRecord:
 
 def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
                  now: float | None = None, shadow: bool = False) -> DecisionRecord:
-    return build_packed(result, table, config_hash=config_hash, top=top, now=now, shadow=shadow)[0]
+    return build_stored(result, table, config_hash=config_hash, top=top, now=now, shadow=shadow).to_record()
 
 
 def build_packed(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
                  now: float | None = None, shadow: bool = False) -> tuple[DecisionRecord, array[float]]:
-    """The record, and its candidates' numbers as StoredDecision keeps them (`values`), packed straight from
-    the matrix they were gathered into: the ring's copy then costs no walk over the record's objects."""
+    """The record, and its candidates' numbers as StoredDecision keeps them (`values`)."""
+    stored = build_stored(result, table, config_hash=config_hash, top=top, now=now, shadow=shadow)
+    return stored.to_record(), stored.values
+
+
+def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
+                 now: float | None = None, shadow: bool = False) -> StoredDecision:
+    """The record of a cycle as the ring keeps it, packed straight from the matrix its numbers were gathered into.
+    No object per candidate, term or metric is made: the scheduler's own sinks (ring, summary, metrics) read the
+    packed form, and a DecisionRecord is built from it only when one is asked for (to_record(): /decisions
+    clients, explain, replay), which at hundreds of decisions per second was most of the audit's cost."""
     now = time.time() if now is None else now
     placed = result.node is not None and result.status.code in (Code.SUCCESS, Code.WAIT)
     if shadow:
@@ -131,8 +142,9 @@ def build_packed(result: CycleResult, table: NodeTable, *, config_hash: str, top
         outcome = "error"
     else:
         outcome = "unschedulable"
-    candidates: list[Candidate] = []
+    nodes: tuple[str, ...] = ()
     packed: array[float] = array("d")
+    layout: Layout = ()
     # A pod Reserve or Permit turned down keeps its ranking: the record shows what it was denied.
     margin = None
     rows = result.feasible_rows
@@ -141,46 +153,46 @@ def build_packed(result: CycleResult, table: NodeTable, *, config_hash: str, top
         order = _top_positions(total, top)
         if result.row is not None:
             winner_pos = int(np.flatnonzero(rows == result.row)[0])
-            order = np.concatenate([[winner_pos], order[order != winner_pos]])
+            if order[0] != winner_pos:
+                order = np.concatenate([[winner_pos], order[order != winner_pos]])
         order = order[:top]
         # Every number of the candidates is gathered into one matrix (a column per term score and metric field,
         # evidence over all rows), rounded and converted at once: indexing and rounding numpy scalars one by one
         # was most of the audit's cost per cycle.
         chosen = rows[order]
         missing = np.full(chosen.size, np.nan)  # a metric without an in-flight part: None for every candidate
-        columns: list[np.ndarray[Any, Any]] = []
+        columns: list[np.ndarray[Any, Any]] = [total[order]]
         for term in result.terms:
             columns += (term.normalized[order], term.raw[order])
             for e in term.evidence:
                 columns += (e.values[chosen], now - e.observed_at[chosen],
                             e.in_flight[chosen] if e.in_flight is not None else missing)
-        # One row per candidate: its total (rounded as round() does, kept as it is when not finite), then every
-        # column rounded (NaN for None).
-        totals = [round(t, 4) for t in total[order].tolist()]
-        numbers_matrix = np.column_stack([totals, _rounded(np.concatenate(columns).reshape(len(columns), -1)).T]) \
-            if columns else np.array(totals, dtype=float).reshape(-1, 1)
-        packed.frombytes(np.ascontiguousarray(numbers_matrix, dtype=np.float64).tobytes())
-        for rank, (row, numbers_row) in enumerate(zip(chosen.tolist(), numbers_matrix.tolist(), strict=True)):
-            numbers = iter([None if v != v else v for v in numbers_row[1:]])  # NaN is None
-            terms = [TermDetail(term.plugin, term.weight, next(numbers), next(numbers), [
-                RawValue(e.metric, next(numbers), next(numbers), list(e.sources), next(numbers))
-                for e in term.evidence]) for term in result.terms]
-            candidates.append(Candidate(table.name(row), totals[rank], rank, terms))
+        # One row per candidate: its total, then every column, as computed: StoredDecision rounds them when they
+        # are read (most records are never read).
+        matrix = np.vstack(columns) if len(columns) > 1 else columns[0].reshape(1, -1)
+        packed.frombytes(np.ascontiguousarray(matrix.T, dtype=np.float64).tobytes())
+        nodes = tuple(table.name(row) for row in chosen.tolist())
+        layout = tuple((t.plugin, t.weight, tuple((e.metric, tuple(e.sources)) for e in t.evidence))
+                       for t in result.terms)
         if total.size > 1:
             # The two largest (a partition, not a sort of every feasible node).
             second, first = np.partition(total, total.size - 2)[-2:].tolist()
             margin = round(first - second, 4)
-    timings = sum(t[2] for t in result.timings)
-    return DecisionRecord(
-        id=next(_ids), time=now, pod=result.pod.key, uid=result.pod.uid, profile=result.profile,
+    timings = sum(map(_SECONDS, result.timings))
+    return StoredDecision.of(
+        decision_id=next(_ids), time=now, pod=result.pod.key, uid=result.pod.uid, profile=result.profile,
         config_hash=config_hash, result=outcome, node=result.node if placed else None,
         message=(f"would have bound to {result.node} (shadow)" if shadow and placed
                  else f"held at Permit on {result.node}: {result.status.reason}" if outcome == "waiting"
                  else f"bound to {result.node}" if placed else result.message()),
-        nodes_total=result.nodes_total, feasible=int(rows.size), rejections=dict(result.rejections),
-        candidates=candidates, margin=margin, duration_ms=round(timings * 1000, 3), attempts=result.pod.attempts,
-        nominated_node=result.nominated_node, notes=_notes(result), owner=_owner(result),
-    ), packed
+        nodes_total=result.nodes_total, feasible=int(rows.size), rejections=tuple(result.rejections.items()),
+        nodes=nodes, values=packed, layout=layout, margin=margin, duration_ms=round(timings * 1000, 3),
+        attempts=result.pod.attempts, nominated_node=result.nominated_node, notes=_notes(result),
+        owner=_owner(result),
+    )
+
+
+_SECONDS = operator.itemgetter(2)  # of a cycle's timing (plugin, point, seconds, status)
 
 
 def _top_positions(total: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
@@ -233,9 +245,9 @@ def _owner(result: CycleResult) -> str | None:
     return None if controller is None else sys.intern(controller)
 
 
-def _notes(result: CycleResult) -> list[str]:
+def _notes(result: CycleResult) -> tuple[str, ...]:
     notes: tuple[str, ...] = result.cycle.get(EXPLANATIONS, ())
-    return list(notes)
+    return tuple(notes)
 
 
 # One term of a record's candidates: plugin, weight and its metrics as (name, sources). Candidates of one
@@ -259,10 +271,23 @@ def _shown(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def _read(values: array[float]) -> list[float]:
+    """The numbers as a record shows them: round(x, 4), NaN for what is not finite."""
+    if not values:
+        return []
+    return _rounded(np.frombuffer(values, dtype=np.float64).reshape(1, -1))[0].tolist()  # type: ignore[no-any-return]
+
+
+def _shown_total(value: float) -> float:
+    """A candidate's total as a record shows it: round(x, 4), kept as it is when not finite."""
+    return round(value, 4) if math.isfinite(value) else value
+
+
 class StoredDecision:
     """A DecisionRecord as the ring keeps it. `values` holds, per candidate in rank order, its total, then per
     term its normalised and raw score, then per metric of the term its value, age and in-flight part (NaN
-    for None). `bind` and `bind_ms` are filled in when the bind ends."""
+    for None), as computed: they are rounded to 4 decimals (and non-finite ones shown as None, but a total) when
+    read, as the record shows them. `bind` and `bind_ms` are filled in when the bind ends."""
 
     __slots__ = ("attempts", "bind", "bind_ms", "config_hash", "duration_ms", "feasible", "id", "layout",
                  "margin", "message", "node", "nodes", "nodes_total", "nominated_node", "notes", "owner", "pod",
@@ -294,11 +319,72 @@ class StoredDecision:
                     values.extend((_stored(m.value), _stored(m.age_seconds), _stored(m.in_flight)))
         self.values = values
 
+    @classmethod
+    def of(cls, *, decision_id: int, time: float, pod: str, uid: str, profile: str, config_hash: str, result: str,
+           node: str | None, message: str, nodes_total: int, feasible: int, rejections: tuple[tuple[str, int], ...],
+           nodes: tuple[str, ...], values: array[float], layout: Layout, margin: float | None, duration_ms: float,
+           attempts: int, nominated_node: str | None, notes: tuple[str, ...], owner: str | None) -> StoredDecision:
+        """One made from its fields (build_stored), with no DecisionRecord in between."""
+        self = cls.__new__(cls)
+        self.id, self.time, self.pod, self.uid = decision_id, time, pod, uid
+        self.profile, self.config_hash, self.result = profile, config_hash, result
+        self.node, self.message, self.nominated_node = node, message, nominated_node
+        self.nodes_total, self.feasible, self.attempts = nodes_total, feasible, attempts
+        self.rejections, self.margin, self.duration_ms = rejections, margin, duration_ms
+        self.bind, self.bind_ms = None, None
+        self.notes, self.owner, self.layout, self.nodes, self.values = notes, owner, layout, nodes, values
+        return self
+
+    @property
+    def winner_total(self) -> float | None:
+        return _shown_total(self.values[0]) if self.nodes else None
+
+    def winner_values(self) -> Iterator[tuple[str, float]]:
+        """(metric, value) of every metric value the winner's terms read (none missing), as the record shows them."""
+        if not self.nodes:
+            return
+        values = self.values
+        i = 1
+        for _, _, metrics in self.layout:
+            i += 2
+            for metric, _ in metrics:
+                value = values[i]
+                if math.isfinite(value):
+                    yield metric, round(value, 4)
+                i += 3
+
+    def summary(self) -> str:
+        """One line for the pod's annotation and its Scheduled event: DecisionRecord.summary(), read from the
+        packed numbers (only the winner's, rounded here as the record would show them)."""
+        if self.node is None or not self.nodes:
+            return self.message
+        values = self.values
+        parts = [f"score {_shown_total(values[0]):.1f}"]
+        i = 1
+        for plugin, _, metrics in self.layout:
+            normalized = values[i]
+            i += 2
+            if not math.isfinite(normalized):  # no value
+                parts.append(f"{plugin} n/a")
+                i += 3 * len(metrics)
+                continue
+            shown = []
+            for metric, _ in metrics:
+                value = values[i]
+                if math.isfinite(value):
+                    shown.append(f"{metric}={round(value, 4):g}")
+                i += 3
+            parts.append(f"{plugin} {round(normalized, 4):.0f}" + (f" ({', '.join(shown)})" if shown else ""))
+        margin = f"; margin {self.margin:.1f} over runner-up" if self.margin is not None else ""
+        return f"{'; '.join(parts)}{margin}; {self.feasible}/{self.nodes_total} nodes feasible"
+
     def _candidate_dicts(self) -> list[dict[str, Any]]:
         out = []
-        values = iter(self.values)
+        totals = iter(self.values[::len(self.values) // len(self.nodes)] if self.nodes else ())
+        values = iter(_read(self.values))
         for rank, node in enumerate(self.nodes):
-            total = next(values)
+            next(values)
+            total = _shown_total(next(totals))
             terms = []
             for plugin, weight, metrics in self.layout:
                 normalized, raw = _shown(next(values)), _shown(next(values))

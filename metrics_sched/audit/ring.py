@@ -29,14 +29,24 @@ class DecisionRing:
         its candidates' numbers already packed (audit.record.build_packed)."""
         layout = layout_of(record)
         with self._lock:
-            shared = self._layouts.get(layout)
-            if shared is None:
-                if len(self._layouts) >= _MAX_LAYOUTS:
-                    self._layouts.clear()
-                shared = self._layouts[layout] = layout
-            stored = StoredDecision(record, shared, values)
+            stored = StoredDecision(record, self._shared(layout), values)
             self._records.append(stored)
         return stored
+
+    def keep(self, stored: StoredDecision) -> StoredDecision:
+        """Keeps a record built as the ring stores it (audit.record.build_stored), its layout shared."""
+        with self._lock:
+            stored.layout = self._shared(stored.layout)
+            self._records.append(stored)
+        return stored
+
+    def _shared(self, layout: Layout) -> Layout:
+        shared = self._layouts.get(layout)
+        if shared is None:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                self._layouts.clear()
+            shared = self._layouts[layout] = layout
+        return shared
 
     def add_eviction(self, record: EvictionRecord) -> None:
         with self._lock:

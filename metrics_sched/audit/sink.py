@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from metrics_sched.audit.record import DecisionRecord
+from metrics_sched.audit.record import DecisionRecord, StoredDecision
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class JsonlFileSink:
         self._thread = threading.Thread(target=self._run, name="audit-file-sink", daemon=True)
         self._thread.start()
 
-    def on_record(self, record: DecisionRecord, result: Any = None) -> None:
+    def on_record(self, record: StoredDecision | DecisionRecord, result: Any = None) -> None:
         """A record observer (Auditor.record_observers): the record as it is when decided (no bind outcome)."""
         try:
             self._lines.put_nowait(json.dumps(record.as_dict()).encode() + b"\n")

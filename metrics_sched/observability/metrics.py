@@ -12,13 +12,14 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from metrics_sched.audit.record import DecisionRecord
+from metrics_sched.audit.record import StoredDecision
 from metrics_sched.framework.interfaces import BindOutcomeKind
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.gangs.membership import GroupKey
@@ -40,6 +41,28 @@ DECISION_VALUE_BUCKETS = tuple(sorted({
     *(i / 10 for i in range(11)), 0.25, 0.5, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
     *range(20, 101, 5), 150, 250, 500, 1000, 10_000,
 }))
+
+
+class _Children:
+    """A labelled metric's children by their label values, found with one dict lookup: prometheus_client's labels()
+    validates the values and takes a lock on every call, and the scheduler makes a dozen such calls per pod."""
+
+    __slots__ = ("_by_values", "metric")
+
+    def __init__(self, metric: Counter | Histogram) -> None:
+        self.metric = metric
+        self._by_values: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._by_values.get(values)
+        if child is None:
+            child = self._by_values[values] = self.metric.labels(*values)
+        return child
+
+    def remove(self, *values: str) -> None:
+        """Drops the series (KeyError if it never existed, as the metric's own remove())."""
+        self._by_values.pop(values, None)
+        self.metric.remove(*values)
 
 
 class SchedulerMetrics:
@@ -123,6 +146,11 @@ class SchedulerMetrics:
         r.register(_StateCollector(scheduler, is_leader))
         self._random = random.Random()
         self._decisions = 0
+        # The per-pod observers' children (see _Children).
+        self._attempts, self._attempt_duration = _Children(self.attempts), _Children(self.attempt_duration)
+        self._plugin_duration, self._decision_value = _Children(self.plugin_duration), _Children(self.decision_value)
+        self._bind_results, self._bind_duration = _Children(self.bind_results), _Children(self.bind_duration)
+        self._bindings, self._sli_duration = _Children(self.bindings), _Children(self.sli_duration)
         scheduler.metrics.refresh_observers.append(self._refreshed)
 
     def _gang_attempt(self, key: GroupKey, outcome: str, seconds: float) -> None:
@@ -140,31 +168,29 @@ class SchedulerMetrics:
                 self.cache_mismatches.labels(kind.value).inc(count)
 
     # -- observers -------------------------------------------------------------------------------
-    def on_record(self, record: DecisionRecord, result: CycleResult) -> None:
+    def on_record(self, record: StoredDecision, result: CycleResult) -> None:
         algorithm = record.duration_ms / 1000
         self.algorithm_duration.observe(algorithm)
         if record.result not in ("scheduled", "waiting"):  # a placed pod's attempt ends with its bind
-            self.attempts.labels(record.result, record.profile).inc()
-            self.attempt_duration.labels(record.result, record.profile).observe(algorithm)
-            for reason in record.rejections:
+            self._attempts(record.result, record.profile).inc()
+            self._attempt_duration(record.result, record.profile).observe(algorithm)
+            for reason, _ in record.rejections:
                 self.unschedulable.labels(reason).inc()
         self._preemption(result)
         self._decisions += 1
         # Like kube-scheduler, sample plugin timings (10 %), but keep the first ones so a new scheduler shows them.
         if self._decisions <= 100 or self._random.random() < PLUGIN_SAMPLE_RATE:
             for plugin, point, seconds, status in result.timings:
-                self.plugin_duration.labels(plugin, point, status).observe(seconds)
+                self._plugin_duration(plugin, point, status).observe(seconds)
         # A shadow profile's pick is not a placement: the winners' score, margin and value histograms are about
         # the pods this scheduler places (its attempts are counted above, under result="shadow").
-        if record.node and record.candidates and record.result != "shadow":
-            winner = record.candidates[0]
-            self.decision_score.observe(winner.total)
+        total = record.winner_total
+        if record.node and total is not None and record.result != "shadow":
+            self.decision_score.observe(total)
             if record.margin is not None:
                 self.decision_margin.observe(record.margin)
-            for term in winner.terms:
-                for raw in term.metrics:
-                    if raw.value is not None:
-                        self.decision_value.labels(raw.metric).observe(raw.value)
+            for metric, value in record.winner_values():
+                self._decision_value(metric).observe(value)
 
     def _preemption(self, result: CycleResult) -> None:
         ran = sum(1 for plugin, point, _, _ in result.timings
@@ -178,22 +204,22 @@ class SchedulerMetrics:
     def forget_node(self, name: str) -> None:
         """A deleted node's per-node series go (autoscalers replace nodes all day: series would pile up)."""
         with contextlib.suppress(KeyError):  # never bound to
-            self.bindings.remove(name)
+            self._bindings.remove(name)
 
-    def on_bind(self, record: DecisionRecord, outcome: BindOutcome) -> None:
-        self.bind_results.labels(outcome.result).inc()
-        self.bind_duration.labels(outcome.result).observe(outcome.seconds)
+    def on_bind(self, record: StoredDecision, outcome: BindOutcome) -> None:
+        self._bind_results(outcome.result).inc()
+        self._bind_duration(outcome.result).observe(outcome.seconds)
         bound = outcome.result in (BindOutcomeKind.BOUND, BindOutcomeKind.ALREADY_BOUND)
         # Like kube-scheduler: a pod Permit or PreBind turned down is unschedulable, a failed bind an error.
         result = "scheduled" if bound else "unschedulable" if outcome.result == BindOutcomeKind.REJECTED else "error"
-        self.attempts.labels(result, record.profile).inc()
-        self.attempt_duration.labels(result, record.profile).observe(record.duration_ms / 1000 + outcome.seconds)
+        self._attempts(result, record.profile).inc()
+        self._attempt_duration(result, record.profile).observe(record.duration_ms / 1000 + outcome.seconds)
         if bound:
-            self.bindings.labels(outcome.node).inc()
+            self._bindings(outcome.node).inc()
             self.pod_attempts.observe(max(1, record.attempts))
             created = outcome.pod.created
             if created:
-                self.sli_duration.labels(str(min(record.attempts, 16))).observe(max(0.0, time.time() - created))
+                self._sli_duration(str(min(record.attempts, 16))).observe(max(0.0, time.time() - created))
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))

@@ -11,7 +11,7 @@ from typing import get_args
 import numpy as np
 
 from metrics_sched.framework.events import ClusterEvent
-from metrics_sched.model.podinfo import PodInfo, parse_pod
+from metrics_sched.model.podinfo import PodInfo, parse_pod, share_strings
 from metrics_sched.model.resize import resource_fields
 from metrics_sched.model.volumes import claim_key
 from metrics_sched.ports import EventType, KubeObject, PodGroupApi, StorageKind, SyncedResource, WorkloadKind
@@ -80,6 +80,10 @@ class ClusterEventHandlers:
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         if kind == "MODIFIED" and self._unchanged_placement(pod):
             return  # status churn (Running, Ready...) of a pod we already count where it is
+        spec = pod.get("spec") or {}
+        if kind != "DELETED" and not spec.get("nodeName") \
+                and (spec.get("schedulerName") or "default-scheduler") in self.scheduler_names:
+            share_strings(pod)  # it may wait long in the queue, with its whole object: before parse_pod reads it
         info = parse_pod(pod)
         self._count_member(kind, info)
         if kind == "DELETED" or info.terminal:

@@ -188,13 +188,36 @@ def test_what_the_reflector_remembers_of_an_object_is_its_identity_not_its_body(
 
 
 def test_the_packed_numbers_are_the_ones_the_ring_would_read_from_the_record() -> None:
-    from metrics_sched.audit.record import StoredDecision, build_packed, layout_of
+    from metrics_sched.audit.record import StoredDecision, _read, build_packed, layout_of
 
     results, state = realistic_results(12)
     for result in results:
         record, packed = build_packed(result, state.table, config_hash="h", now=1_800_000_000.0)
         read = StoredDecision(record, layout_of(record)).values
         assert len(packed) == len(read) > 0
-        assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(packed, read, strict=True))
+        # The ring keeps the numbers as computed and rounds them when read; the record shows them rounded.
+        stride = len(packed) // len(record.candidates)
+        for i, (a, b) in enumerate(zip(_read(packed), read, strict=True)):
+            # NaN is None; an infinite total is kept, any other infinite number shows as None
+            assert a == b or (math.isnan(a) and math.isnan(b)) or (i % stride and math.isinf(a) and math.isnan(b))
+        assert [packed[i] for i in range(0, len(packed), stride)] == pytest.approx([c.total for c in record.candidates])
         assert StoredDecision(record, layout_of(record), packed).as_dict() == \
             StoredDecision(record, layout_of(record)).as_dict()
+
+
+def test_the_stored_record_summarises_and_observes_as_the_full_record_would() -> None:
+    """The auditor reads the packed record (no per-candidate objects): its summary, winner's total and metric
+    values are those of the DecisionRecord built from it."""
+    from metrics_sched.audit.record import build_stored
+
+    results, state = realistic_results(12)
+    for result in results:
+        stored = build_stored(result, state.table, config_hash="h", now=1_800_000_000.0)
+        record = stored.to_record()
+        assert stored.summary() == record.summary()
+        assert "nodes feasible" in stored.summary()
+        assert stored.winner_total == record.candidates[0].total
+        assert list(stored.winner_values()) == [(m.metric, m.value) for t in record.candidates[0].terms
+                                                for m in t.metrics if m.value is not None]
+        assert stored.as_dict() == record.as_dict()
+    assert any(True for _ in stored.winner_values())

@@ -4,7 +4,9 @@ headers and body, connection reuse and expiry, error statuses, 401 and 429 handl
 from __future__ import annotations
 
 import contextlib
+import http.client
 import http.server
+import io
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -16,7 +18,7 @@ import pytest
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenSource
-from adapters.kubernetes.write_lane import IDLE_EXPIRY_SECONDS, LaneError, WriteLane
+from adapters.kubernetes.write_lane import IDLE_EXPIRY_SECONDS, LaneError, WriteLane, _Response
 from metrics_sched.ports import ApiError
 from tests.polling import poll
 
@@ -217,3 +219,114 @@ def test_a_refused_connection_is_an_ambiguous_api_error() -> None:
     with client(url) as kube, pytest.raises(ApiError) as raised:
         kube.send("POST", "/a", {})
     assert raised.value.status is None and raised.value.ambiguous
+
+
+class _Wire:
+    """A socket whose reply is these bytes (what http.client's response reads through makefile)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(io.BytesIO(self.data))
+
+
+def _reply(data: bytes, method: str = "POST") -> http.client.HTTPResponse:
+    response = _Response(_Wire(data), method=method)  # type: ignore[arg-type]
+    response.begin()
+    return response
+
+
+def test_the_lanes_response_head_reads_as_http_clients_own() -> None:
+    """The lane parses response heads without the email package: the same status, fields, framing and reuse."""
+    chunked = _reply(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+                     b"Warning: 299 - \"a\"\r\nwarning: 299 - \"b\"\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n")
+    assert (chunked.status, chunked.reason, chunked.will_close) == (201, "Created", False)
+    assert chunked.getheader("content-type") == "application/json"
+    assert chunked.getheader("Warning") == '299 - "a", 299 - "b"'
+    assert chunked.getheader("Retry-After") is None
+    assert chunked.read() == b'{"a":1}'
+    closing = _reply(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nConnection: close\r\n"
+                     b"Content-Length: 2\r\n\r\n{}")
+    assert (closing.status, closing.getheader("Retry-After"), closing.will_close) == (429, "2", True)
+    assert closing.read() == b"{}"
+    unframed = _reply(b"HTTP/1.1 200 OK\r\n\r\n")  # neither a length nor chunks: the body ends with the connection
+    assert unframed.will_close
+    assert _reply(b"HTTP/1.1 204 No Content\r\n\r\n").length == 0
+    with pytest.raises(http.client.LineTooLong):
+        _reply(b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n")
+
+
+@contextlib.contextmanager
+def watch_server(events: list[bytes], status: int = 200, hold: threading.Event | None = None,
+                 ) -> Iterator[tuple[str, list[str]]]:
+    """A loopback server answering GETs with a chunked stream: each item of `events` is one chunk (lines may
+    span chunks), then, with `hold`, nothing until it is set."""
+    paths: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for chunk in events:
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            if hold is not None:
+                hold.wait(10)
+            self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", paths
+    finally:
+        if hold is not None:
+            hold.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_watch_streams_its_events_over_the_lane_whatever_the_chunking() -> None:
+    first = json.dumps({"type": "ADDED", "object": {"metadata": {"name": "a"}}}).encode()
+    second = json.dumps({"type": "MODIFIED", "object": {"metadata": {"name": "b"}}}).encode()
+    chunks = [first[:10], first[10:] + b"\n" + second[:5], second[5:] + b"\n"]
+    with watch_server(chunks) as (url, paths), client(url) as kube, \
+            kube.watch("/api/v1/pods", {"resourceVersion": "7"}) as stream:
+        events = list(stream.events())
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"), ("MODIFIED", "b")]
+    assert paths == ["/api/v1/pods?resourceVersion=7&watch=true"]
+
+
+def test_a_watch_refused_is_an_api_error_with_the_status() -> None:
+    gone = json.dumps({"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"})
+    with watch_server([gone.encode()], status=410) as (url, _), client(url) as kube, \
+            pytest.raises(ApiError) as caught, kube.watch("/api/v1/pods", {}):
+        pass
+    assert caught.value.status == 410 and "too old resource version" in str(caught.value)
+
+
+def test_a_silent_watch_times_out_and_an_aborted_one_ends_quietly() -> None:
+    from adapters.kubernetes.client import WatchTimeout
+
+    line = json.dumps({"type": "ADDED", "object": {}}).encode() + b"\n"
+    hold = threading.Event()
+    with watch_server([line], hold=hold) as (url, _), client(url) as kube:
+        with pytest.raises(WatchTimeout), kube.watch("/api/v1/pods", {}, read_timeout=0.2) as stream:
+            list(stream.events())
+        with kube.watch("/api/v1/pods", {}, read_timeout=30) as stream:
+            events = stream.events()
+            assert next(events)["type"] == "ADDED"
+            threading.Timer(0.1, stream.abort).start()
+            assert list(events) == []  # woken at once by abort(), well before the read timeout
