@@ -5,7 +5,9 @@ API) is built from the same config the scheduler would get, warmed up (connectio
 covering the nodes), then refreshed N times: each source on its own, then all of them at once, one
 thread per source as MetricCache runs them. Reported per source: queries per refresh, wall and CPU
 seconds (this process, all threads) per refresh as median and spread (min-max), samples and errors;
-and the wall of the concurrent refresh of all sources, which is what one round costs the scheduler.
+and the concurrent refresh of all sources through a MetricCache, one thread per source as the scheduler
+runs them (fetch, then ingest: coverage, expiry), which is what one round costs the scheduler: its wall,
+its CPU, and the process' resident memory across those rounds (VmRSS before and after, VmHWM: the peak).
 
 Prometheus is measured both ways it can be configured (`--queries both`, the default): the presets over the
 raw series (`raw`), and over the per-node recording rules the dev cluster then loads (`recorded`,
@@ -35,7 +37,7 @@ from adapters.http_common import SourceError
 from devcluster import DevCluster
 from devcluster.kubeapi import Credentials, tls_context
 from metrics_sched.ports import FetchResult, NodeDirectory
-from metrics_sched.telemetry import PolledSource
+from metrics_sched.telemetry import MetricCache, PolledSource
 
 WARM_UP_TIMEOUT = 180.0
 
@@ -121,15 +123,34 @@ def _timed(fetch: Callable[[], FetchResult]) -> tuple[FetchResult, float, float]
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def concurrent_refresh(sources: Sequence[PolledSource], directory: NodeDirectory) -> tuple[float, float]:
-    """(wall, CPU) of refreshing every source at once, one thread each (as MetricCache's refresh threads)."""
+def memory_mb() -> dict[str, float]:
+    """This process' resident memory now (VmRSS) and at its peak so far (VmHWM), in MiB."""
+    out: dict[str, float] = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = round(int(rest.split()[0]) / 1024, 1)
+    return out
+
+
+def cache_of(sources: Sequence[PolledSource], directory: NodeDirectory) -> MetricCache:
+    """A MetricCache over the sources, refreshed by hand (`refresh`) as its own threads would."""
+    cache = MetricCache()
+    for source in sources:
+        cache.add_source(source)
+    cache.set_directory(lambda: directory)
+    return cache
+
+
+def concurrent_refresh(cache: MetricCache, sources: Sequence[PolledSource]) -> tuple[float, float]:
+    """(wall, CPU) of refreshing every source at once through the cache (fetch and ingest), one thread each
+    (as MetricCache's refresh threads); a source down this round is what the cache survives too."""
     errors: list[BaseException] = []
 
     def run(source: PolledSource) -> None:
         try:
-            source.fetch(directory)
-        except SourceError as exc:  # the whole source down this round: what MetricCache survives too
-            say(f"{source.name} down during a concurrent refresh: {exc}")
+            cache.refresh(source.name)
         except BaseException as exc:  # noqa: BLE001 - reported after the join
             errors.append(exc)
 
@@ -207,7 +228,14 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
                 "dropped": last.dropped, "errors": last.errors,
                 "wall_seconds": spread([r[1] for r in runs]), "cpu_seconds": spread([r[2] for r in runs]),
             }
-        together = [concurrent_refresh(sources, directory) for _ in range(repetitions)]
+        cache = cache_of(sources, directory)
+        concurrent_refresh(cache, sources)  # the cache's store filled once: later rounds update it in place
+        memory_before = memory_mb()
+        together = [concurrent_refresh(cache, sources) for _ in range(repetitions)]
+        memory_after = memory_mb()
+        down = {s.name: s.health.last_error for s in sources if s.health.last_error}
+        if down:
+            say(f"sources failing during the concurrent refreshes: {down}")
         query_stats = prometheus_query_stats(sources)
     finally:
         for source in sources:
@@ -232,9 +260,10 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
         "queries": sum(v["queries"] for v in out.values()),
         # Each source alone, one after the other (the figure the issue started from).
         "total_wall_seconds": round(sequential, 3),
-        # Every source at once: what one round of refreshes costs.
+        # Every source at once through the cache (fetch and ingest): what one round of refreshes costs.
         "concurrent_wall_seconds": concurrent,
         "concurrent_cpu_seconds": spread([c for _, c in together]),
+        "memory_mb": {"before": memory_before, "after": memory_after},
     }
 
 

@@ -17,9 +17,12 @@ The session never retries (the next refresh is the retry, and a refresh must sta
 redirects, never reads proxies or .netrc from the environment, and always verifies TLS.
 
 Decoding: `query` sends exactly what `PrometheusConnect.custom_query` sends (GET, the same session, URL,
-headers and timeout) but decodes the body with orjson instead of the library's `response.json()` (the
+headers and timeout) but decodes the body itself instead of the library's `response.json()` (the
 standard library's json): at 5,000 nodes an answer is 5,000-10,000 elements and over 1 MB, and every
-refresh decodes four of them.
+refresh decodes four of them. A well-formed instant vector is decoded by msgspec straight into typed
+`Element`s (shape and types checked in C: the reducer then does no per-element checks); anything else
+(a scalar, a native histogram, a label that is not a string) by orjson into plain JSON, which the reducer
+checks element by element.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import os
 import threading
 from typing import Any
 
+import msgspec
 import orjson
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -37,6 +41,7 @@ from urllib3.util.retry import Retry
 
 from adapters.http_common import Credentials, SecretFile, SourceError, clean_message, describe_error
 from adapters.prometheus.config import PrometheusConfig, SecretHeader
+from adapters.prometheus.series import Element
 
 USER_AGENT = "metrics-sched/0.1"
 _DETAIL_LIMIT = 200
@@ -147,9 +152,27 @@ class MalformedBody(ValueError):
     """A 200 answer that is not JSON or has no `data.result`."""
 
 
+class _Data(msgspec.Struct):
+    result: list[Element]
+
+
+class _Body(msgspec.Struct):
+    data: _Data
+
+
+_VECTOR = msgspec.json.Decoder(_Body)
+
+
 def decode_result(content: bytes) -> object:
-    """The `data.result` of an instant query's body, decoded with orjson; MalformedBody when the body is not
-    JSON or has no `data.result` (what the result holds is the reducer's to check, element by element)."""
+    """The `data.result` of an instant query's body: a list of `Element`s when every element is well-formed,
+    else plain JSON (orjson); MalformedBody when the body is not JSON or has no `data.result` (what a plain
+    result holds is the reducer's to check, element by element)."""
+    try:
+        return _VECTOR.decode(content).data.result
+    except msgspec.ValidationError:
+        pass  # JSON, but not all of it a well-formed vector: the plain path below sorts it out
+    except msgspec.DecodeError:
+        raise MalformedBody("not JSON") from None
     try:
         body = orjson.loads(content)
     except orjson.JSONDecodeError:

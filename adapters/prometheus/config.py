@@ -35,7 +35,7 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
   the raw per-GPU/per-CPU series at every refresh: a query then touches one sample per node (8x fewer at
   8 GPUs a node; for node_load_per_cpu instead of a 5m rate over every CPU and mode). Install the rules
   first (a recorded series that does not exist covers no node); false queries the raw series. Custom
-  queries are not affected.
+  queries are not affected. A recorded metric is read by one plain selector on its two record names.
 - `metrics` (required, non-empty list), each:
   - `name` (required, unique): the metric name the scheduler uses.
   - `preset` or `query` (exactly one). Presets: see `presets.PRESETS` (dcgm_gpu_temp, dcgm_gpu_util,
@@ -73,7 +73,7 @@ from adapters.http_common import (
     resolve_path,
 )
 from adapters.prometheus.presets import AGGREGATIONS, DEFAULT_SENTINEL, PRESETS, Aggregation
-from adapters.prometheus.recording_rules import recorded_queries
+from adapters.prometheus.recording_rules import recorded_series
 from metrics_sched.config import ConfigError
 from metrics_sched.config.reader import (
     field_name,
@@ -117,6 +117,9 @@ class MetricSpec:
     allow_negative: bool = False
     sentinel_above: float = DEFAULT_SENTINEL
     preset: str | None = None
+    # (value record, timestamp record) when the preset is read through recording rules: `query` and
+    # `timestamp_query` are then those names, read together by one selector on __name__.
+    recorded: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,7 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
         node_labels = (_node_labels(spec["nodeLabels"], field_name(where, "nodeLabels"))
                        if "nodeLabels" in spec else source_labels)
         # The rules aggregate by the built-in labels; configured nodeLabels are for the rules' owner to add.
-        recorded = recorded_queries(preset_name, node_labels) if recording_rules else None
+        recorded = recorded_series(preset_name) if recording_rules else None
         query, timestamp_query = recorded or preset.render(node_labels)
         aggregation, sentinel = preset.aggregation, preset.sentinel_above
     else:
@@ -301,6 +304,7 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
                 "with the evaluation time, so give e.g. timestamp(<input selector>) with the same labels",
             )
         aggregation, sentinel = "max", DEFAULT_SENTINEL
+        recorded = None
     if "aggregation" in spec:
         aggregation = read_choice(spec, "aggregation", where, AGGREGATIONS)
     return MetricSpec(
@@ -314,6 +318,7 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
         allow_negative=read_bool(spec, "allowNegative", where, False),
         sentinel_above=read_float(spec, "sentinelAbove", where, sentinel, positive=True),
         preset=preset_name,
+        recorded=recorded,
     )
 
 

@@ -10,6 +10,14 @@ instant, so a value and its timestamp always come from the same scrape (two sepa
 straddle one). A value series takes the timestamp of the series with the same labels; failing that, the
 oldest timestamp seen for its node. How each value series found its node (or did not) is counted per rule
 for the coverage self-check (`sources`), with the label sets of the first few unmatched series.
+
+A metric read through recording rules is one plain selector on its two record names instead
+(`recorded_query`); there `__name__` tells a value from its timestamp.
+
+Decoding: the client decodes a well-formed answer straight into `Element`s (msgspec, typed: every label a
+string, the value a [time, string] pair, checked in C), so the loop below only converts and files them;
+an answer with anything else in it comes as plain decoded JSON and each element is checked here (a bad
+one is dropped and counted, the others kept).
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import msgspec
 
 from adapters.prometheus.config import MetricSpec
 from adapters.prometheus.node_names import Match, NodeIndex
@@ -35,6 +45,18 @@ class MalformedResult(ValueError):
 def combined_query(query: str, timestamp_query: str) -> str:
     return (f'label_replace(({timestamp_query}), "{PART_LABEL}", "t", "", "") or '
             f'label_replace(({query}), "{PART_LABEL}", "v", "", "")')
+
+
+def recorded_query(value_record: str, timestamp_record: str) -> str:
+    """Both recorded series of a metric by name (record names hold no regex metacharacters)."""
+    return f'{{__name__=~"{value_record}|{timestamp_record}"}}'
+
+
+class Element(msgspec.Struct):
+    """One instant-vector element as Prometheus sends it (its `value` time is the evaluation time: unused)."""
+
+    metric: dict[str, str]
+    value: tuple[float, str]
 
 
 @dataclass
@@ -91,6 +113,7 @@ def _parse(element: object) -> tuple[dict[str, str], float] | None:
 
 
 def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduced:
+    """`result`: the `data.result` list, of `Element`s or of plain decoded JSON (see the module docstring)."""
     if not isinstance(result, list):
         raise MalformedResult(f"expected an instant vector, got {type(result).__name__}")
     out = Reduced()
@@ -102,16 +125,29 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
     matches: dict[SeriesKey, Match] = {}
     malformed = 0
     resolve, node_labels, isfinite = nodes.resolve_cached, metric.node_labels, math.isfinite
+    # Read through recording rules, the record's name says which half a series is.
+    part_by_name = {metric.recorded[0]: "v", metric.recorded[1]: "t"} if metric.recorded else {}
+    labels: dict[str, str]
     for element in result:
-        parsed = _parse(element)
-        if parsed is None:
-            malformed += 1
-            continue
-        labels, value = parsed
+        if type(element) is Element:
+            labels = element.metric
+            try:
+                value = float(element.value[1])
+            except ValueError:
+                malformed += 1
+                continue
+        else:
+            parsed = _parse(element)
+            if parsed is None:
+                malformed += 1
+                continue
+            labels, value = parsed
         # A value and its timestamp series pair up by every other label (not the marker, nor __name__, which
         # timestamp() drops).
         part = labels.pop(PART_LABEL, None)
         name = labels.pop("__name__", None)
+        if part is None and name is not None:
+            part = part_by_name.get(name)
         if part == "v":
             values.append((labels, frozenset(labels.items()), value, name))
         elif part == "t":

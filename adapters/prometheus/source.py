@@ -17,7 +17,7 @@ import requests
 from adapters.prometheus.client import PrometheusClient, QueryError
 from adapters.prometheus.config import MetricSpec, PrometheusConfig, parse_config
 from adapters.prometheus.node_names import IndexCache, NodeIndex
-from adapters.prometheus.series import MalformedResult, Reduced, combined_query, reduce_result
+from adapters.prometheus.series import MalformedResult, Reduced, combined_query, recorded_query, reduce_result
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry import PolledSource, SourceContext
 
@@ -33,7 +33,9 @@ class PrometheusSource(PolledSource):
         self.config = config
         self.health.extra["url"] = config.url
         self._client = PrometheusClient(config, session=session)
-        self._queries = {m.name: combined_query(m.query, m.timestamp_query) for m in config.metrics}
+        # Through recording rules a metric's two recorded series by name; raw, the value and timestamp queries.
+        self._queries = {m.name: recorded_query(*m.recorded) if m.recorded
+                         else combined_query(m.query, m.timestamp_query) for m in config.metrics}
         self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(config.metrics))),
                                         thread_name_prefix=f"prometheus-{name}")
         self._node_index = IndexCache()

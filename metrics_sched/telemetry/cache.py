@@ -13,6 +13,12 @@ thread; the scheduling path only reads numpy columns built from the store (rebui
 not per pod). A failed metric drops only itself; a failed source keeps its last values until their
 ttl runs out and shows as down. Health bookkeeping is the source's (PolledSource); the cache adds
 coverage and the values it refused.
+
+Cost per refresh (5,000 nodes, a handful of metrics per source): an ingest updates the entries it already
+holds in place (no new object per node and refresh: the allocator would keep the churn's peak), and the
+bookkeeping after it (coverage, values ageing out, nodes gone) looks at the refreshed source's own metrics
+only; each source's coverage is its own refresh's to update. A column is rebuilt only when its own
+metric changed, not whenever any metric did.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +59,7 @@ class MetricColumn:
     contract: FreshnessContract
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     value: float
     observed_at: float  # the sample's stamp clamped to its first fetch (scheduler clock)
@@ -70,7 +76,7 @@ _FRESHNESS_MARGIN = 1e-3  # seconds
 
 @dataclass
 class _CachedColumn:
-    key: tuple[int, int, int]  # (generation, rows_generation, capacity) the values were built for
+    key: tuple[int, int, int]  # (the metric's generation, rows_generation, capacity) the values were built for
     column: MetricColumn  # its fresh mask holds from `since` until shortly before `soonest`
     expires: FloatArray  # per row, when its value stops being fresh (-inf without one)
     since: float = math.inf  # inf: never judged
@@ -87,6 +93,8 @@ class MetricCache:
         self._sources: dict[str, PolledSource] = {}
         self.health: dict[str, SourceHealth] = {}
         self.generation = 0
+        # Per metric, bumped with every change of its values: what its column is rebuilt on.
+        self._metric_generation: dict[str, int] = {}
         self._columns: dict[str, _CachedColumn] = {}
         self._listeners: list[Callable[[set[str]], None]] = []
         self._threads: list[threading.Thread] = []
@@ -115,8 +123,12 @@ class MetricCache:
         self._listeners.append(listener)
 
     # -- background refresh ----------------------------------------------------------------------
-    def start(self, directory: Callable[[], NodeDirectory]) -> None:
+    def set_directory(self, directory: Callable[[], NodeDirectory]) -> None:
+        """Where refreshes get the nodes from, without starting the refresh threads (a bench driving `refresh`)."""
         self._directory = directory
+
+    def start(self, directory: Callable[[], NodeDirectory]) -> None:
+        self.set_directory(directory)
         for source in self._sources.values():
             thread = self.supervisor.spawn(Worker.SOURCE, functools.partial(self._loop, source),
                                            name=f"source-{source.name}", stopping=self._stop.is_set)
@@ -147,7 +159,7 @@ class MetricCache:
         if source.health.attempts != attempts:  # a refresh skipped by an open breaker fetched nothing to time
             self._observe_refresh(name, source.health.last_duration, result is not None)
         if result is None:
-            self.update_coverage(directory)
+            self.update_coverage(directory, (name,))
             self._notify(self._expired(name))
             return
         self.ingest(name, result, fetched_at=self._clock(), directory=directory)
@@ -179,23 +191,33 @@ class MetricCache:
         """Stores a refresh's samples (the source's health is already recorded by its poll)."""
         changed: set[str] = set()
         bad = clamped = 0
+        isfinite = math.isfinite
         with self._lock:
+            metric, per_node = "", None  # a source's samples come metric by metric: one store lookup per run
             for sample in result.samples:
                 value, stamp = sample.value, sample.observed_at
-                if not math.isfinite(value) or abs(value) > SENTINEL_LIMIT or not math.isfinite(stamp):
+                if not isfinite(value) or abs(value) > SENTINEL_LIMIT or not isfinite(stamp):
                     bad += 1  # the adapters drop these already; the cache never trusts them either
                     continue
-                per_node = self._store.setdefault(sample.metric, {})
-                previous = per_node.get(sample.node)
-                observed = min(stamp, fetched_at)
+                if sample.metric != metric or per_node is None:
+                    metric = sample.metric
+                    per_node = self._store.setdefault(metric, {})
+                    changed.add(metric)
+                observed = stamp if stamp <= fetched_at else fetched_at
                 if stamp > fetched_at:
                     clamped += 1
-                if previous is not None and previous.stamp == stamp and previous.source == name:
-                    observed = min(observed, previous.observed_at)  # the same measurement does not get younger
-                per_node[sample.node] = _Entry(value, observed, fetched_at, name, stamp)
-                changed.add(sample.metric)
+                previous = per_node.get(sample.node)
+                if previous is None:
+                    per_node[sample.node] = _Entry(value, observed, fetched_at, name, stamp)
+                    continue
+                if previous.stamp == stamp and previous.source == name and previous.observed_at < observed:
+                    observed = previous.observed_at  # the same measurement does not get younger
+                previous.value, previous.observed_at, previous.fetched_at = value, observed, fetched_at
+                previous.source, previous.stamp = name, stamp
             if changed:
                 self.generation += 1
+                for metric in changed:
+                    self._metric_generation[metric] = self._metric_generation.get(metric, 0) + 1
         health = self.health.get(name)
         if health is not None:
             if bad:
@@ -203,19 +225,20 @@ class MetricCache:
             health.clamped += clamped
         if directory is not None:
             self._forget_gone_nodes(directory)
-            self.update_coverage(directory)
+            self.update_coverage(directory, (name,))
         self._notify(changed | self._expired(name))
 
     def _forget_gone_nodes(self, directory: NodeDirectory) -> None:
         """Values of nodes no longer in the cluster go: memory follows the current nodes (autoscaler churn
         replaces nodes all day), and no later refresh would ever overwrite them."""
         with self._lock:
-            for per_node in self._store.values():
-                gone = [node for node in per_node if node not in directory.names]
+            for metric, per_node in self._store.items():
+                gone = per_node.keys() - directory.names  # a set difference in C: no loop over the nodes here
                 for node in gone:
                     del per_node[node]
                 if gone:
                     self.generation += 1
+                    self._metric_generation[metric] = self._metric_generation.get(metric, 0) + 1
 
     def _expired(self, name: str) -> set[str]:
         """The metrics with a value from `name` that went stale since the last look (a loop in the source's
@@ -224,11 +247,21 @@ class MetricCache:
         since = self._expiry_checked.get(name, -math.inf)
         self._expiry_checked[name] = now
         expired = set()
+        health = self.health.get(name)
+        # Only this source's metrics can hold values from it.
+        metrics = health.metrics if health is not None else list(self._store)
         with self._lock:
-            for metric, per_node in self._store.items():
+            for metric in metrics:
+                per_node = self._store.get(metric)
+                if not per_node:
+                    continue
                 contract = self.contract(metric)
-                if any(e.source == name and since < e.expires_at(contract) <= now for e in per_node.values()):
-                    expired.add(metric)
+                max_age, ttl = contract.max_age, contract.ttl
+                for e in per_node.values():
+                    expires = min(e.observed_at + max_age, e.fetched_at + ttl)
+                    if since < expires <= now and e.source == name:
+                        expired.add(metric)
+                        break
         return expired
 
     def _notify(self, metrics: set[str]) -> None:
@@ -240,18 +273,24 @@ class MetricCache:
             except Exception:
                 log.exception("metric listener failed")
 
-    def update_coverage(self, directory: NodeDirectory) -> None:
+    def update_coverage(self, directory: NodeDirectory, sources: Collection[str] | None = None) -> None:
+        """Each source's share of the nodes with a fresh value from it, per metric (`sources`: only those;
+        a refresh updates its own source's)."""
         now = self._clock()
         nodes = directory.names
         for health in self.health.values():
+            if sources is not None and health.name not in sources:
+                continue
+            name = health.name
             for metric in health.metrics:
                 contract = self.contract(metric)
+                # Fresh: now - observed_at <= max_age and now - fetched_at <= ttl (the same floats compared).
                 with self._lock:
                     entries = self._store.get(metric, {})
                     fresh = sum(
-                        1 for node in nodes
-                        if (e := entries.get(node)) is not None and e.source == health.name
-                        and now - e.observed_at <= contract.max_age and now - e.fetched_at <= contract.ttl
+                        1 for node, e in entries.items()
+                        if now - e.observed_at <= contract.max_age and now - e.fetched_at <= contract.ttl
+                        and e.source == name and node in nodes
                     )
                 health.coverage[metric] = fresh / len(nodes) if nodes else 0.0
 
@@ -262,7 +301,7 @@ class MetricCache:
         Freshness changes with time alone, but only when a fresh value reaches its expiry: the fresh mask
         is kept (the same MetricColumn object, which plugins may key their own caches on) until shortly
         before the earliest expiry among the fresh rows, then judged again by the contract's rule."""
-        key = (self.generation, table.rows_generation, table.capacity)
+        key = (self._metric_generation.get(metric, 0), table.rows_generation, table.capacity)
         cached = self._columns.get(metric)
         now = self._clock()
         if cached is None or cached.key != key:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from adapters.prometheus.rules_manifest import manifest_text
 from devcluster import DevCluster
 from devcluster.build import BuildError, helm_binary
 from devcluster.kubeapi import KubeAPI
@@ -249,6 +250,28 @@ def test_config_change_rolls_the_pods(helm: Path) -> None:
     after = one(render(helm, "r", "ns", "--set", "config.leaderElection.leaseDuration=30s"),
                 "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert before["checksum/config"] != after["checksum/config"]
+
+
+def test_recording_rules_are_deploys_and_switch_the_source(helm: Path, tmp_path: Path) -> None:
+    """sources.prometheus.recordingRules: the rules of deploy/recording-rules (generated from the adapter's own)
+    installed as a PrometheusRule the operator's ruleSelector can pick, and the source reading them; off by
+    default, and not rendered without the operator's API (a plain Prometheus loads the rule file itself)."""
+    on = ("--set", "sources.prometheus.recordingRules=true", "--set", "prometheusRule.labels.release=kps")
+    chart = render(helm, "r", "ns", *OPERATOR_APIS, *on)
+    rule = one(chart, "PrometheusRule", "r-metrics-sched-recording")
+    assert rule["metadata"]["namespace"] == "ns" and rule["metadata"]["labels"]["release"] == "kps"
+    assert rule["spec"] == yaml.safe_load(manifest_text())["spec"]
+    config = config_of(chart, "r-metrics-sched")
+    prometheus = {s["name"]: s for s in config["sources"]}["prometheus"]
+    assert prometheus["recordingRules"] is True
+    assert check_config(config | {"sources": [prometheus]}, tmp_path).returncode == 0
+    # Off by default; on without the operator's API: the source alone.
+    default = render(helm, "r", "ns", *OPERATOR_APIS)
+    assert not [o for o in default if o["metadata"]["name"] == "r-metrics-sched-recording"]
+    default_sources = {s["name"]: s for s in config_of(default, "r-metrics-sched")["sources"]}
+    assert default_sources["prometheus"]["recordingRules"] is False
+    plain = render(helm, "r", "ns", *on)
+    assert not [o for o in plain if o["kind"] == "PrometheusRule"]
 
 
 def test_notes_give_the_verify_steps(helm: Path, cluster: DevCluster) -> None:

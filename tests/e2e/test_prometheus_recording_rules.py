@@ -25,10 +25,9 @@ from tests.polling import poll
 
 pytestmark = pytest.mark.e2e
 
-# Every preset that has a rule, plus one without (queried raw either way).
+# Every preset that has rules (all of them), read through them and raw.
 METRICS = [{"name": preset, "preset": preset} for preset in recorded_presets()
            if preset != "dcgm_gpu_engine_active"]  # the emulator does not serve DCGM's profiling metrics
-METRICS.append({"name": "opencost_node_hourly_cost", "preset": "opencost_node_hourly_cost"})
 RATES = {"node_load_per_cpu", "node_cpu_utilisation"}
 
 

@@ -70,6 +70,7 @@ def test_schema_refuses_unknown_keys_at_every_level() -> None:
 def test_chart_links_to_deploy_and_grafana_instead_of_copying() -> None:
     for link, target in [("files/clusterrole.yaml", "deploy/clusterrole.yaml"),
                          ("files/prometheusrule.yaml", "deploy/prometheusrule.yaml"),
+                         ("files/recording-rules.yaml", "deploy/recording-rules/prometheusrule.yaml"),
                          ("dashboards", "grafana/dashboards"),
                          *((f"crds/{crd.name}", f"deploy/crds/{crd.name}")
                            for crd in (ROOT / "deploy" / "crds").glob("*.yaml"))]:

@@ -26,6 +26,7 @@ from adapters.http_common import SourceError
 from adapters.prometheus import PRESETS, from_config
 from adapters.prometheus.client import PrometheusClient, QueryError
 from adapters.prometheus.config import PrometheusConfig, parse_config
+from adapters.prometheus.series import Element
 from metrics_sched.cli import main
 from metrics_sched.config import ConfigError
 from metrics_sched.telemetry import SourceContext
@@ -36,6 +37,8 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = [{"metric": {"__name__": "up", "node": "n1"}, "value": [2_000_000_000, "1"]}]
+# What the client decodes RESULT into (a well-formed vector: typed elements, see adapters.prometheus.client).
+DECODED = [Element(metric={"__name__": "up", "node": "n1"}, value=(2_000_000_000.0, "1"))]
 SECRET_TENANT = "tenant-s3cr3t-4711"
 TOKEN = "prom-bearer-0123456789abcdef"
 
@@ -86,7 +89,7 @@ def config(url: str, base_dir: Path = Path("."), **extra: Any) -> PrometheusConf
 
 def test_the_tenant_header_is_sent_and_without_it_the_front_end_refuses(upstream: Upstream) -> None:
     with TenantProxy(upstream.url, "team-a") as proxy:
-        assert PrometheusClient(config(proxy.url, headers={TENANT_HEADER: "team-a"})).query("up") == RESULT
+        assert PrometheusClient(config(proxy.url, headers={TENANT_HEADER: "team-a"})).query("up") == DECODED
         with pytest.raises(QueryError, match=r"^HTTP 401: no org id$"):
             PrometheusClient(config(proxy.url)).query("up")
         with pytest.raises(QueryError, match=r"^HTTP 403: tenant team-b is not allowed$"):
@@ -102,7 +105,7 @@ def test_a_header_value_from_a_file_is_secret_and_followed_when_the_file_changes
     with TenantProxy(upstream.url, SECRET_TENANT) as proxy:
         cfg = config(proxy.url, tmp_path, headers={TENANT_HEADER: {"valueFile": "tenant"}, "X-Team": "sched"})
         client = PrometheusClient(cfg)
-        assert client.query("up") == RESULT
+        assert client.query("up") == DECODED
         assert upstream.requests[-1][1]["X-Team"] == "sched"
         # Rotated: used from the very next query (the file changed), not a minute later.
         (tmp_path / "tenant").write_text("someone-else-0815")
@@ -168,7 +171,7 @@ def test_mutual_tls_with_a_client_certificate(upstream: Upstream, pki: ClientPKI
     with TenantProxy(upstream.url, "team-a", pki) as proxy:
         assert proxy.url.startswith("https://")
         client = PrometheusClient(config(proxy.url, tls=tls, headers={TENANT_HEADER: "team-a"}))
-        assert client.query("up") == RESULT
+        assert client.query("up") == DECODED
         assert proxy.seen[-1].client_cn == "metrics-sched"
         # Without a client certificate the handshake fails: the whole source is unreachable.
         with pytest.raises(SourceError, match="unreachable"):
@@ -190,7 +193,7 @@ def test_queries_go_through_the_configured_proxy_and_never_the_environments(
     monkeypatch.setenv("NO_PROXY", "*")  # would bypass the configured proxy: must not be read either
     # The upstream plays the forward proxy: a request through a proxy carries the absolute URL.
     client = PrometheusClient(config("http://prometheus.invalid:9090/prom", proxyUrl=upstream.url))
-    assert client.query("up") == RESULT
+    assert client.query("up") == DECODED
     path, headers = upstream.requests[-1]
     assert path.startswith("http://prometheus.invalid:9090/prom/api/v1/query?")
     assert parse_qs(urlsplit(path).query)["query"] == ["up"]
