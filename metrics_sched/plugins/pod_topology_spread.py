@@ -330,13 +330,16 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         state = cycle.get(_SCORE)
         if state is None:
             return None
+        # Read before the constraints are: a workload event (the watch thread, no state lock) landing in between
+        # then leaves an older generation stored, and the next rescore asks for the selector again.
+        generation = self.handle.cluster.workloads.generation
         try:
             constraints = self.constraints(pod, "ScheduleAnyway")
         except SelectorError:
             return None
         if not constraints:
             return None
-        kept = _SpreadScores(self, pod, table, rows, constraints)
+        kept = _SpreadScores(self, pod, table, rows, constraints, generation)
         # What pre_score computed, rebuilt from the counts: equal, or nothing is kept.
         return kept if np.array_equal(kept.raw(), state.at(rows)) else None
 
@@ -408,7 +411,7 @@ class _SpreadScores(IncrementalScores):
     pre_score's bit for bit."""
 
     def __init__(self, plugin: PodTopologySpread, pod: PodInfo, table: NodeTable, rows: IntArray,
-                 constraints: list[Constraint]) -> None:
+                 constraints: list[Constraint], generation: int) -> None:
         self.plugin = plugin
         self.constraints = constraints
         self.rows = rows
@@ -421,8 +424,8 @@ class _SpreadScores(IncrementalScores):
         # defaults are the configured ones with the workloads' selector for the pod, which may change: asked
         # again when the workloads or what the selector is built from (namespace, labels, controller) changed.
         self.selector = None if own else constraints[0].selector
-        workloads = plugin.handle.cluster.workloads
-        self.selected = (workloads.generation, _selected_by(pod))
+        # `generation`: the workloads' as read before `constraints` were derived (never a later one).
+        self.selected = (generation, _selected_by(pod))
         require_all = own or plugin.args.defaulting_type != "System"
         has_all = np.ones(size, dtype=bool)
         for c in constraints:

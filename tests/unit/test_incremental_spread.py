@@ -178,3 +178,70 @@ def test_equal_is_array_equal_with_nan() -> None:
             b[int(rng.integers(0, b.size))] = rng.choice([np.nan, 0.0, 1.0])
         assert _equal(a, b) == np.array_equal(a, b, equal_nan=True)
     assert not _equal(np.zeros(3), np.zeros(4))
+
+
+def test_a_workload_change_while_a_batch_is_stored_is_not_lost() -> None:
+    """A Service that starts selecting the Deployment's pods (the watch thread: no state lock) lands while a batch's
+    spreading counts are being built, between the default selector's derivation and the workloads' generation being
+    stored: the batch must not keep the old selector (it did, once: every later batched cycle spread by the old
+    one). Simulated in one thread, the upsert made inside that window; batched and unbatched decisions agree."""
+    from typing import Any
+
+    from bench.core_bench import cluster as core_cluster
+    from bench.scenario import pod_object
+
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc", "namespace": "bench"},
+               "spec": {"selector": {"tier": "x"}}}
+
+    def run(batching: bool) -> list[Any]:
+        harness = core_cluster(40, seed=0)
+        try:
+            framework = harness.framework
+            if not batching:
+                framework.batcher = None
+            framework.random.seed(11)
+            state, handlers = harness.scheduler.state, harness.scheduler.handlers
+            for i in range(30):  # counted by the ReplicaSet's selector, not by the one the Service adds to it
+                handlers.on_pod_event("ADDED", pod_object(f"old-{i}", cpu="10m", memory="10Mi", owner="rs-01",
+                                                          labels={"app": "rs-01"}, node_name=f"node-{i % 3:05d}"))
+            spread = next(p for p in framework.instances.values() if isinstance(p, PodTopologySpread))
+            derive = spread.constraints
+            fired = [False]
+
+            def incremental_scores(cycle: Any, pod: Any, table: Any, rows: Any) -> Any:
+                def racing(*args: Any, **kwargs: Any) -> Any:
+                    out = derive(*args, **kwargs)
+                    if not fired[0]:
+                        fired[0] = True
+                        handlers.on_workload_event("services", "ADDED", service)
+                    return out
+                spread.constraints = racing  # type: ignore[method-assign]
+                try:
+                    return PodTopologySpread.incremental_scores(spread, cycle, pod, table, rows)
+                finally:
+                    spread.constraints = derive  # type: ignore[method-assign]
+
+            spread.incremental_scores = incremental_scores  # type: ignore[method-assign]
+            nodes = []
+            for i in range(40):
+                info = parse_pod(pod_object(f"new-{i}", cpu="100m", memory="100Mi", owner="rs-01",
+                                            labels={"app": "rs-01", "tier": "x"}))
+                with state.lock:
+                    result = framework.schedule(info, state.table)
+                    if result.node is not None:
+                        state.assume(info, result.node)
+                for plugin in framework.reserves:
+                    plugin.reserve(result.cycle, info, result.node)
+                if i == 1 and not fired[0]:  # unbatched: the same Service after the same pod
+                    fired[0] = True
+                    handlers.on_workload_event("services", "ADDED", service)
+                raw = next(t.raw for t in result.terms if t.plugin == "PodTopologySpread")
+                nodes.append((result.node, raw.tobytes()))
+            assert fired[0]
+            if batching:
+                assert framework.batcher is not None and framework.batcher.stats.batched > 30
+            return nodes
+        finally:
+            harness.stop()
+
+    assert run(batching=True) == run(batching=False)
