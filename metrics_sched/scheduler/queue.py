@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from metrics_sched.framework.events import ClusterEvent, EventHint
@@ -26,14 +26,14 @@ EventsOf = Callable[[PodInfo, set[str]], Iterable[EventHint]]
 PreEnqueue = Callable[[PodInfo], bool]
 
 
-@dataclass
+@dataclass(slots=True)  # one per pending pod: no per-instance __dict__, and no empty set until it is rejected
 class QueuedPod:
     info: PodInfo
     attempts: int = 0
     first_enqueued: float = 0.0
     enqueued: float = 0.0
     backoff_until: float = 0.0
-    rejected_by: set[str] = field(default_factory=set)
+    rejected_by: set[str] | None = None  # the plugins that turned it down last (None: none yet)
     popped_in_cycle: int = 0
     deleted: bool = False
     # The pod changed (spec or labels) while it was being scheduled: its verdict may be stale.
