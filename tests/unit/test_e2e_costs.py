@@ -221,3 +221,20 @@ def test_the_stored_record_summarises_and_observes_as_the_full_record_would() ->
                                                 for m in t.metrics if m.value is not None]
         assert stored.as_dict() == record.as_dict()
     assert any(True for _ in stored.winner_values())
+
+
+def test_malloc_arenas_are_capped_unless_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`metrics-sched run` caps glibc's per-thread malloc arenas before any thread allocates (what the threads free
+    stays reusable by the others), and leaves MALLOC_ARENA_MAX to whoever sets it."""
+    import subprocess
+    import sys
+
+    from metrics_sched.cli.run_cmd import limit_malloc_arenas
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert limit_malloc_arenas() is False
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    # In a fresh interpreter (this one's arenas are the test run's): glibc accepts the cap.
+    code = "from metrics_sched.cli.run_cmd import limit_malloc_arenas; print(limit_malloc_arenas())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
