@@ -94,12 +94,16 @@ def child(pods: int, keep_objects: bool, pending: int = 0) -> dict[str, Any]:
     handlers = harness.scheduler.handlers
     known = KnownObjects()
     kept = []
-    for i in range(pods):
-        obj = orjson.loads(orjson.dumps(kwok_pod(i, f"node-{i % 5000:05d}")))  # decoded, as from the watch
+
+    def watched(pod: dict[str, Any]) -> None:
+        obj = orjson.loads(orjson.dumps(pod))  # decoded, as from the watch
         for kind, delta in known.upsert(obj):
             handlers.on_pod_event(kind, delta)
         if keep_objects:
             kept.append(obj)
+
+    for i in range(pods):
+        watched(kwok_pod(i, f"node-{i % 5000:05d}"))
     gc.collect()
     stages["bound_pods"] = proc_status()
     results, state = realistic_results(20)
@@ -110,11 +114,7 @@ def child(pods: int, keep_objects: bool, pending: int = 0) -> dict[str, Any]:
     stages["decision_ring_full"] = proc_status()
     scheduler_name = next(iter(handlers.scheduler_names))
     for i in range(pending):
-        obj = orjson.loads(orjson.dumps(pending_pod(i, scheduler_name)))
-        for kind, delta in known.upsert(obj):
-            handlers.on_pod_event(kind, delta)
-        if keep_objects:
-            kept.append(obj)
+        watched(pending_pod(i, scheduler_name))
     gc.collect()
     stages["pending_pods"] = proc_status()
     placed = len(harness.scheduler.state.pods)

@@ -90,12 +90,19 @@ def loopback(answer: Answer) -> Iterator[tuple[str, list[Seen]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serving(Handler) as url:
+        yield url, seen
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded loopback HTTP server with `handler`, its URL while it serves."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
@@ -285,17 +292,12 @@ def watch_server(events: list[bytes], status: int = 200, hold: threading.Event |
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", paths
-    finally:
-        if hold is not None:
-            hold.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        try:
+            yield url, paths
+        finally:
+            if hold is not None:
+                hold.set()  # before the shutdown, which waits for the handler holding the stream
 
 
 def test_a_watch_streams_its_events_over_the_lane_whatever_the_chunking() -> None:
