@@ -269,7 +269,7 @@ def test_recording_rules_are_deploys_and_switch_the_source(helm: Path, tmp_path:
     default = render(helm, "r", "ns", *OPERATOR_APIS)
     assert not [o for o in default if o["metadata"]["name"] == "r-metrics-sched-recording"]
     default_sources = {s["name"]: s for s in config_of(default, "r-metrics-sched")["sources"]}
-    assert default_sources["prometheus"]["recordingRules"] is False
+    assert "recordingRules" not in default_sources["prometheus"]  # the source's default (off), as deploy/ has it
     plain = render(helm, "r", "ns", *on)
     assert not [o for o in plain if o["kind"] == "PrometheusRule"]
 

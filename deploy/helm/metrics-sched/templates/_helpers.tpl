@@ -83,7 +83,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $sources := list -}}
 {{- with $v.sources.prometheus -}}
 {{- if .enabled -}}
-{{- $sources = append $sources (dict "name" .name "type" "prometheus" "url" .url "interval" .interval "timeout" .timeout "recordingRules" (.recordingRules | default false) "metrics" .metrics) -}}
+{{- $prometheus := dict "name" .name "type" "prometheus" "url" .url "interval" .interval "timeout" .timeout "metrics" .metrics -}}
+{{- if .recordingRules -}}{{- $_ := set $prometheus "recordingRules" true -}}{{- end -}}
+{{- $sources = append $sources $prometheus -}}
 {{- end -}}
 {{- end -}}
 {{- with $v.sources.cmdb -}}
