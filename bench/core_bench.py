@@ -10,7 +10,8 @@ ReplicaSets (labelled as their selector selects; the ReplicaSets are known to th
 PodTopologySpread's system defaults spread them, as ZoneSpread did before it left the default
 profile), a few carry a toleration, a nodeSelector or a preferred node affinity.
 
-The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc).
+The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc), and the process keeps to
+one CPU while it measures, as `metrics-sched run` does by default (cpuAffinity: one, cli.run_cmd.keep_to_one_cpu).
 
 Two measurements per cluster size, each on a fresh scheduler (and at 5,000 nodes once more with the default
 profile alone, `default_profile`: what issue 18's core target names):
@@ -64,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
-from metrics_sched.cli.run_cmd import GC_THRESHOLDS
+from metrics_sched.cli.run_cmd import GC_THRESHOLDS, keep_to_one_cpu
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
@@ -480,11 +481,24 @@ def profile_summary(profiler: cProfile.Profile, decisions: int, top: int = 15) -
 
 
 # -- entry points --------------------------------------------------------------------------------
-def run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | None = None,
-        cycles: int | None = None, warmup: int | None = None, rss_nodes: int = 5_000, rss_pods: int = 50_000,
-        profile_nodes: int = 5_000, profile_decisions: int | None = None, ledger_nodes: int = 5_000,
-        ledger_entries: Sequence[int] | None = None, constraints_replicas: int | None = None,
-        seed: int = 0) -> dict[str, Any]:
+def run(quick: bool, **options: Any) -> dict[str, Any]:
+    """The core bench on one CPU, as `metrics-sched run` keeps the scheduler by default (cpuAffinity: one; the
+    threads it starts, the binder's, take it too); this process' CPUs are given back afterwards."""
+    previous = os.sched_getaffinity(0)
+    cpu = keep_to_one_cpu()
+    try:
+        result = _run(quick, **options)
+    finally:
+        os.sched_setaffinity(0, previous)
+    result["cpu_affinity"] = "all" if cpu is None else f"one (CPU {cpu} of {len(previous)})"
+    return result
+
+
+def _run(quick: bool, *, sizes: Sequence[int] | None = None, decisions: int | None = None,
+         cycles: int | None = None, warmup: int | None = None, rss_nodes: int = 5_000, rss_pods: int = 50_000,
+         profile_nodes: int = 5_000, profile_decisions: int | None = None, ledger_nodes: int = 5_000,
+         ledger_entries: Sequence[int] | None = None, constraints_replicas: int | None = None,
+         seed: int = 0) -> dict[str, Any]:
     sizes = tuple(sizes or SIZES)
     decisions = decisions or (2_000 if quick else 10_000)
     cycles = cycles or (decisions // 2 if quick else decisions)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from metrics_sched.config.contract import FreshnessContract
 from metrics_sched.config.upstream_fields import ConfigWarning
@@ -166,6 +166,10 @@ class SchedulerConfig:
     # Serves /debug/pprof/* and /debug/threads (as exposed as /metrics). Upstream's default is true; here false
     # until the HTTP endpoint is authenticated: profiles reveal code paths and cost CPU.
     enable_profiling: bool = False
+    # `one`: the process keeps to one of the CPUs it may use (cli.run_cmd.keep_to_one_cpu). Python runs one thread
+    # at a time (the GIL); threads on two CPUs hand it over across them at every release (numpy releases it for
+    # each large array operation), which costs more than the second CPU gives. `all`: the OS places the threads.
+    cpu_affinity: Literal["one", "all"] = "one"
     # As given (upstream's 0, "adaptive", reads as 100). Every feasible node is scored for now whatever the value
     # (a value below 100 is warned): telemetry-driven scores lose most of their value on a sample of the nodes.
     percentage_of_nodes_to_score: int = 100

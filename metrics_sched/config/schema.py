@@ -196,6 +196,9 @@ _TOP: Schema = _obj({
     "enableProfiling": _bool("Serve /debug/pprof and /debug/threads. Off by default here (upstream: on) until the "
                              "metrics endpoint is authenticated.", False),
     "enableContentionProfiling": _bool(f"{_UPSTREAM_ONLY} No effect (warned when true).", False),
+    "cpuAffinity": _str("one: the process keeps to one of the CPUs it may use (Python runs one thread at a time; "
+                        "handing the GIL across CPUs costs more than a second CPU gives). all: the OS places its "
+                        "threads.", "one", enum=("one", "all")),
     "percentageOfNodesToScore": _PERCENTAGE,
     "podInitialBackoffSeconds": _duration("First retry delay of an unschedulable pod (upstream: integer seconds).",
                                           "1s"),

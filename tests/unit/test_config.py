@@ -103,6 +103,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"profiles": [{}, {"schedulerName": "default-scheduler"}], "replacesDefaultScheduler": False},
      "profiles[1].schedulerName"),
     ({"replacesDefaultScheduler": "yes"}, "replacesDefaultScheduler"),
+    ({"cpuAffinity": "two"}, "cpuAffinity"),
 ]
 
 

@@ -238,3 +238,29 @@ def test_malloc_arenas_are_capped_unless_the_environment_says(monkeypatch: pytes
     code = "from metrics_sched.cli.run_cmd import limit_malloc_arenas; print(limit_malloc_arenas())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_one_cpu_for_the_process_and_the_threads_it_starts() -> None:
+    """cpuAffinity: one (the default): `metrics-sched run` keeps its main thread to one allowed CPU before any thread
+    starts, so every thread runs there; `all` leaves the OS to place them. In a fresh interpreter (not this one)."""
+    import subprocess
+    import sys
+
+    from metrics_sched.config import parse_config
+    from metrics_sched.framework.registry import Registry
+
+    catalog = Registry.default(third_party=False).catalog()
+    assert parse_config({}, catalog).cpu_affinity == "one"
+    assert parse_config({"cpuAffinity": "all"}, catalog).cpu_affinity == "all"
+    code = (
+        "import os, threading\n"
+        "from metrics_sched.cli.run_cmd import keep_to_one_cpu\n"
+        "allowed = os.sched_getaffinity(0)\n"
+        "cpu = keep_to_one_cpu()\n"
+        "seen = []\n"
+        "thread = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))\n"
+        "thread.start(); thread.join()\n"
+        "print(cpu in allowed, os.sched_getaffinity(0) == {cpu} == seen[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
