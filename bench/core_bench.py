@@ -10,8 +10,9 @@ ReplicaSets (labelled as their selector selects; the ReplicaSets are known to th
 PodTopologySpread's system defaults spread them, as ZoneSpread did before it left the default
 profile), a few carry a toleration, a nodeSelector or a preferred node affinity.
 
-The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc), and the process keeps to
-one CPU while it measures, as `metrics-sched run` does by default (cpuAffinity: one, cli.run_cmd.keep_to_one_cpu).
+The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc). With `--cpu-affinity one`
+the process keeps to one CPU while it measures, as `metrics-sched run` does with cpuAffinity: one
+(cli.run_cmd.keep_to_one_cpu; the default, all, leaves the OS to place the threads).
 
 Two measurements per cluster size, each on a fresh scheduler (and at 5,000 nodes once more with the default
 profile alone, `default_profile`: what issue 18's core target names):
@@ -481,11 +482,11 @@ def profile_summary(profiler: cProfile.Profile, decisions: int, top: int = 15) -
 
 
 # -- entry points --------------------------------------------------------------------------------
-def run(quick: bool, **options: Any) -> dict[str, Any]:
-    """The core bench on one CPU, as `metrics-sched run` keeps the scheduler by default (cpuAffinity: one; the
-    threads it starts, the binder's, take it too); this process' CPUs are given back afterwards."""
+def run(quick: bool, cpu_affinity: str = "all", **options: Any) -> dict[str, Any]:
+    """The core bench, with the scheduler's cpuAffinity: `one` keeps this process (and the threads it starts, the
+    binder's) to one CPU while it measures, as `metrics-sched run` does then; its CPUs are given back afterwards."""
     previous = os.sched_getaffinity(0)
-    cpu = keep_to_one_cpu()
+    cpu = keep_to_one_cpu() if cpu_affinity == "one" else None
     try:
         result = _run(quick, **options)
     finally:
@@ -558,12 +559,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help=f"node counts (default {' '.join(map(str, SIZES))})")
     parser.add_argument("--decisions", type=int, help="measured decisions per size")
     parser.add_argument("--replicas", type=int, help="the constraints case's Deployment (default 1,000)")
+    parser.add_argument("--cpu-affinity", choices=("one", "all"), default="all",
+                        help="as the scheduler's cpuAffinity (default all)")
     parser.add_argument("--rss-child", type=int, nargs=2, metavar=("NODES", "PODS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rss_child:
         print(json.dumps(rss_child(*args.rss_child)))
         return
-    result = run(args.quick, sizes=args.sizes, decisions=args.decisions, constraints_replicas=args.replicas)
+    result = run(args.quick, args.cpu_affinity, sizes=args.sizes, decisions=args.decisions,
+                 constraints_replicas=args.replicas)
     print(json.dumps(result, indent=2))
     if result["constraints"].get("violations"):
         sys.exit(1)

@@ -400,7 +400,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         sources=tuple(sources),
         replaces_default_scheduler=replaces_default,
         enable_profiling=read_bool(data, "enableProfiling", "", False),
-        cpu_affinity=read_choice(data, "cpuAffinity", "", ("one", "all"), "one"),
+        cpu_affinity=read_choice(data, "cpuAffinity", "", ("one", "all"), "all"),
         rebalance=parse_rebalance(data.get("rebalance")),
         percentage_of_nodes_to_score=percentage,
         warnings=warnings.collected(),

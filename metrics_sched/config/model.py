@@ -167,9 +167,10 @@ class SchedulerConfig:
     # until the HTTP endpoint is authenticated: profiles reveal code paths and cost CPU.
     enable_profiling: bool = False
     # `one`: the process keeps to one of the CPUs it may use (cli.run_cmd.keep_to_one_cpu). Python runs one thread
-    # at a time (the GIL); threads on two CPUs hand it over across them at every release (numpy releases it for
-    # each large array operation), which costs more than the second CPU gives. `all`: the OS places the threads.
-    cpu_affinity: Literal["one", "all"] = "one"
+    # at a time (the GIL); threads on two CPUs hand it over across them at nearly every release (numpy releases it
+    # for each large array operation): the core alone decides ~30 % faster on one CPU. `all` (the default): the OS
+    # places the threads; on a host whose CPUs are all busy that kept more pods/s end to end (bench.e2e_bench).
+    cpu_affinity: Literal["one", "all"] = "all"
     # As given (upstream's 0, "adaptive", reads as 100). Every feasible node is scored for now whatever the value
     # (a value below 100 is warned): telemetry-driven scores lose most of their value on a sample of the nodes.
     percentage_of_nodes_to_score: int = 100
