@@ -36,8 +36,6 @@ from metrics_sched.model.resources import CPU, MEMORY, PODS
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
 
 _REQUESTS = StateKey[IntArray]("NodeResourcesFit/requests")
-# The requested columns and amounts as Python ints, with the request vector they are of.
-_NEEDED = StateKey[tuple[IntArray, tuple[tuple[int, int], ...]]]("NodeResourcesFit/needed")
 # filter_rows on up to this many rows compares Python ints.
 _FEW = 4
 
@@ -118,11 +116,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         """filter() on a few rows (a batched cycle re-checks the nodes whose pods changed)."""
         request = self._requests(cycle, pod, table)
         free = table.free_by_resource
-        kept = cycle.get(_NEEDED)
-        if kept is None or kept[0] is not request:
-            kept = (request, tuple((col, int(request[col])) for col in np.flatnonzero(request).tolist()))
-            cycle.write(_NEEDED, kept)
-        needed = kept[1]
+        needed = [(col, int(request[col])) for col in np.flatnonzero(request).tolist()]
         if rows.size <= _FEW:  # a placement's row or two: Python ints, not a dozen numpy calls on a 1xN block
             return np.array([all(int(free[col, row]) >= amount for col, amount in needed) for row in rows.tolist()],
                             dtype=bool)

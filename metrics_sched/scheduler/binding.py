@@ -49,9 +49,10 @@ class _Workers:
     reports outcomes itself and never waits on a call, and those cost ~12 µs of CPU per pod on the scheduling loop's
     interpreter (bench: a bind a decision)."""
 
-    def __init__(self, workers: int, name: str) -> None:
+    def __init__(self, workers: int, name: str, supervisor: Supervisor) -> None:
         self.size = workers
         self.name = name
+        self.supervisor = supervisor
         self._calls: SimpleQueue[Callable[[], object] | None] = SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -63,10 +64,9 @@ class _Workers:
             if self._closed:
                 raise RuntimeError("cannot schedule new binds after shutdown")
             if not self._threads:
-                for i in range(self.size):
-                    thread = threading.Thread(target=self._work, name=f"{self.name}_{i}", daemon=True)
-                    thread.start()
-                    self._threads.append(thread)
+                for i in range(self.size):  # supervised: one that dies fails /healthz, as the reporter's
+                    self._threads.append(self.supervisor.spawn(Worker.BINDER, self._work, name=f"{self.name}_{i}",
+                                                               stopping=lambda: self._closed))
             self._calls.put(call)
 
     def _work(self) -> None:
@@ -77,8 +77,8 @@ class _Workers:
                 return
             try:
                 call()
-            except Exception:  # Binder._run guards itself: this is the last line, so one bad call never ends a worker
-                log.exception("bind worker call failed")
+            except Exception as exc:  # noqa: BLE001 - Binder._run guards itself; counted, and the worker goes on
+                self.supervisor.failed(Worker.BINDER, exc)
 
     def shutdown(self) -> None:
         """Runs what is queued, then stops the threads (one end marker each, after the queued calls)."""
@@ -110,7 +110,7 @@ class Binder:
         self.reporter = reporter
         self.is_leader = is_leader
         self.on_outcome = on_outcome
-        self.pool = _Workers(workers, "bind")
+        self.pool = _Workers(workers, "bind", self.supervisor)
         self._in_flight = 0
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
