@@ -15,7 +15,6 @@ import contextlib
 import functools
 import http.client
 import logging
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ import orjson
 
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.rate_limit import TokenBucket
-from adapters.kubernetes.write_lane import LaneError, LaneReply, WriteLane
+from adapters.kubernetes.write_lane import LaneError, LaneReply, WriteLane, shutdown_socket
 from metrics_sched.ports import ApiError
 
 log = logging.getLogger(__name__)
@@ -407,12 +406,7 @@ class WatchStream:
 def _shutdown(response: httpx.Response) -> None:
     """abort() of a stream on httpx: its socket shut down (or, on a test transport, the response closed)."""
     stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if isinstance(sock, socket.socket):
-        with contextlib.suppress(OSError):
-            # The plain-socket method: SSLSocket.shutdown would also drop the SSL object under the reader.
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    else:
+    if not shutdown_socket(stream.get_extra_info("socket") if stream is not None else None):
         response.close()
 
 

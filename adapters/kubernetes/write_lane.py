@@ -184,11 +184,7 @@ class LaneStream:
 
     def shutdown(self) -> None:
         """Wakes a reader blocked in recv() at once (from another thread); close() alone would not."""
-        sock = self._connection.sock
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):
-                # The plain-socket method: SSLSocket.shutdown would also drop the SSL object under the reader.
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        shutdown_socket(self._connection.sock)
 
     def close(self) -> None:
         self._response.close()
@@ -250,10 +246,7 @@ class WriteLane:
         token, as send(). Raises LaneError."""
         target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
         for attempt in range(2):
-            headers = dict(self._headers)
-            token = self._token.token() if self._token is not None else ""
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
+            headers = self._authorized(dict(self._headers))
             connection: http.client.HTTPConnection | None = None
             try:
                 connection = self._connect()
@@ -273,13 +266,18 @@ class WriteLane:
             return LaneStream(connection, response)
         raise AssertionError("unreachable")
 
-    def _exchange(self, method: str, target: str, content: bytes | None, headers: dict[str, str], timeout: float,
-                  before_send: Callable[[], None] | None, keep_body: bool) -> LaneReply:
+    def _authorized(self, headers: dict[str, str]) -> dict[str, str]:
+        """`headers` with the bearer token as it is now (none for a client-certificate credential)."""
         token = self._token.token() if self._token is not None else ""
         if token:
             headers["Authorization"] = f"Bearer {token}"
         else:
-            headers.pop("Authorization", None)  # a client-certificate credential
+            headers.pop("Authorization", None)
+        return headers
+
+    def _exchange(self, method: str, target: str, content: bytes | None, headers: dict[str, str], timeout: float,
+                  before_send: Callable[[], None] | None, keep_body: bool) -> LaneReply:
+        self._authorized(headers)
         if not self._slots.acquire(timeout=self._pool_timeout):
             raise LaneError(f"no connection free within {self._pool_timeout:g}s", kind="PoolTimeout", sent=False)
         connection: http.client.HTTPConnection | None = None
@@ -356,3 +354,13 @@ def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
     except (OSError, ValueError):
         return True
 
+
+def shutdown_socket(sock: object) -> bool:
+    """Shuts a connection's socket down so a reader blocked in recv() (another thread) wakes at once; False when
+    `sock` is not a socket (nothing done)."""
+    if not isinstance(sock, socket.socket):
+        return False
+    with contextlib.suppress(OSError):
+        # The plain-socket method: SSLSocket.shutdown would also drop the SSL object under the reader.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    return True

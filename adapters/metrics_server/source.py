@@ -25,7 +25,6 @@ import httpx
 import msgspec
 
 from adapters.http_common import (
-    SourceError,
     counted_quantity,
     counted_timestamp,
     get_body,
@@ -76,10 +75,8 @@ class MetricsServerSource(PolledSource):
         result = FetchResult(samples=[], dropped={}, errors={}, queries=1)
         try:
             typed = _LIST.decode(content).items
-        except msgspec.ValidationError:
-            typed = None  # JSON, but something unexpected in it: the checks item by item below
-        except msgspec.DecodeError:
-            raise SourceError(f"GET {self.config.path}: the reply is not JSON") from None
+        except msgspec.DecodeError:  # ValidationError too: JSON with something unexpected in it, or not JSON
+            typed = None  # the checks item by item below, after loads_body (which says when it is not JSON)
         if typed is not None:
             return self._typed(typed, nodes, result)
         body = loads_body(self.config.path, content)
