@@ -117,12 +117,6 @@ def build_record(result: CycleResult, table: NodeTable, *, config_hash: str, top
     return build_stored(result, table, config_hash=config_hash, top=top, now=now, shadow=shadow).to_record()
 
 
-def build_packed(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
-                 now: float | None = None, shadow: bool = False) -> tuple[DecisionRecord, array[float]]:
-    """The record, and its candidates' numbers as StoredDecision keeps them (`values`)."""
-    stored = build_stored(result, table, config_hash=config_hash, top=top, now=now, shadow=shadow)
-    return stored.to_record(), stored.values
-
 
 def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top: int = 5,
                  now: float | None = None, shadow: bool = False) -> StoredDecision:
@@ -295,7 +289,7 @@ class StoredDecision:
     kind: ClassVar[Kind] = "placement"
 
     def __init__(self, record: DecisionRecord, layout: Layout, values: array[float] | None = None) -> None:
-        """values: the candidates' numbers already packed (build_packed); None: read from the record."""
+        """values: the candidates' numbers already packed (build_stored packs them); None: read from the record."""
         self.id, self.time, self.pod, self.uid = record.id, record.time, record.pod, record.uid
         self.profile, self.config_hash, self.result = record.profile, record.config_hash, record.result
         self.node, self.message, self.nominated_node = record.node, record.message, record.nominated_node

@@ -26,7 +26,7 @@ class DecisionRing:
 
     def add(self, record: DecisionRecord, values: array[float] | None = None) -> StoredDecision:
         """Keeps the record; the returned entry is where the bind's outcome goes (see Auditor.on_bind). values:
-        its candidates' numbers already packed (audit.record.build_packed)."""
+        its candidates' numbers already packed (as audit.record.build_stored packs them)."""
         layout = layout_of(record)
         with self._lock:
             stored = StoredDecision(record, self._shared(layout), values)

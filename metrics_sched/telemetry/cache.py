@@ -67,9 +67,6 @@ class _Entry:
     source: str
     stamp: float  # the sample's own stamp, as the source gave it
 
-    def expires_at(self, contract: FreshnessContract) -> float:
-        return min(self.observed_at + contract.max_age, self.fetched_at + contract.ttl)
-
 
 _FRESHNESS_MARGIN = 1e-3  # seconds
 
@@ -257,7 +254,7 @@ class MetricCache:
                     continue
                 contract = self.contract(metric)
                 max_age, ttl = contract.max_age, contract.ttl
-                for e in per_node.values():
+                for e in per_node.values():  # an entry's expiry, inline: this walks every node of the metric
                     expires = min(e.observed_at + max_age, e.fetched_at + ttl)
                     if since < expires <= now and e.source == name:
                         expired.add(metric)

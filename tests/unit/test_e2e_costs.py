@@ -188,11 +188,12 @@ def test_what_the_reflector_remembers_of_an_object_is_its_identity_not_its_body(
 
 
 def test_the_packed_numbers_are_the_ones_the_ring_would_read_from_the_record() -> None:
-    from metrics_sched.audit.record import StoredDecision, _read, build_packed, layout_of
+    from metrics_sched.audit.record import StoredDecision, _read, build_stored, layout_of
 
     results, state = realistic_results(12)
     for result in results:
-        record, packed = build_packed(result, state.table, config_hash="h", now=1_800_000_000.0)
+        stored = build_stored(result, state.table, config_hash="h", now=1_800_000_000.0)
+        record, packed = stored.to_record(), stored.values
         read = StoredDecision(record, layout_of(record)).values
         assert len(packed) == len(read) > 0
         # The ring keeps the numbers as computed and rounds them when read; the record shows them rounded.
