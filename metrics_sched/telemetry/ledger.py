@@ -35,18 +35,40 @@ class _Column:
     deltas: FloatArray = field(default_factory=lambda: np.zeros(0))
     alive: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     size: int = 0
+    dead: int = 0  # slots whose placement was removed: compaction is worth its cost once they are many
     rows_generation: int = -1
     # The adjustment last computed (read-only; replaced, never changed in place, since a decision record
     # may hold it) and the sample times it was computed against. A new placement updates its one row;
     # anything else (a removal, new samples, nodes moving rows) recomputes it.
     dense: FloatArray | None = None
     dense_observed: FloatArray | None = None
-    # The last placement's step: (the adjustment it made, the one it was made from, its row as an array), so a
-    # reader holding the older one patches that row instead of comparing every row (InFlightLedgerStore.last_step).
+    # The last step: (the adjustment after it, the one before it, the rows it changed), so a reader holding the
+    # older one patches those rows instead of comparing every row (InFlightLedgerStore.last_step).
     step: tuple[FloatArray, FloatArray, IntArray] | None = None
+    # Placements added to `dense` on its next read, as (row, delta) in order: a copy of the whole adjustment per
+    # read, not per placement (a metric no cycle reads in between, e.g. a GPU metric between CPU pods, is copied
+    # once for all of them).
+    pending: list[tuple[int, float]] = field(default_factory=list)
 
     def forget_dense(self) -> None:
         self.dense = self.dense_observed = self.step = None
+        self.pending.clear()
+
+    def settle(self) -> None:
+        """Adds the pending placements to a copy of `dense`, in order: the doubles the full computation gives
+        (np.bincount sums each row's deltas in placement order)."""
+        dense, pending = self.dense, self.pending
+        if dense is None or not pending:
+            return
+        updated = dense.copy()
+        for row, delta in pending:
+            updated[row] += delta
+        updated.flags.writeable = False
+        changed = np.array(sorted({row for row, _ in pending}), dtype=np.int64)
+        changed.flags.writeable = False
+        pending.clear()
+        self.dense = updated
+        self.step = (updated, dense, changed)
 
     def append(self, node: str, row: int, at: float, delta: float) -> int:
         if self.size == self.rows.shape[0]:
@@ -67,6 +89,9 @@ class _Placement:
     node: str
     at: float
     slots: dict[str, int]  # metric -> index in that metric's column
+
+
+_MIN_DEAD = 64  # below this many removed slots a column is left as it is
 
 
 class InFlightLedgerStore:
@@ -93,19 +118,18 @@ class InFlightLedgerStore:
             row = self._table.index.get(node, -1) if self._table is not None else -1
             slots = {}
             columns, appended = self._columns, self.appended
-            changed = np.array([row], dtype=np.int64)  # the step's row, one array for every metric (read-only)
-            changed.flags.writeable = False
             for metric, delta in deltas.items():
                 column = columns.get(metric)
                 if column is None:  # not setdefault(): its default, four arrays, would be built on every call
                     column = columns[metric] = _Column()
                 slots[metric] = column.append(node, row, when, delta)
-                self._add_to_dense(column, row, when, delta, changed)
+                self._add_to_dense(column, row, when, delta)
                 appended[metric] = appended.get(metric, 0) + 1
             self._placements[uid] = _Placement(node, when, slots)
 
-    def _add_to_dense(self, column: _Column, row: int, when: float, delta: float, changed: IntArray) -> None:
-        """The new placement's delta on its row, as the full computation would add it (last, in order)."""
+    def _add_to_dense(self, column: _Column, row: int, when: float, delta: float) -> None:
+        """The new placement's delta on its row, as the full computation would add it (last, in order), when the
+        adjustment is next read."""
         dense, observed = column.dense, column.dense_observed
         if dense is None or observed is None:
             return
@@ -114,11 +138,7 @@ class InFlightLedgerStore:
             return
         if row < 0 or when < observed[row]:
             return  # not a node, or already covered by its sample
-        updated = dense.copy()
-        updated[row] += delta
-        updated.flags.writeable = False
-        column.dense = updated
-        column.step = (updated, dense, changed)
+        column.pending.append((row, delta))
 
     def _remove(self, uid: str) -> None:
         placement = self._placements.pop(uid, None)
@@ -127,6 +147,7 @@ class InFlightLedgerStore:
             for metric, index in placement.slots.items():
                 column = self._columns[metric]
                 column.alive[index] = False
+                column.dead += 1
                 column.forget_dense()  # subtracting would not give the sum without it, bit for bit
 
     def remove(self, uid: str) -> None:
@@ -140,7 +161,10 @@ class InFlightLedgerStore:
             old = [uid for uid, p in self._placements.items() if p.at < cutoff]
             for uid in old:
                 self._remove(uid)
-            self._compact()
+            # Compacting rebuilds every slot map (Python work per live placement): only once the removed slots
+            # are at least as many as the live ones, so its cost stays proportional to what it frees.
+            if any(column.dead >= max(_MIN_DEAD, column.size - column.dead) for column in self._columns.values()):
+                self._compact()
             return len(old)
 
     def _compact(self) -> None:
@@ -169,8 +193,9 @@ class InFlightLedgerStore:
             return counts
 
     def last_step(self, metric: str) -> tuple[FloatArray, FloatArray, IntArray] | None:
-        """The metric's last placement as (the adjustment after it, the adjustment before it, the row it changed);
-        None after anything else (a removal, new samples, rows moving). One attribute read: no lock."""
+        """The metric's last step as (the adjustment after it, the adjustment before it, the rows it changed): the
+        placements since the adjustment was last read. None after anything else (a removal, new samples, rows
+        moving). One attribute read: no lock."""
         column = self._columns.get(metric)
         return column.step if column is not None else None
 
@@ -194,6 +219,7 @@ class InFlightLedgerStore:
                 column.forget_dense()
             if (column.dense is not None and column.dense_observed is observed_at
                     and column.dense.shape[0] == table.capacity):
+                column.settle()
                 return column.dense
             rows = column.rows[: column.size]
             live = column.alive[: column.size] & (rows >= 0)
@@ -209,4 +235,5 @@ class InFlightLedgerStore:
                     : table.capacity].astype(np.float64)
             adjusted.flags.writeable = False
             column.dense, column.dense_observed = adjusted, observed_at
+            column.pending.clear()  # counted in the sums above
             return adjusted

@@ -179,6 +179,77 @@ def test_ledger_entries_stop_counting_once_a_newer_sample_covers_them() -> None:
     assert ledger.adjustment("node_cpu_utilisation", table, observed)[table.index["a"]] == 0.0
 
 
+
+def test_pruning_compacts_only_once_removed_placements_are_many_and_keeps_the_adjustment() -> None:
+    clock = Clock()
+    scheduler, _, _ = make(clock=clock)
+    gpu_nodes(scheduler, ["a", "b"])
+    table = scheduler.state.table
+    ledger = scheduler.ledger
+    metric = "node_cpu_utilisation"
+    for i in range(200):
+        ledger.add(f"uid{i}", "ab"[i % 2], {metric: 0.01 * (i + 1)}, at=NOW + 1)
+    observed = np.full(table.capacity, NOW)
+    column = ledger._columns[metric]
+    ledger.prune()  # nothing removed: the slots stay where they are
+    assert ledger._columns[metric] is column and column.size == 200
+    for i in range(0, 120):
+        ledger.remove(f"uid{i}")
+    expected = np.zeros(table.capacity)
+    for i in range(120, 200):
+        expected[table.index["ab"[i % 2]]] += 0.01 * (i + 1)
+    before = ledger.adjustment(metric, table, observed).copy()
+    ledger.prune()  # 120 removed against 80 live: compacted
+    compacted = ledger._columns[metric]
+    assert compacted is not column and compacted.size == 80 and compacted.dead == 0
+    np.testing.assert_allclose(ledger.adjustment(metric, table, observed), expected)
+    np.testing.assert_allclose(before, expected)
+    ledger.remove("uid150")  # slots found again after the compaction
+    expected[table.index["ab"[150 % 2]]] -= 0.01 * 151
+    np.testing.assert_allclose(ledger.adjustment(metric, table, observed), expected)
+    assert len(ledger) == 79
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["add", "remove", "read", "sample"]), st.integers(0, 7),
+                                st.floats(-2.0, 2.0, allow_nan=False)), min_size=1, max_size=60))
+def test_the_adjustment_kept_between_reads_is_the_full_computation_bit_for_bit(
+        steps: list[tuple[str, int, float]]) -> None:
+    """Placements are added to the kept adjustment when it is next read (several at once when no cycle read it in
+    between): the same doubles as a store computing it from its placements, and last_step names the rows."""
+    clock = Clock()
+    scheduler, _, _ = make(clock=clock)
+    names = [f"n{i}" for i in range(8)]
+    gpu_nodes(scheduler, names)
+    table = scheduler.state.table
+    kept = InFlightLedgerStore(clock=clock)
+    metric = "node_cpu_utilisation"
+    observed = np.full(table.capacity, NOW)
+    live: dict[str, tuple[str, float, float]] = {}
+    last = kept.adjustment(metric, table, observed)
+    for i, (action, at, delta) in enumerate(steps):
+        if action == "add":
+            uid = f"u{i}"
+            live[uid] = (names[at], delta, NOW + 1 + i)
+            kept.add(uid, names[at], {metric: delta}, at=NOW + 1 + i)
+        elif action == "remove" and live:
+            uid = sorted(live)[at % len(live)]
+            del live[uid]
+            kept.remove(uid)
+        elif action == "sample":
+            observed = observed.copy()
+            observed[table.index[names[at]]] = NOW + 1 + i  # a sample covering that node's placements so far
+        else:
+            full = InFlightLedgerStore(clock=clock)
+            for uid, (name, d, when) in live.items():
+                full.add(uid, name, {metric: d}, at=when)
+            got = kept.adjustment(metric, table, observed)
+            assert got.tobytes() == full.adjustment(metric, table, observed).tobytes()
+            step = kept.last_step(metric)
+            if step is not None and step[0] is got and step[1] is last:
+                assert set(np.flatnonzero(got != last).tolist()) <= set(step[2].tolist())
+            last = got
+
 finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.just(float("nan")))
 
 
