@@ -38,10 +38,12 @@ Reserve, Permit and binding run per pod as always, on a clone of the stored cycl
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -111,21 +113,18 @@ class _Term:
         identity = normalize is unchanged and scorer.normalized is not Normalized.UNCHECKED
         return cls(term, scorer, cluster, pods, ledger, gaps, per_node, everywhere, identity, incremental)
 
-    def with_term(self, term: ScoreTerm, gaps: bool | None = None) -> _Term:
-        return _Term(term, self.scorer, self.cluster, self.pods, self.ledger, self.gaps if gaps is None else gaps,
-                     self.per_node, self.everywhere, self.identity, self.incremental)
-
 
 @dataclass
 class _Stages:
     """The weighted totals in pieces, so a term whose normalised values moved everywhere costs one pass from it
-    on: what WeightedMean adds for the terms before the first that may move everywhere (`prefix`), what it adds
-    for each term from there (`parts`), and the weight each row's total is divided by. Owned by the batch
-    (never handed out), patched in place on the changed rows."""
+    on: one matrix whose first row is what WeightedMean adds for the terms before the first that may move
+    everywhere (the prefix) and each next row what it adds for one term from there (its part), so the totals are
+    one reduction down the rows (numpy adds the rows of a C-contiguous matrix in order along axis 0: the same
+    additions as WeightedMean's, in the same order), and the weight each row's total is divided by. Owned by the
+    batch (never handed out), patched in place."""
 
     first: int  # the first term that may move everywhere (len(terms): none)
-    prefix: FloatArray
-    parts: list[FloatArray]  # terms[first:]
+    matrix: FloatArray  # (1 + len(terms) - first, candidates): the prefix, then the parts of terms[first:]
     weights: FloatArray
     positive: bool = True  # every row has a weight (the usual case: a plain division)
 
@@ -163,6 +162,12 @@ class _Batch:
     # Per trace position, a filter whose verdict a pod change on a row may move (it reads pods, or the ledger of
     # these metrics), else None.
     moves: list[tuple[FilterPlugin, bool, tuple[str, ...]] | None]
+    # The positions of the terms that may move (scored afresh, kept incrementally, or reading pods or the ledger):
+    # the others keep their values for as long as the batch lives.
+    active: list[int]
+    # The fields every batched cycle's result starts from (_light_result): the stored cycle's, which no code
+    # changes in place (a result's mutable fields are fresh copies).
+    prototype: tuple[dict[str, Any], tuple[str, ...]]
 
 
 @dataclass
@@ -268,16 +273,16 @@ class Batcher:
                 dirty, positions = dirty[inside], positions[inside]
                 self.stats.past_non_candidates += 1
 
-        result = CycleResult(pod=pod, profile=framework.name, nodes_total=len(table), cycle=batch.cycle.clone())
-        cycle, clock = result.cycle, time.perf_counter
+        result = _light_result(batch, pod, len(table))
+        cycle, clock, timings = result.cycle, time.perf_counter, result.timings
         for pre_filter, skipped in batch.cluster_pre_filters:
             started = clock()
             status = pre_filter.pre_filter(cycle, pod)
-            result.timings.append((pre_filter.name, "PreFilter", clock() - started, status.code.value))
+            timings.append((pre_filter.name, "PreFilter", clock() - started, status.code.value))
             if not _same(status, skipped):
                 refused["cluster plugin changed"] += 1
                 return None
-        ledger = self._ledger_changes(batch)
+        ledger = self._ledger_changes(batch) if batch.ledger else {}
         if dirty.size:
             for plugin, pods, read in batch.recheck:
                 if ((pods or (ledger and not ledger.keys().isdisjoint(read)))
@@ -285,17 +290,10 @@ class Batcher:
                     refused["candidate no longer fits"] += 1
                     return None
 
-        result.feasible_rows = rows
-        rejections: Counter[str] = Counter()
-        result.rejections = rejections
-        dict.update(rejections, batch.rejections)  # a copy (Counter(counter) counts them one by one)
-        result.rejected_by = set(batch.rejected_by)
-        result.filter_skipped = batch.filter_skipped
-        result.skipped = set(batch.score_skipped)
         for pre in batch.cluster_pre_scores:
             started = clock()
             status = pre.pre_score(cycle, pod, table, rows)
-            result.timings.append((pre.name, "PreScore", clock() - started, status.code.value))
+            timings.append((pre.name, "PreScore", clock() - started, status.code.value))
             if not _same(status, pre.name in batch.score_skipped):
                 refused["cluster plugin changed"] += 1
                 return None
@@ -304,9 +302,10 @@ class Batcher:
         if rescored is None:
             refused["cluster plugin changed"] += 1
             return None
-        terms, whole, moved = rescored
-        if batch.stages.first < len(terms):  # else no term moves everywhere: the pieces are never summed
-            _restage(batch.stages, batch.terms, terms, positions)
+        whole, moved, changed, regaps = rescored
+        terms = batch.terms
+        if changed and batch.stages.first < len(terms):  # else no term moves everywhere: never summed
+            _restage(batch.stages, terms, changed, regaps, positions)
         if whole:
             total = _staged_total(batch.stages)
         elif moved:
@@ -317,8 +316,9 @@ class Batcher:
             total = batch.total
         result.terms = [entry.term for entry in terms]
         result.total = total
-        batch.terms, batch.total, batch.stamp = terms, total, stamp
-        batch.ledger.update(ledger)
+        batch.total, batch.stamp = total, stamp
+        if ledger:
+            batch.ledger.update(ledger)
         if dirty.size > _FEW:
             self.stats.many_changed += 1
         framework.choose(result, table, rows)
@@ -360,17 +360,23 @@ class Batcher:
         return changed
 
     def _rescore(self, batch: _Batch, result: CycleResult, table: NodeTable, dirty: IntArray, positions: IntArray,
-                 ledger: dict[str, int], pods_changed: IntArray) -> tuple[list[_Term], bool, bool] | None:
-        """The terms now; whether a normalised value moved outside the changed rows (the totals are then
-        recomputed over every candidate); whether a changed row's normalised value moved. None: an incremental
-        plugin's scores cannot be kept (the batch is not used)."""
+                 ledger: dict[str, int], pods_changed: IntArray) -> tuple[bool, bool, list[int], bool] | None:
+        """Brings the batch's terms up to now, in place (a refused batch is dropped: the caller never keeps one
+        half-updated). Returns whether a normalised value moved outside the changed rows (the totals are then
+        recomputed over every candidate), whether a changed row's normalised value moved, the positions of the
+        terms whose normalised values are a new array, and whether one of those that may move everywhere had or
+        has gaps (the weights are then recomputed). None: an incremental plugin's scores cannot be kept."""
         cycle, pod, rows, clock, timings = result.cycle, result.pod, batch.rows, time.perf_counter, result.timings
-        terms: list[_Term] = []
-        whole = moved = False
+        terms = batch.terms
+        whole = moved = regaps = False
+        changed: list[int] = []
+        some = dirty.size > 0
         # A few changed rows (the usual one: the last placement) are compared and patched with Python floats.
         places = positions.tolist() if 0 < dirty.size <= _FEW else None
-        for entry in batch.terms:
+        for index in batch.active:  # the terms that may move at all (the others keep their values)
+            entry = terms[index]
             old = entry.term
+            scorer = entry.scorer
             if entry.incremental is not None:
                 started = clock()
                 kept = entry.incremental.rescore(cycle, pod, table, pods_changed)
@@ -379,73 +385,83 @@ class Batcher:
                 raw, evidence = kept, old.evidence
             elif entry.cluster:
                 started = clock()
-                scored = entry.scorer.score(cycle, pod, table, rows)
+                scored = scorer.score(cycle, pod, table, rows)
                 detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
                 raw, evidence = np.asarray(detail.scores, dtype=np.float64), detail.evidence
-            elif dirty.size and (entry.pods or (ledger and not ledger.keys().isdisjoint(entry.ledger))):
+            elif some and (entry.pods or (ledger and not ledger.keys().isdisjoint(entry.ledger))):
                 started = clock()
-                scorer = entry.scorer
                 scored = scorer.score(cycle, pod, table, dirty)
-                detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
-                fresh = np.asarray(detail.scores, dtype=np.float64)
+                if isinstance(scored, ScoreDetail):
+                    fresh, evidence = scored.scores, scored.evidence
+                else:
+                    fresh, evidence = scored, ()
+                old_raw = old.raw
                 if places is not None:
                     values = fresh.tolist()
-                    old_raw = old.raw
-                    same = _same_floats(values, [old_raw.item(at) for at in places])
+                    if len(places) == 1:  # the usual case: one placement's row
+                        x, y = values[0], old_raw.item(places[0])
+                        same = x == y or (x != x and y != y)  # NaN equal to NaN
+                    else:
+                        same = all(x == y or (x != x and y != y)
+                                   for x, y in zip(values, [old_raw.item(at) for at in places], strict=True))
                 else:
-                    same = _equal(fresh, old.raw[positions])
+                    fresh = np.asarray(fresh, dtype=np.float64)
+                    same = _equal(fresh, old_raw[positions])
                 if same:
                     # The same scores; the evidence (whole-table arrays, e.g. the ledger's latest) is taken as is.
-                    if detail.evidence is not old.evidence:
-                        entry = entry.with_term(
-                            ScoreTerm(old.plugin, old.weight, old.raw, old.normalized, detail.evidence))
-                    terms.append(entry)
+                    if evidence is not old.evidence:
+                        entry.term = ScoreTerm(old.plugin, old.weight, old_raw, old.normalized, evidence)
                     continue
-                raw = old.raw.copy()
+                raw = old_raw.copy()  # the results handed out keep theirs
                 if places is not None:
                     for at, value in zip(places, values, strict=True):
                         raw[at] = value
                 else:
                     raw[positions] = fresh
-                evidence = detail.evidence
                 if entry.identity:
                     # normalize_scores gives the raw values back (the same array, as the cycle's term holds): the
                     # normalised values moved where the raw ones did. A NaN only where promised (IN_RANGE).
                     timings.append((scorer.name, "Score", clock() - started, "Success"))
                     moved = True
-                    gaps = entry.gaps or (scorer.normalized is Normalized.IN_RANGE and (
-                        any(value != value for value in values) if places is not None else bool(np.isnan(fresh).any())))
-                    terms.append(entry.with_term(ScoreTerm(old.plugin, old.weight, raw, raw, evidence), gaps))
+                    if not entry.gaps and scorer.normalized is Normalized.IN_RANGE and (
+                            any(value != value for value in values) if places is not None
+                            else bool(np.isnan(fresh).any())):
+                        entry.gaps = True
+                    entry.term = ScoreTerm(old.plugin, old.weight, raw, raw, evidence)
+                    changed.append(index)
                     continue
                 if entry.per_node:
                     # The cycle's bounding maps each value on its own too (NaN for anything not finite, else
                     # clipped to 0-100): the changed rows alone give their values, the others keep theirs.
-                    changed, changed_gaps = normalize_scores(scorer, fresh)
+                    fresh_normalized, fresh_gaps = normalize_scores(scorer, np.asarray(fresh, dtype=np.float64))
                     timings.append((scorer.name, "Score", clock() - started, "Success"))
-                    moved = moved or not _equal(old.normalized[positions], changed)
+                    moved = moved or not _equal(old.normalized[positions], fresh_normalized)
                     normalized = old.normalized.copy()
-                    normalized[positions] = changed
+                    normalized[positions] = fresh_normalized
                     # `gaps` only picks WeightedMean's path, which gives the same numbers either way: a NaN gone
                     # from a changed row may leave it True.
-                    terms.append(entry.with_term(ScoreTerm(old.plugin, old.weight, raw, normalized, evidence),
-                                                 entry.gaps or changed_gaps))
+                    entry.gaps = entry.gaps or fresh_gaps
+                    entry.term = ScoreTerm(old.plugin, old.weight, raw, normalized, evidence)
+                    changed.append(index)
                     continue
             else:
-                terms.append(entry)
                 continue
             # Normalised over every candidate, as the cycle does.
-            scorer = entry.scorer
             normalized, gaps = normalize_scores(scorer, raw)
             timings.append((scorer.name, "Score", clock() - started, "Success"))
             # Scores read from the cluster move with nearly every placement (spreading: at least on the node
             # placed on): compared, they would be recomputed all the same.
             if not entry.cluster and gaps == entry.gaps and _equal(normalized, old.normalized):
                 normalized = old.normalized  # nothing moved: the totals stand
-            elif not whole:
-                whole = True
-                self.stats.totals_recomputed += 1
-            terms.append(entry.with_term(ScoreTerm(old.plugin, old.weight, raw, normalized, evidence), gaps))
-        return terms, whole, moved
+            else:
+                if not whole:
+                    whole = True
+                    self.stats.totals_recomputed += 1
+                changed.append(index)
+                regaps = regaps or gaps or entry.gaps
+            entry.gaps = gaps
+            entry.term = ScoreTerm(old.plugin, old.weight, raw, normalized, evidence)
+        return whole, moved, changed, regaps
 
     # -- storing ---------------------------------------------------------------------------------
     def _store(self, template: Hashable, pod: PodInfo, table: NodeTable, result: CycleResult, stamp: int) -> None:
@@ -505,6 +521,9 @@ class Batcher:
         on_row = {entry[0].name: entry for entry in recheck}
         trace = result.filter_trace
         moves = [on_row.get(name) for name, _ in trace]
+        active = [index for index, entry in enumerate(terms)
+                  if entry.incremental is not None or entry.cluster or entry.pods or entry.ledger]
+        prototype = _prototype(framework.name, result)
         self._batches.append(_Batch(
             template=template, validity=self._validity(table), deadline=deadline, stamp=stamp,
             cycle=result.cycle.clone(), filter_skipped=filter_skipped, score_skipped=frozenset(result.skipped),
@@ -514,7 +533,7 @@ class Batcher:
             cluster_pre_filters=[(p, p.name in filter_skipped) for p in framework.pre_filters if p.name in cluster],
             cluster_pre_scores=[p for p in framework.pre_scores if p.name in cluster and p.name not in kept],
             tokens=[(scope.token, scope.token()) for scope in scopes.values() if scope.token is not None],
-            stages=stages, trace=trace, moves=moves))
+            stages=stages, trace=trace, moves=moves, active=active, prototype=prototype))
         if len(self._batches) > MAX_TEMPLATES:
             del self._batches[0]
         self.stats.stored += 1
@@ -529,6 +548,42 @@ class Batcher:
         return min(reader.fresh_until(metric, table) for metric in dict.fromkeys(metrics))
 
 
+# CycleResult's fields each batched cycle sets afresh (all its mutable ones, today): never the prototype's.
+_OWN_FIELDS = ("pod", "nodes_total", "cycle", "timings", "terms", "rejections", "rejected_by", "skipped",
+               "filter_trace")
+
+
+def _prototype(profile: str, stored: CycleResult) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The fields of a batched cycle's result before the cycle (those a fresh CycleResult has, with the stored
+    cycle's candidates and skipped filters), copied into each result's __dict__ (_light_result); and the names of
+    any other field whose default is a mutable container (one added to CycleResult later): copied per result."""
+    fields = dict(vars(CycleResult(pod=stored.pod, profile=profile)))
+    fields.update(feasible_rows=stored.feasible_rows, filter_skipped=stored.filter_skipped)
+    for name in _OWN_FIELDS:
+        del fields[name]
+    mutable = tuple(name for name, value in fields.items() if isinstance(value, list | dict | set))
+    return fields, mutable
+
+
+def _light_result(batch: _Batch, pod: PodInfo, nodes_total: int) -> CycleResult:
+    """CycleResult(pod=pod, profile=..., nodes_total=..., cycle=<a clone of the batch's>) with the batch's
+    candidates, rejection counts and skipped plugins, as its constructor and field assignments would make it, at a
+    tenth of the cost (the constructor's default factories were a tenth of a batched cycle): the prototype's
+    immutable values are shared, every mutable one is a new object."""
+    result: CycleResult = object.__new__(CycleResult)
+    prototype, mutable = batch.prototype
+    fields = prototype.copy()
+    for name in mutable:
+        fields[name] = copy.copy(fields[name])
+    rejections: Counter[str] = Counter.__new__(Counter)  # a copy (Counter(counter) counts them one by one)
+    dict.update(rejections, batch.rejections)
+    fields.update(pod=pod, nodes_total=nodes_total, cycle=batch.cycle.clone(), timings=[], terms=[],
+                  rejections=rejections, rejected_by=set(batch.rejected_by), skipped=set(batch.score_skipped),
+                  filter_trace=[])
+    result.__dict__ = fields
+    return result
+
+
 def _positions(rows: IntArray, capacity: int) -> IntArray:
     """Per table row, its position among `rows` (-1: not among them)."""
     position: IntArray = np.full(capacity, -1, dtype=np.int64)
@@ -540,28 +595,40 @@ def _stages(terms: Sequence[_Term]) -> _Stages:
     """The totals' pieces for these terms (all of them computed afresh)."""
     first = next((i for i, entry in enumerate(terms) if entry.everywhere), len(terms))
     size = terms[0].term.normalized.shape[0] if terms else 0
-    prefix = np.zeros(size, dtype=np.float64)
+    matrix: FloatArray = np.zeros((1 + len(terms) - first, size), dtype=np.float64)
+    prefix = matrix[0]
     for entry in terms[:first]:
         prefix += _part(entry)
+    for index, entry in enumerate(terms[first:], start=1):
+        _write_part(entry, matrix[index])
     weights = np.zeros(size, dtype=np.float64)
     for entry in terms:
         weights += _weight(entry)
-    stages = _Stages(first, prefix, [_part(entry) for entry in terms[first:]], weights)
+    stages = _Stages(first, matrix, weights)
     stages.weighed()
     return stages
 
 
 def _part(entry: _Term) -> FloatArray:
-    """What WeightedMean adds to the totals for the term (a NaN adds nothing): normalized * 1.0 is normalized,
-    bit for bit, so a term of weight 1 without gaps that may move everywhere is its own part (_restage never
-    writes into those); any other is a new array."""
+    """What WeightedMean adds to the totals for the term (a NaN adds nothing; normalized * 1.0 is normalized)."""
     normalized, weight = entry.term.normalized, entry.term.weight
-    if weight == 1 and not entry.gaps and entry.everywhere:
+    if weight == 1 and not entry.gaps:
         return normalized
     part: FloatArray = normalized * weight
     if entry.gaps:
         part = np.where(np.isnan(normalized), 0.0, part)
     return part
+
+
+def _write_part(entry: _Term, out: FloatArray) -> None:
+    """_part(entry) written into `out` (a row of the stages' matrix)."""
+    normalized, weight = entry.term.normalized, entry.term.weight
+    if weight == 1:
+        np.copyto(out, normalized)
+    else:
+        np.multiply(normalized, weight, out=out)
+    if entry.gaps:
+        out[np.isnan(normalized)] = 0.0
 
 
 def _weight(entry: _Term) -> FloatArray | float:
@@ -572,53 +639,53 @@ def _weight(entry: _Term) -> FloatArray | float:
     return float(entry.term.weight)
 
 
-def _restage(stages: _Stages, before: Sequence[_Term], after: Sequence[_Term], positions: IntArray) -> None:
-    """Brings the pieces up to the terms now: a term normalised everywhere again gives its part afresh (and the
-    weights, if it may have gaps); on the changed rows, the prefix, the weights and the other terms' parts are
-    recomputed on their own (a term that may move everywhere has its part afresh, or the same values)."""
+def _restage(stages: _Stages, terms: Sequence[_Term], changed: Sequence[int], regaps: bool,
+             positions: IntArray) -> None:
+    """Brings the pieces up to the terms now, given the positions of the terms whose normalised values are new
+    arrays: a term that may move everywhere has its part written afresh (and the weights recomputed, if it had or
+    has gaps); on the changed rows, the prefix, the weights and the other terms' parts are recomputed on their own
+    (a term that may move everywhere has its part afresh, or the same values)."""
     first = stages.first
-    changed = False
-    weights = False
-    parts = stages.parts
-    for index, (old, new) in enumerate(zip(before, after, strict=True)):
-        normalized = new.term.normalized
-        if normalized is old.term.normalized:
-            continue
-        changed = True
-        if new.everywhere:
-            if new.term.weight != 1 and not new.gaps:
-                # The batch's own array (_part made it: never handed out, never a term's): rewritten in place.
-                np.multiply(normalized, new.term.weight, out=parts[index - first])
-            else:
-                parts[index - first] = _part(new)
-            weights = weights or new.gaps or old.gaps
+    matrix = stages.matrix
+    for index in changed:
+        entry = terms[index]
+        if entry.everywhere:
+            _write_part(entry, matrix[1 + index - first])
+    weights = regaps
     if weights:
         stages.weights = np.zeros_like(stages.weights)
-        for entry in after:
+        for entry in terms:
             stages.weights += _weight(entry)
-    if changed and positions.size:
-        prefix, row_weights = stages.prefix, stages.weights
-        # Per term: its normalised values, its weight, and the part it owns on changed rows (None: in the prefix,
-        # or a part that moves everywhere and was given afresh above).
-        columns = [(entry.term.normalized, entry.term.weight,
-                    None if index < first or entry.everywhere else parts[index - first])
-                   for index, entry in enumerate(after)]
+    if positions.size:
+        # On the changed rows only what a changed term feeds moves: the prefix (when a term in it changed), the
+        # changed terms' own parts, and the weights (when a changed term has gaps: its NaN may have come or gone;
+        # a term's gaps never go back to False, so it covers the values before too).
+        prefix_moved = bool(changed) and changed[0] < first
+        own = [(terms[index].term.normalized, terms[index].term.weight, matrix[1 + index - first])
+               for index in changed if index >= first and not terms[index].everywhere]
+        reweigh = any(terms[index].gaps for index in changed if not terms[index].everywhere)
+        prefix, row_weights = matrix[0], stages.weights
+        before = [(entry.term.normalized, entry.term.weight) for entry in terms[:first]] if prefix_moved else []
+        every = [(entry.term.normalized, entry.term.weight) for entry in terms] if reweigh else []
         for position in positions.tolist():
-            total = weight = 0.0
-            for index, (normalized, term_weight, part_of) in enumerate(columns):
+            if prefix_moved:
+                total = 0.0
+                for normalized, term_weight in before:
+                    value = normalized.item(position)
+                    if value == value:  # not NaN
+                        total += value * term_weight
+                prefix[position] = total
+            for normalized, term_weight, part_of in own:
                 value = normalized.item(position)
-                part = 0.0
-                if value == value:  # not NaN
-                    part = value * term_weight
-                    weight += term_weight
-                if index < first:
-                    total += part
-                elif part_of is not None:
-                    part_of[position] = part
-            prefix[position] = total
-            row_weights[position] = weight
-            if weight <= 0:
-                stages.positive = False
+                part_of[position] = value * term_weight if value == value else 0.0
+            if reweigh:
+                weight = 0.0
+                for normalized, term_weight in every:
+                    if normalized.item(position) == normalized.item(position):
+                        weight += term_weight
+                row_weights[position] = weight
+                if weight <= 0:
+                    stages.positive = False
         # A row that had no weight may have one now: look again (the usual case never gets here).
         weights = weights or not stages.positive
     if weights:
@@ -627,10 +694,8 @@ def _restage(stages: _Stages, before: Sequence[_Term], after: Sequence[_Term], p
 
 def _staged_total(stages: _Stages) -> FloatArray:
     """WeightedMean's result (0 where no term has a weight) from the pieces: the same additions in the same
-    order, divided by the same weights."""
-    total: FloatArray = stages.prefix.copy() if not stages.parts else stages.prefix + stages.parts[0]
-    for part in stages.parts[1:]:
-        total += part
+    order (one reduction down the matrix), divided by the same weights."""
+    total: FloatArray = np.add.reduce(stages.matrix, axis=0)
     weights = stages.weights
     if stages.positive:
         total /= weights
@@ -652,11 +717,6 @@ def _equal(a: FloatArray, b: FloatArray) -> bool:
     if a[first] == a[first] or b[first] == b[first]:
         return False  # a value that really differs (the usual case when they are not equal)
     return bool(np.isnan(a[differ]).all() and np.isnan(b[differ]).all())
-
-
-def _same_floats(a: Sequence[float], b: Sequence[float]) -> bool:
-    """_equal on Python floats (NaN equal to NaN)."""
-    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
 
 
 def _row_total(terms: Sequence[_Term], position: int) -> float:

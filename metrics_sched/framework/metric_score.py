@@ -14,6 +14,7 @@ the queue that a refresh may have admitted a node. Plugins with args return thei
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,6 +48,12 @@ __all__ = ["Direction", "MetricRead", "MetricScorePlugin", "MetricTerm", "Normal
 Direction = Literal["lower", "higher"]
 
 
+# np.clip's own ufunc: np.clip's Python wrappers cost several times its arithmetic on the few rows a batched cycle
+# scores (numpy 2 keeps its ufuncs in numpy._core, 1.x in numpy.core).
+_CLIP: np.ufunc = importlib.import_module(
+    "numpy._core.umath" if int(np.__version__.split(".")[0]) >= 2 else "numpy.core.umath").clip
+
+
 @dataclass(frozen=True)
 class Scale:
     """How raw values map to 0-100: fixed bounds (`range`, values outside are clipped, robust to
@@ -68,7 +75,7 @@ class Scale:
                 return np.where(np.isfinite(values), 100.0, np.nan)
         # NaN passes through these without a warning (no errstate: entering one costs more than the arithmetic on a
         # few patched rows).
-        scaled = np.clip(values, low, high)
+        scaled: FloatArray = _CLIP(values, low, high)  # np.clip's result
         scaled -= low
         scaled /= high - low
         if better == "lower":
@@ -285,7 +292,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> ScoreDetail:
         if not self.applies(pod):
             return ScoreDetail(np.full(rows.shape[0], np.nan))
-        if self._pointwise and rows.shape[0] <= _FEW:
+        if self._pointwise and rows.shape[0] <= _FEW_SCORED:
             few = self._score_few(table, rows)
             if few is not None:
                 return few
@@ -309,14 +316,19 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def _score_few(self, table: NodeTable, rows: IntArray) -> ScoreDetail | None:
         """score() of a few rows (a batched cycle re-scores the rows a placement changed) when every term is
         pointwise: each row's value straight from the column and the ledger's adjustment, scaled and averaged in
-        Python floats (the same IEEE operations in the same order as the memo's patch, Scale.apply and the weighted
-        mean: the same doubles), with the evidence a full score() gives. The memos are left as they are: the next
+        Python floats, or in numpy on the gathered rows beyond _FEW of them (the same IEEE operations in the same
+        order as the memo's patch, Scale.apply and the weighted mean: the same doubles), with the evidence a full
+        score() gives. The memos are left as they are: the next
         score() over many rows patches them from the rows where the adjustment differs. None (the memo path runs)
         until a memo holds the column's measured values."""
         ledger = self.handle.ledger
         placed = len(ledger) > 0
+        # Beyond a few rows the same operations on the gathered rows in numpy (Scale.apply, the weighted mean:
+        # the same doubles as apply_one and _weighted_mean_one) cost less than a Python loop per row and term.
+        many = rows.shape[0] > _FEW
         at = rows.tolist()
         scored: list[list[float]] = []
+        parts: list[FloatArray] = []
         evidence: list[MetricEvidence] = []
         for term in self._terms:
             column = self.handle.metrics.column(term.metric, table)
@@ -325,6 +337,12 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                 return None
             measured, missing = memo.read.measured, memo.read.missing
             in_flight = ledger.adjustment(term.metric, table, column.observed_at) if term.ledger and placed else None
+            evidence.append(MetricEvidence(column.metric, measured, in_flight, column.observed_at,
+                                           tuple(column.sources)))
+            if many:
+                gathered = measured[rows] if in_flight is None else measured[rows] + in_flight[rows]
+                parts.append(self._scaled(term, gathered, missing[rows], column.contract))
+                continue
             lowest = column.contract.on_missing == OnMissing.LOWEST
             scale, better = term.scale, term.better
             values: list[float] = []
@@ -335,11 +353,12 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
                 value = measured.item(row) if in_flight is None else measured.item(row) + in_flight.item(row)
                 values.append(scale.apply_one(value, better))
             scored.append(values)
-            evidence.append(MetricEvidence(column.metric, measured, in_flight, column.observed_at,
-                                           tuple(column.sources)))
         weights = self._weights
-        combined = np.array([_weighted_mean_one([values[i] for values in scored], weights) for i in range(len(at))],
-                            dtype=np.float64)
+        if many:
+            combined = parts[0] if len(parts) == 1 and weights[0] == 1 else nan_weighted_mean(parts, weights, len(at))
+        else:
+            combined = np.array([_weighted_mean_one([values[i] for values in scored], weights)
+                                 for i in range(len(at))], dtype=np.float64)
         return ScoreDetail(combined, tuple(evidence))
 
     @staticmethod
@@ -417,6 +436,10 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
 # Up to this many changed rows are patched with Python floats, one row at a time (a placement changes one): a numpy
 # call on a one-row array costs a microsecond or two, and a patch made a few dozen of them.
 _FEW = 4
+# score() of up to this many rows (a batched cycle re-scores the rows changed since its template's last pod: one,
+# or one per pod placed since when templates interleave) reads each row in Python floats (_score_few) instead of
+# patching the memos (a dozen numpy calls and their dataclasses per term).
+_FEW_SCORED = 16
 
 
 def _weighted_mean_one(parts: Sequence[float], weights: Sequence[float]) -> float:

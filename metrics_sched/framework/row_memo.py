@@ -50,6 +50,11 @@ class RowScores:
         compute_one(row), when given, is compute() of one row in Python floats (the same IEEE operations in the
         same order, so the same double): a placement changes one row, and a dozen numpy calls on a one-row array
         cost several times the arithmetic."""
+        if compute_one is not None and rows.shape[0] <= _FEW:
+            # A few rows (a batched cycle re-scores the one a placement changed): computed from the table as it is,
+            # the kept values left behind (their stamp says what they miss: the next call over many rows patches
+            # them), with none of the bookkeeping, which costs several times the arithmetic.
+            return np.array([compute_one(row) for row in rows.tolist()], dtype=np.float64)
         if table is not self._table:
             self._kept.clear()
             self._table = table

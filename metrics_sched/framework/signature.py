@@ -76,9 +76,10 @@ def template_of(pod: PodInfo) -> Hashable | None:
         return None
     metadata = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
+    if not _VOLATILE_SPEC.isdisjoint(spec):  # else the spec as it is (compared by value, never changed)
+        spec = {k: v for k, v in spec.items() if k not in _VOLATILE_SPEC}
     return (pod.namespace, pod.priority, pod.owner_key, pod.scheduler_name, _Frozen(metadata.get("labels") or {}),
-            _Frozen(metadata.get("annotations") or {}),
-            _Frozen({k: v for k, v in spec.items() if k not in _VOLATILE_SPEC}))
+            _Frozen(metadata.get("annotations") or {}), _Frozen(spec))
 
 
 class _Frozen:

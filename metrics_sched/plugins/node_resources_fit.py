@@ -77,6 +77,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         self.strategy = self.args.scoring_strategy.type
         self.score_resources = [(r.name, r.weight) for r in self.args.scoring_strategy.resources]
         self._kept = RowScores()
+        # The last request vector filter_rows saw and its requested columns with their amounts.
+        self._needed: tuple[IntArray | None, list[tuple[int, int]]] = (None, [])
 
     def events_to_register(self) -> list[EventHint]:
         return [EventHint(ClusterEvent.NODE_ADDED, self._fits_on),
@@ -116,7 +118,11 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         """filter() on a few rows (a batched cycle re-checks the nodes whose pods changed)."""
         request = self._requests(cycle, pod, table)
         free = table.free_by_resource
-        needed = [(col, int(request[col])) for col in np.flatnonzero(request).tolist()]
+        seen = self._needed  # held here: the vector it names is never freed, so never another at its address
+        needed = seen[1] if seen[0] is request else None
+        if needed is None:  # per request vector (a batch's cycle state holds the same one for every pod it serves)
+            needed = [(col, int(request[col])) for col in np.flatnonzero(request).tolist()]
+            self._needed = (request, needed)
         if rows.size <= _FEW:  # a placement's row or two: Python ints, not a dozen numpy calls on a 1xN block
             return np.array([all(int(free[col, row]) >= amount for col, amount in needed) for row in rows.tolist()],
                             dtype=bool)

@@ -153,3 +153,34 @@ def test_one_row_in_python_floats_is_the_vector_computation(strategy: str) -> No
                 np.testing.assert_array_equal(fit.filter_rows(cycle, pod, table, few), whole[start: start + 3])
     finally:
         harness.stop()
+
+
+def test_a_few_rows_are_computed_straight_and_the_kept_values_catch_up() -> None:
+    """compute_one on a few rows (a batched cycle's changed ones) reads the table as it is and leaves the kept values
+    behind; the next call over many rows patches them where pods changed meanwhile."""
+    harness = cluster(50, seed=3)
+    try:
+        table = harness.scheduler.state.table
+        asked: list[int] = []
+
+        def compute(rows: np.ndarray) -> np.ndarray:
+            asked.append(int(rows.size))
+            values: np.ndarray = table.requested_by_resource[0][rows].astype(np.float64)
+            return values
+
+        def one(row: int) -> float:
+            return float(table.requested_by_resource[0][row])
+
+        kept = RowScores()
+        every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+        kept.scores("k", table, every, compute, one)
+        placed = [table.index[node] for node in (harness.place(parse_pod(make_pod(i))).node for i in range(3))
+                  if node is not None]
+        few = np.array(sorted(set(placed)), dtype=np.int64)
+        got = kept.scores("k", table, few, compute, one)
+        assert asked == [table.capacity]  # nothing kept was touched
+        np.testing.assert_array_equal(got, table.requested_by_resource[0][few].astype(np.float64))
+        got = kept.scores("k", table, every, compute, one)
+        np.testing.assert_array_equal(got, table.requested_by_resource[0][every].astype(np.float64))
+    finally:
+        harness.stop()
