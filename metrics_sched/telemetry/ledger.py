@@ -84,7 +84,7 @@ class _Column:
         return index
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per pod placed within the horizon (tens of thousands): no __dict__
 class _Placement:
     node: str
     at: float
