@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.e2e_bench import CONTENDERS, PodWatch, proc_stats, say, start_contender
+from bench.e2e_bench import CONTENDERS, HEARTBEATS, PodWatch, proc_stats, say, start_contender
 from devcluster import DevCluster
 from devcluster.kubeapi import Credentials
 
@@ -68,8 +68,11 @@ class RssSampler:
 def measure(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
     contender = next(c for c in CONTENDERS if c.key == "ms-all")
     say(f"sizing: dev cluster with {nodes} nodes, {pods} pods")
+    # As the e2e bench runs ms-all: the per-node recording rules (at 5,000 nodes the raw GPU presets have Prometheus
+    # aggregate 40,000 series per refresh) and node heartbeats as kubelets send them (node updates on the watch).
     with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0,
-                    with_controller_manager=False) as cluster, cluster.api() as api:
+                    with_controller_manager=False, node_heartbeats=HEARTBEATS, recording_rules=True) as cluster, \
+            cluster.api() as api:
         namespace = f"sizing-{secrets.token_hex(2)}"
         api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         _, pid, stop, _ = start_contender(cluster, contender)
