@@ -38,6 +38,7 @@ from devcluster import DevCluster
 from devcluster.kubeapi import Credentials, tls_context
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry import MetricCache, PolledSource
+from metrics_sched.telemetry.batch import BatchedFetchResult
 
 WARM_UP_TIMEOUT = 180.0
 
@@ -96,7 +97,15 @@ def _covered(source: PolledSource, result: FetchResult, nodes: int) -> bool:
     per_metric: dict[str, int] = {}
     for sample in result.samples:
         per_metric[sample.metric] = per_metric.get(sample.metric, 0) + 1
+    for batch in result.batches if isinstance(result, BatchedFetchResult) else ():
+        per_metric[batch.metric] = per_metric.get(batch.metric, 0) + len(batch.nodes)
     return not result.errors and all(per_metric.get(m, 0) >= nodes for m in source.metrics())
+
+
+def values(result: FetchResult) -> int:
+    """The values a refresh delivered: its samples and its batches' (metrics_sched.telemetry.batch)."""
+    batched = result.batches if isinstance(result, BatchedFetchResult) else []
+    return len(result.samples) + sum(len(batch.nodes) for batch in batched)
 
 
 def warm_up(sources: Sequence[PolledSource], directory: NodeDirectory) -> None:
@@ -109,7 +118,7 @@ def warm_up(sources: Sequence[PolledSource], directory: NodeDirectory) -> None:
                 break
             if time.monotonic() > deadline:
                 say(f"{source.name}: not covering every node after {WARM_UP_TIMEOUT:.0f}s "
-                    f"({len(result.samples)} samples, errors {result.errors}); measuring anyway")
+                    f"({values(result)} values, errors {result.errors}); measuring anyway")
                 break
             time.sleep(1.0)
 
@@ -224,7 +233,7 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
             runs = [_timed(functools.partial(source.fetch, directory)) for _ in range(repetitions)]
             last = runs[-1][0]
             out[source.name] = {
-                "queries": last.queries, "metrics": len(source.metrics()), "samples": len(last.samples),
+                "queries": last.queries, "metrics": len(source.metrics()), "samples": values(last),
                 "dropped": last.dropped, "errors": last.errors,
                 "wall_seconds": spread([r[1] for r in runs]), "cpu_seconds": spread([r[2] for r in runs]),
             }

@@ -40,7 +40,8 @@ def lookup(doc: object, path: tuple[str, ...]) -> object:
     """The value at `path`, or MISSING."""
     current = doc
     for segment in path:
-        if isinstance(current, Mapping):
+        # What JSON decodes to first: the common case without an ABC check.
+        if type(current) is dict or isinstance(current, Mapping):
             if segment not in current:
                 return MISSING
             current = current[segment]

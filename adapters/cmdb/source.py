@@ -25,8 +25,9 @@ from adapters.cmdb.pages import Collected, collect
 from adapters.cmdb.paths import MISSING, ShapeError, lookup
 from adapters.cmdb.values import to_number
 from adapters.http_common import clean_message, parse_rfc3339
-from metrics_sched.ports import FetchResult, NodeDirectory, Sample
+from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry import CircuitBreaker, PolledSource, SourceContext
+from metrics_sched.telemetry.batch import BatchedFetchResult, MetricBatch
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,15 @@ class CmdbSource(PolledSource):
                         self.name, self.config.max_pages)
         return result
 
-    def _samples(self, collected: Collected, nodes: NodeDirectory) -> FetchResult:
-        result = FetchResult(samples=[], dropped={}, errors={}, queries=collected.pages)
+    def _samples(self, collected: Collected, nodes: NodeDirectory) -> BatchedFetchResult:
+        """One batch per field (each node once: a later item of a node already seen is a duplicate)."""
+        result = BatchedFetchResult(samples=[], dropped={}, errors={}, queries=collected.pages)
         dropped: Counter[str] = Counter()
         seen: set[str] = set()
+        fields = list(self.config.fields.items())
+        columns: dict[str, tuple[list[str], list[float], list[float]]] = {m: ([], [], []) for m, _ in fields}
         for item, received_at in collected.items:
-            if not isinstance(item, Mapping):
+            if type(item) is not dict and not isinstance(item, Mapping):
                 dropped["malformed"] += 1
                 continue
             if any(lookup(item, path) != expected for path, expected in self.config.match.items()):
@@ -86,10 +90,14 @@ class CmdbSource(PolledSource):
             if observed_at is None:
                 dropped["bad_timestamp"] += 1
                 continue
-            for metric, spec in self.config.fields.items():
+            for metric, spec in fields:
                 value = _field_value(item, spec, dropped)
                 if value is not None:
-                    result.samples.append(Sample(metric=metric, node=node, value=value, observed_at=observed_at))
+                    names, values, stamps = columns[metric]
+                    names.append(node)
+                    values.append(value)
+                    stamps.append(observed_at)
+        result.batches = [MetricBatch.of(metric, *column) for metric, column in columns.items() if column[0]]
         result.dropped = dict(dropped)
         return result
 

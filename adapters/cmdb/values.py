@@ -49,6 +49,8 @@ def loads_strict(data: bytes) -> object:
 def to_number(raw: object) -> tuple[float | None, str | None]:
     """(value, None) or (None, reason). Booleans are 1.0/0.0; numeric strings are accepted because some
     CMDBs (ServiceNow) send every field as a string."""
+    if type(raw) is float:  # the common case first
+        return (raw, None) if math.isfinite(raw) else _finite(raw)
     if raw is None:
         return None, "missing"
     if isinstance(raw, bool):

@@ -34,6 +34,7 @@ from adapters.http_common import (
 from adapters.metrics_server.config import MetricsServerConfig, parse_config
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample
 from metrics_sched.telemetry import PolledSource, SourceContext
+from metrics_sched.telemetry.batch import BatchedFetchResult, MetricBatch
 
 TYPE = "metrics-server"
 
@@ -96,11 +97,18 @@ class MetricsServerSource(PolledSource):
     def _list(self) -> bytes:
         return get_body(self._client, self.config.path, timeout=self.config.timeout)
 
-    def _typed(self, items: list[_NodeMetrics], nodes: NodeDirectory, result: FetchResult) -> FetchResult:
-        """The samples of a well-formed list: the same outcomes as `_item`, without its type checks."""
+    def _typed(self, items: list[_NodeMetrics], nodes: NodeDirectory, result: FetchResult) -> BatchedFetchResult:
+        """The values of a well-formed list, one batch per metric: the same outcomes as `_item`, without its
+        type checks."""
         dropped: Counter[str] = Counter()
         stamps: dict[str, float] = {}  # an item's timestamp text -> its time: items share a few
-        names, samples = nodes.names, result.samples
+        names = nodes.names
+        cpu_nodes: list[str] = []
+        cpu_values: list[float] = []
+        cpu_stamps: list[float] = []
+        memory_nodes: list[str] = []
+        memory_values: list[float] = []
+        memory_stamps: list[float] = []
         cpu_metric, memory_metric = self.config.cpu_metric, self.config.memory_metric
         cpu_allocatable, memory_allocatable = nodes.cpu_allocatable, nodes.memory_allocatable
         for item in items:
@@ -120,12 +128,20 @@ class MetricsServerSource(PolledSource):
             usage = item.usage
             value = _utilisation(usage.get("cpu"), cpu_allocatable.get(node), dropped)
             if value is not None:
-                samples.append(Sample(metric=cpu_metric, node=node, value=value, observed_at=observed_at))
+                cpu_nodes.append(node)
+                cpu_values.append(value)
+                cpu_stamps.append(observed_at)
             value = _utilisation(usage.get("memory"), memory_allocatable.get(node), dropped)
             if value is not None:
-                samples.append(Sample(metric=memory_metric, node=node, value=value, observed_at=observed_at))
-        result.dropped = dict(dropped)
-        return result
+                memory_nodes.append(node)
+                memory_values.append(value)
+                memory_stamps.append(observed_at)
+        # A node listed twice (not what the API does) is stored as Samples are: its last value counts.
+        batched = BatchedFetchResult(samples=[], dropped=dict(dropped), errors=result.errors, queries=result.queries,
+                                     unmatched_series=result.unmatched_series)
+        batched.batches = [MetricBatch.of(cpu_metric, cpu_nodes, cpu_values, cpu_stamps),
+                           MetricBatch.of(memory_metric, memory_nodes, memory_values, memory_stamps)]
+        return batched
 
     def _item(self, item: object, nodes: NodeDirectory, result: FetchResult, dropped: Counter[str],
               stamps: dict[str, float]) -> None:

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 import orjson
@@ -41,7 +42,7 @@ from urllib3.util.retry import Retry
 
 from adapters.http_common import Credentials, SecretFile, SourceError, clean_message, describe_error
 from adapters.prometheus.config import PrometheusConfig, SecretHeader
-from adapters.prometheus.series import Element
+from adapters.prometheus.series import Element, RawElement
 
 USER_AGENT = "metrics-sched/0.1"
 _DETAIL_LIMIT = 200
@@ -163,6 +164,18 @@ class _Body(msgspec.Struct):
 _VECTOR = msgspec.json.Decoder(_Body)
 
 
+class _RawData(msgspec.Struct):
+    result: list[RawElement]
+
+
+class _RawBody(msgspec.Struct):
+    data: _RawData
+
+
+_RAW_VECTOR = msgspec.json.Decoder(_RawBody)
+T = TypeVar("T")
+
+
 def decode_result(content: bytes) -> object:
     """The `data.result` of an instant query's body: a list of `Element`s when every element is well-formed,
     else plain JSON (orjson); MalformedBody when the body is not JSON or has no `data.result` (what a plain
@@ -182,6 +195,30 @@ def decode_result(content: bytes) -> object:
     except (KeyError, TypeError, IndexError):
         raise MalformedBody("no data.result") from None
     return result
+
+
+class Answer:
+    """A 200 answer's body for the reducers: `vector`, the well-formed instant vector with each series' labels
+    left as raw JSON (what the reduce plan compares, adapters.prometheus.plan: half the decoding, and a
+    comparison of bytes instead of dicts), None for anything else; `result()`, the body as `decode_result`
+    gives it (the general way), decoded when first asked for."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self._result: object = None
+        self._decoded = False
+        try:
+            self.vector: list[RawElement] | None = _RAW_VECTOR.decode(body).data.result
+        except msgspec.ValidationError:
+            self.vector = None
+            self.result()  # MalformedBody now, in the client, when there is no data.result
+        except msgspec.DecodeError:
+            raise MalformedBody("not JSON") from None
+
+    def result(self) -> object:
+        if not self._decoded:
+            self._result, self._decoded = decode_result(self.body), True
+        return self._result
 
 
 class PrometheusClient:
@@ -211,6 +248,13 @@ class PrometheusClient:
 
     def query(self, promql: str) -> object:
         """The `data.result` of an instant query (see `decode_result`)."""
+        return self._request(promql, decode_result)
+
+    def query_answer(self, promql: str) -> Answer:
+        """An instant query's answer, for the reduce plan or the general way (see Answer)."""
+        return self._request(promql, Answer)
+
+    def _request(self, promql: str, decode: Callable[[bytes], T]) -> T:
         try:
             # custom_query's own request (GET, the same session PrometheusConnect configured with the proxy and
             # no-retry adapter, the same headers and timeout); only the decoding differs (module docstring).
@@ -218,7 +262,7 @@ class PrometheusClient:
                                          timeout=self.timeout)
             if response.status_code != 200:  # the response hook raised for every other status already
                 raise HTTPStatusError(response.status_code, response.reason or "")
-            return decode_result(response.content)
+            return decode(response.content)
         except HTTPStatusError as exc:
             raise QueryError(clean_message(f"HTTP {exc.status}: {exc.detail}", self.secrets())) from None
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:

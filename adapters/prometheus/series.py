@@ -32,6 +32,7 @@ import msgspec
 from adapters.prometheus.config import MetricSpec
 from adapters.prometheus.node_names import Match, NodeIndex
 from metrics_sched.ports import Sample, SeriesMatching
+from metrics_sched.telemetry.batch import MetricBatch
 
 PART_LABEL = "metrics_sched_part"
 SeriesKey = frozenset[tuple[str, str]]  # a series' labels but the part marker and __name__
@@ -59,9 +60,17 @@ class Element(msgspec.Struct):
     value: tuple[float, str]
 
 
+class RawElement(msgspec.Struct, gc=False):
+    """An instant-vector element with its labels left as raw JSON (compared, not read: the reduce plan)."""
+
+    metric: msgspec.Raw
+    value: tuple[float, str]
+
+
 @dataclass
 class Reduced:
     samples: list[Sample] = field(default_factory=list)
+    batch: MetricBatch | None = None  # the values as one batch instead of samples (adapters.prometheus.plan)
     dropped: Counter[str] = field(default_factory=Counter)
     unmatched: int = 0
     matched_by_rule: Counter[str] = field(default_factory=Counter)

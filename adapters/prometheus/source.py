@@ -17,9 +17,11 @@ import requests
 from adapters.prometheus.client import PrometheusClient, QueryError
 from adapters.prometheus.config import MetricSpec, PrometheusConfig, parse_config
 from adapters.prometheus.node_names import IndexCache, NodeIndex
+from adapters.prometheus.plan import ReducePlan, build_plan
 from adapters.prometheus.series import MalformedResult, Reduced, combined_query, recorded_query, reduce_result
-from metrics_sched.ports import FetchResult, NodeDirectory
+from metrics_sched.ports import NodeDirectory
 from metrics_sched.telemetry import PolledSource, SourceContext
+from metrics_sched.telemetry.batch import BatchedFetchResult, MetricBatch
 
 TYPE = "prometheus"
 
@@ -39,13 +41,16 @@ class PrometheusSource(PolledSource):
         self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(config.metrics))),
                                         thread_name_prefix=f"prometheus-{name}")
         self._node_index = IndexCache()
+        # Per metric, the plan of its last answer (adapters.prometheus.plan): each metric is reduced in one
+        # pool thread at a time, so each entry has one writer.
+        self._plans: dict[str, ReducePlan] = {}
 
     def query_for(self, metric: str) -> str:
         """The PromQL sent for `metric` (for docs, debugging and the /sources endpoint)."""
         return self._queries[metric]
 
-    def fetch(self, nodes: NodeDirectory) -> FetchResult:
-        result = FetchResult(samples=[], dropped={}, errors={})
+    def fetch(self, nodes: NodeDirectory) -> BatchedFetchResult:
+        result = BatchedFetchResult(samples=[], dropped={}, errors={})
         dropped: Counter[str] = Counter()
         index = self._node_index.index(nodes)
         # The queries of one refresh run side by side, each reduced in its own thread as soon as its answer
@@ -59,7 +64,7 @@ class PrometheusSource(PolledSource):
             except (QueryError, MalformedResult) as exc:
                 result.errors[metric.name] = str(exc)
                 continue
-            result.samples.extend(reduced.samples)
+            result.batches.append(reduced.batch or _batch(metric.name, reduced))
             result.unmatched_series += reduced.unmatched
             result.series_matching[metric.name] = reduced.matching()
             dropped.update(reduced.dropped)
@@ -67,7 +72,21 @@ class PrometheusSource(PolledSource):
         return result
 
     def _query_and_reduce(self, metric: MetricSpec, index: NodeIndex) -> Reduced:
-        return reduce_result(metric, self._client.query(self._queries[metric.name]), index)
+        answer = self._client.query_answer(self._queries[metric.name])
+        vector = answer.vector
+        if vector is not None:
+            # The same series as last time (the usual refresh): the plan reduces them without label work per
+            # series. Other series: a new plan from this answer, for the next refreshes too.
+            plan = self._plans.get(metric.name)
+            if plan is None or not plan.matches(vector, index):
+                plan = build_plan(metric, answer.result(), vector, index)
+                if plan is None:
+                    self._plans.pop(metric.name, None)
+                else:
+                    self._plans[metric.name] = plan
+            if plan is not None and (reduced := plan.apply(metric, vector)) is not None:
+                return reduced
+        return reduce_result(metric, answer.result(), index)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -75,6 +94,13 @@ class PrometheusSource(PolledSource):
 
     def __repr__(self) -> str:
         return f"PrometheusSource(name={self.name!r}, url={self.config.url!r}, metrics={self.metrics()!r})"
+
+
+def _batch(metric: str, reduced: Reduced) -> MetricBatch:
+    """The samples of a metric reduced the general way (one per node) as one batch, as the plan gives them."""
+    samples = reduced.samples
+    return MetricBatch.of(metric, [s.node for s in samples], [s.value for s in samples],
+                          [s.observed_at for s in samples])
 
 
 def from_config(name: str, spec: Mapping[str, Any], ctx: SourceContext) -> PrometheusSource:

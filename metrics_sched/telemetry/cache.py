@@ -14,11 +14,13 @@ not per pod). A failed metric drops only itself; a failed source keeps its last 
 ttl runs out and shows as down. Health bookkeeping is the source's (PolledSource); the cache adds
 coverage and the values it refused.
 
-Cost per refresh (5,000 nodes, a handful of metrics per source): an ingest updates the entries it already
-holds in place (no new object per node and refresh: the allocator would keep the churn's peak), and the
-bookkeeping after it (coverage, values ageing out, nodes gone) looks at the refreshed source's own metrics
-only; each source's coverage is its own refresh's to update. A column is rebuilt only when its own
-metric changed, not whenever any metric did.
+Cost per refresh (5,000 nodes, a handful of metrics per source): the store is arrays per metric
+(metrics_sched.telemetry.store): a source's values come as one batch per metric (MetricBatch; plain Samples
+are grouped into batches first) and are stored by a few numpy operations, the slots of the source's nodes
+remembered from its previous refresh. The bookkeeping after it (coverage, values ageing out, nodes gone)
+is vectorised and looks at the refreshed source's own metrics only; each source's coverage is its own
+refresh's to update. A column is rebuilt only when its own metric changed, not whenever any metric did,
+by a gather through a slot -> row map kept while neither the table's rows nor the store's slots move.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from typing import Any
 import numpy as np
 
 from metrics_sched.config.contract import FreshnessContract
-from metrics_sched.ports import FetchResult, NodeDirectory
+from metrics_sched.ports import FetchResult, NodeDirectory, Sample
 from metrics_sched.state.node_table import BoolArray, FloatArray, NodeTable
 from metrics_sched.supervision import Supervisor, Worker
+from metrics_sched.telemetry.batch import BatchedFetchResult, MetricBatch
 from metrics_sched.telemetry.health import SourceHealth
 from metrics_sched.telemetry.polled import PolledSource
+from metrics_sched.telemetry.store import NO_SOURCE, IntArray, MetricValues
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +63,6 @@ class MetricColumn:
     contract: FreshnessContract
 
 
-@dataclass(slots=True)
-class _Entry:
-    value: float
-    observed_at: float  # the sample's stamp clamped to its first fetch (scheduler clock)
-    fetched_at: float
-    source: str
-    stamp: float  # the sample's own stamp, as the source gave it
-
-
 _FRESHNESS_MARGIN = 1e-3  # seconds
 
 
@@ -80,13 +75,28 @@ class _CachedColumn:
     soonest: float = math.inf  # the earliest expiry among the fresh rows (inf: none)
 
 
+@dataclass
+class _RowMap:
+    """The slots of a metric's store that have a row in the table, and those rows."""
+
+    key: tuple[int, int, int, int]  # (store.assigned, store.size, table.rows_generation, table.capacity)
+    slots: IntArray  # slots with a row ...
+    rows: IntArray  # ... and that row
+
+
 class MetricCache:
     def __init__(self, contracts: Mapping[str, FreshnessContract] | None = None,
                  *, clock: Callable[[], float] = time.time) -> None:
         self.contracts = dict(contracts or {})
         self._clock = clock
         self._lock = threading.Lock()
-        self._store: dict[str, dict[str, _Entry]] = {}
+        self._store: dict[str, MetricValues] = {}
+        self._source_ids: dict[str, int] = {}  # source name -> its id in the store (MetricValues.source)
+        self._source_names: list[str] = []
+        self._row_maps: dict[str, _RowMap] = {}
+        # The node names the store was last checked against for nodes gone; metrics written since then.
+        self._checked_names: frozenset[str] | None = None
+        self._written: set[str] = set()
         self._sources: dict[str, PolledSource] = {}
         self.health: dict[str, SourceHealth] = {}
         self.generation = 0
@@ -168,51 +178,53 @@ class MetricCache:
             except Exception:
                 log.exception("refresh observer failed")
 
+    def _source_id(self, name: str) -> int:
+        sid = self._source_ids.get(name)
+        if sid is None:
+            sid = self._source_ids[name] = len(self._source_names)
+            self._source_names.append(name)
+        return sid
+
     def fresh_values(self) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
         """(metric, source) -> (values, ages) of every fresh entry, for scrape-time statistics."""
         now = self._clock()
         out: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
         with self._lock:
-            for metric, per_node in self._store.items():
+            for metric, store in self._store.items():
                 contract = self.contract(metric)
-                for entry in per_node.values():
-                    age = now - entry.observed_at
-                    if age <= contract.max_age and now - entry.fetched_at <= contract.ttl:
-                        values, ages = out.setdefault((metric, entry.source), ([], []))
-                        values.append(entry.value)
-                        ages.append(age)
+                fresh = np.flatnonzero(store.fresh(now, contract.max_age, contract.ttl))
+                if not fresh.size:
+                    continue
+                sources = store.source[fresh]
+                for sid in np.unique(sources).tolist():
+                    slots = fresh[sources == sid]
+                    out[(metric, self._source_names[sid])] = (
+                        store.value[slots].tolist(), (now - store.observed[slots]).tolist())
         return out
 
     def ingest(self, name: str, result: FetchResult, *, fetched_at: float,
                directory: NodeDirectory | None = None) -> None:
-        """Stores a refresh's samples (the source's health is already recorded by its poll)."""
+        """Stores a refresh's samples and batches (the source's health is already recorded by its poll)."""
         changed: set[str] = set()
         bad = clamped = 0
-        isfinite = math.isfinite
+        batches = result.batches if isinstance(result, BatchedFetchResult) else []
         with self._lock:
-            metric, per_node = "", None  # a source's samples come metric by metric: one store lookup per run
-            for sample in result.samples:
-                value, stamp = sample.value, sample.observed_at
-                if not isfinite(value) or abs(value) > SENTINEL_LIMIT or not isfinite(stamp):
-                    bad += 1  # the adapters drop these already; the cache never trusts them either
-                    continue
-                if sample.metric != metric or per_node is None:
-                    metric = sample.metric
-                    per_node = self._store.setdefault(metric, {})
-                    changed.add(metric)
-                observed = stamp if stamp <= fetched_at else fetched_at
-                if stamp > fetched_at:
-                    clamped += 1
-                previous = per_node.get(sample.node)
-                if previous is None:
-                    per_node[sample.node] = _Entry(value, observed, fetched_at, name, stamp)
-                    continue
-                if previous.stamp == stamp and previous.source == name and previous.observed_at < observed:
-                    observed = previous.observed_at  # the same measurement does not get younger
-                previous.value, previous.observed_at, previous.fetched_at = value, observed, fetched_at
-                previous.source, previous.stamp = name, stamp
+            sid = self._source_id(name)
+            for batch in batches:
+                stored = self._store_batch(sid, batch, fetched_at)
+                if stored is None:  # a node twice in the batch: stored as Samples are (the last one counts)
+                    bad_, clamped_ = self._store_samples(sid, batch.samples(), fetched_at, changed)
+                else:
+                    bad_, clamped_ = stored
+                    if stored[0] < len(batch.nodes):
+                        changed.add(batch.metric)
+                bad, clamped = bad + bad_, clamped + clamped_
+            if result.samples:
+                bad_, clamped_ = self._store_samples(sid, result.samples, fetched_at, changed)
+                bad, clamped = bad + bad_, clamped + clamped_
             if changed:
                 self.generation += 1
+                self._written |= changed
                 for metric in changed:
                     self._metric_generation[metric] = self._metric_generation.get(metric, 0) + 1
         health = self.health.get(name)
@@ -225,40 +237,97 @@ class MetricCache:
             self.update_coverage(directory, (name,))
         self._notify(changed | self._expired(name))
 
+    def _store_samples(self, sid: int, samples: list[Sample], fetched_at: float,
+                       changed: set[str]) -> tuple[int, int]:
+        """Samples grouped into one batch per metric (a node's last sample counts), stored; (invalid, clamped)."""
+        bad = clamped = 0
+        isfinite = math.isfinite
+        grouped: dict[str, dict[str, tuple[float, float]]] = {}
+        for sample in samples:
+            value, stamp = sample.value, sample.observed_at
+            if not isfinite(value) or abs(value) > SENTINEL_LIMIT or not isfinite(stamp):
+                bad += 1  # the adapters drop these already; the cache never trusts them either
+                continue
+            grouped.setdefault(sample.metric, {})[sample.node] = (value, stamp)
+        for metric, per_node in grouped.items():
+            pairs = list(per_node.values())
+            batch = MetricBatch.of(metric, list(per_node), [v for v, _ in pairs], [t for _, t in pairs])
+            stored = self._store_batch(sid, batch, fetched_at)
+            assert stored is not None  # one sample per node by construction
+            clamped += stored[1]
+            changed.add(metric)
+        return bad, clamped
+
+    def _store_batch(self, sid: int, batch: MetricBatch, fetched_at: float) -> tuple[int, int] | None:
+        """Stores a batch's valid values (finite, within the sentinel limit, with a finite stamp); (invalid,
+        clamped), or None when a node comes twice (nothing stored then)."""
+        store = self._store.get(batch.metric)
+        if store is None:
+            store = self._store[batch.metric] = MetricValues()
+        slots = store.slots_for(sid, batch.nodes)
+        if slots is None:
+            return None
+        values, stamps = batch.values, batch.observed_at
+        valid = np.isfinite(values) & (np.abs(values) <= SENTINEL_LIMIT) & np.isfinite(stamps)
+        bad = len(values) - int(np.count_nonzero(valid))
+        if bad:
+            slots, values, stamps = slots[valid], values[valid], stamps[valid]
+        # Every time is the scheduler's: a stamp from the future is clamped to the fetch.
+        ahead = stamps > fetched_at
+        observed = np.where(ahead, fetched_at, stamps)
+        # The same measurement fetched again keeps the clamped time of its first fetch: it does not get younger.
+        before = store.observed[slots]
+        same = (store.stamp[slots] == stamps) & (store.source[slots] == sid) & (before < observed)
+        if same.any():
+            observed = np.where(same, before, observed)
+        store.value[slots] = values
+        store.observed[slots] = observed
+        store.fetched[slots] = fetched_at
+        store.stamp[slots] = stamps
+        store.source[slots] = sid
+        return bad, int(np.count_nonzero(ahead))
+
     def _forget_gone_nodes(self, directory: NodeDirectory) -> None:
         """Values of nodes no longer in the cluster go: memory follows the current nodes (autoscaler churn
-        replaces nodes all day), and no later refresh would ever overwrite them."""
+        replaces nodes all day), and no later refresh would ever overwrite them. Every metric is checked when
+        the node set changed; otherwise only those written since the last check."""
+        names = directory.names
         with self._lock:
-            for metric, per_node in self._store.items():
-                gone = per_node.keys() - directory.names  # a set difference in C: no loop over the nodes here
-                for node in gone:
-                    del per_node[node]
+            if names is self._checked_names or names == self._checked_names:
+                metrics = [m for m in self._written if m in self._store]
+            else:
+                metrics = list(self._store)
+            self._checked_names, self._written = names, set()
+            for metric in metrics:
+                store = self._store[metric]
+                gone = store.slots.keys() - names  # a set difference in C: no loop over the nodes here
                 if gone:
+                    store.free(gone)
                     self.generation += 1
                     self._metric_generation[metric] = self._metric_generation.get(metric, 0) + 1
 
     def _expired(self, name: str) -> set[str]:
-        """The metrics with a value from `name` that went stale since the last look (a loop in the source's
-        thread): nothing else announces a value ageing out, and a filter it held may admit a node now."""
+        """The metrics with a value from `name` that went stale since the last look: nothing else announces
+        a value ageing out, and a filter it held may admit a node now."""
         now = self._clock()
         since = self._expiry_checked.get(name, -math.inf)
         self._expiry_checked[name] = now
-        expired = set()
+        expired: set[str] = set()
         health = self.health.get(name)
         # Only this source's metrics can hold values from it.
         metrics = health.metrics if health is not None else list(self._store)
         with self._lock:
+            sid = self._source_ids.get(name)
+            if sid is None:
+                return expired
             for metric in metrics:
-                per_node = self._store.get(metric)
-                if not per_node:
+                store = self._store.get(metric)
+                if not store:
                     continue
                 contract = self.contract(metric)
-                max_age, ttl = contract.max_age, contract.ttl
-                for e in per_node.values():  # an entry's expiry, inline: this walks every node of the metric
-                    expires = min(e.observed_at + max_age, e.fetched_at + ttl)
-                    if since < expires <= now and e.source == name:
-                        expired.add(metric)
-                        break
+                expires = store.expires(contract.max_age, contract.ttl)
+                if np.any((since < expires) & (expires <= now) & (store.source[: store.size] == sid)):
+                    expired.add(metric)
         return expired
 
     def _notify(self, metrics: set[str]) -> None:
@@ -283,12 +352,16 @@ class MetricCache:
                 contract = self.contract(metric)
                 # Fresh: now - observed_at <= max_age and now - fetched_at <= ttl (the same floats compared).
                 with self._lock:
-                    entries = self._store.get(metric, {})
-                    fresh = sum(
-                        1 for node, e in entries.items()
-                        if now - e.observed_at <= contract.max_age and now - e.fetched_at <= contract.ttl
-                        and e.source == name and node in nodes
-                    )
+                    store = self._store.get(metric)
+                    sid = self._source_ids.get(name)
+                    fresh = 0
+                    if store and sid is not None:
+                        mine = store.fresh(now, contract.max_age, contract.ttl) & (store.source[: store.size] == sid)
+                        if store.slots.keys() <= nodes:  # every node held is current: no check per node
+                            fresh = int(np.count_nonzero(mine))
+                        else:
+                            held = store.nodes
+                            fresh = sum(1 for slot in np.flatnonzero(mine).tolist() if held[slot] in nodes)
                 health.coverage[metric] = fresh / len(nodes) if nodes else 0.0
 
     # -- reads on the scheduling path ------------------------------------------------------------
@@ -307,13 +380,15 @@ class MetricCache:
             fetched = np.full(table.capacity, -np.inf)
             sources: set[str] = set()
             with self._lock:
-                for node, entry in self._store.get(metric, {}).items():
-                    row = table.index.get(node)
-                    if row is not None:
-                        values[row] = entry.value
-                        observed[row] = entry.observed_at
-                        fetched[row] = entry.fetched_at
-                        sources.add(entry.source)
+                store = self._store.get(metric)
+                if store is not None:
+                    rows = self._row_map(metric, store, table)
+                    slots = rows.slots
+                    values[rows.rows] = store.value[slots]
+                    observed[rows.rows] = store.observed[slots]
+                    fetched[rows.rows] = store.fetched[slots]
+                    held = store.source[slots]
+                    sources = {self._source_names[sid] for sid in np.unique(held[held != NO_SOURCE]).tolist()}
             contract = self.contract(metric)
             expires = np.where(np.isnan(values), -np.inf,
                                np.minimum(observed + contract.max_age, fetched + contract.ttl))
@@ -333,6 +408,20 @@ class MetricCache:
         cached.since, cached.soonest = now, soonest
         return cached.column
 
+    def _row_map(self, metric: str, store: MetricValues, table: NodeTable) -> _RowMap:
+        """The slots of `store` with a row in `table`, and their rows (a loop over the nodes only when the
+        table's rows or the store's slots moved; under the lock)."""
+        key = (store.assigned, store.size, table.rows_generation, table.capacity)
+        known = self._row_maps.get(metric)
+        if known is not None and known.key == key:
+            return known
+        index = table.index
+        rows = np.fromiter((-1 if node is None else index.get(node, -1) for node in store.nodes), dtype=np.intp,
+                           count=store.size)
+        slots = np.flatnonzero(rows >= 0)
+        known = self._row_maps[metric] = _RowMap(key, slots, rows[slots])
+        return known
+
     def fresh_until(self, metric: str, table: NodeTable) -> float:
         """When the first of the metric's values fresh now goes stale (inf: none will), as the column judges it."""
         self.column(metric, table)
@@ -343,15 +432,18 @@ class MetricCache:
         now = self._clock()
         out = {}
         with self._lock:
-            for metric, per_node in self._store.items():
-                entry = per_node.get(node)
-                if entry is None:
+            for metric, store in self._store.items():
+                slot = store.held(node)
+                if slot is None:
                     continue
                 contract = self.contract(metric)
+                observed, fetched = float(store.observed[slot]), float(store.fetched[slot])
                 out[metric] = {
-                    "value": entry.value, "source": entry.source, "observed_at": entry.observed_at,
-                    "stamp": entry.stamp,  # the source's own time; later than observed_at when its clock is ahead
-                    "age": round(now - entry.observed_at, 3), "fetched_age": round(now - entry.fetched_at, 3),
-                    "fresh": now - entry.observed_at <= contract.max_age and now - entry.fetched_at <= contract.ttl,
+                    "value": float(store.value[slot]), "source": self._source_names[int(store.source[slot])],
+                    "observed_at": observed,
+                    # the source's own time; later than observed_at when its clock is ahead
+                    "stamp": float(store.stamp[slot]),
+                    "age": round(now - observed, 3), "fetched_age": round(now - fetched, 3),
+                    "fresh": now - observed <= contract.max_age and now - fetched <= contract.ttl,
                 }
         return out

@@ -21,6 +21,7 @@ from devcluster import DevCluster
 from devcluster import prometheus as dev_prometheus
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample
 from metrics_sched.telemetry import SourceContext
+from metrics_sched.telemetry.batch import samples_of
 from tests.polling import poll
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +62,7 @@ def _source(url: str, recording_rules: bool) -> PrometheusSource:
 
 
 def _by_key(result: FetchResult) -> dict[tuple[str, str], Sample]:
-    return {(s.metric, s.node): s for s in result.samples}
+    return {(s.metric, s.node): s for s in samples_of(result)}
 
 
 def test_every_shipped_rule_evaluates_in_a_real_prometheus(with_rules: str) -> None:
@@ -94,7 +95,7 @@ def test_recorded_presets_give_the_raw_presets_values_and_sample_times(cluster: 
         if first.errors or second.errors:  # e.g. a query timing out on a loaded machine: the next round retries
             mismatches[:] = [f"errors: recorded {first.errors}, raw {second.errors}"]
             return False
-        for sample in second.samples:
+        for sample in samples_of(second):
             raw_seen[(sample.metric, sample.node)][sample.observed_at] = sample.value
         got = _by_key(first)
         if len(got) != len(METRICS) * len(nodes.names):

@@ -17,6 +17,7 @@ from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry import SourceContext
+from metrics_sched.telemetry.batch import samples_of
 from tests.e2e import kube
 from tests.e2e.scheduler_proc import schedulers
 from tests.e2e.telemetry_setup import sources, sources_health, wait_for_fresh
@@ -54,7 +55,7 @@ def complete_fetch(src: PrometheusSource, nodes: NodeDirectory) -> FetchResult:
 
     def complete() -> FetchResult | None:
         result = src.fetch(nodes)
-        got = {s.metric for s in result.samples}
+        got = {s.metric for s in samples_of(result)}
         return result if not result.errors and got == set(src.metrics()) else None
 
     return kube.poll(complete, 60, "samples of every metric through the tenant proxy", interval=0.5)
@@ -68,14 +69,14 @@ def test_the_tenant_header_is_required_and_sent_from_a_file(cluster: DevCluster,
     with TenantProxy(cluster.endpoints.prometheus, TENANT) as proxy:
         bare = source(prometheus_spec(cluster, proxy.url), tmp_path)
         refused = bare.fetch(nodes)
-        assert refused.samples == []
+        assert samples_of(refused) == []
         assert refused.errors == {m: "HTTP 401: no org id" for m in bare.metrics()}
         assert set(proxy.statuses()) == {401}  # nothing reached Prometheus
 
         tenant = source(prometheus_spec(cluster, proxy.url, headers={TENANT_HEADER: {"valueFile": "tenant"}}),
                         tmp_path)
         result = complete_fetch(tenant, nodes)
-        assert {s.node for s in result.samples} <= nodes.names
+        assert {s.node for s in samples_of(result)} <= nodes.names
         forwarded = [s for s in proxy.seen if s.status == 200]
         assert forwarded and all(s.tenant == TENANT for s in forwarded)
         for text in (repr(tenant), repr(tenant.config), str(tenant.health.as_dict())):

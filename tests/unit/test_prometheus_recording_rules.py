@@ -29,6 +29,7 @@ from adapters.prometheus.series import PART_LABEL, combined_query, recorded_quer
 from devcluster import prometheus as dev_prometheus
 from metrics_sched.config import ConfigError
 from metrics_sched.telemetry import SourceContext
+from metrics_sched.telemetry.batch import samples_of
 from tests.unit.test_source_prometheus import (
     NODES,
     T_SAMPLE,
@@ -133,7 +134,7 @@ def test_configured_node_labels_resolve_the_recorded_series_as_they_come(prom: F
     src = source(prom, [{"name": "temp", "preset": "dcgm_gpu_temp"}], recordingRules=True, nodeLabels=["k8s_node"])
     result = src.fetch(NODES)
     assert not result.errors
-    assert by_node(result.samples, "temp")["n1"].value == 71.0
+    assert by_node(samples_of(result), "temp")["n1"].value == 71.0
     assert recorded_series("dcgm_gpu_temp") == (value_record("dcgm_gpu_temp"), timestamp_record("dcgm_gpu_temp"))
     assert recorded_series("no_such_preset") is None
     assert set(recorded_presets()) <= set(PRESETS)
@@ -156,7 +157,7 @@ def test_recorded_values_come_with_their_raw_samples_time(prom: FakePrometheus) 
         ({"hostname": "n1"}, 71.0, T_SAMPLE), ({"hostname": "n2"}, 65.0, T_SAMPLE - 30)]))
     result = source(prom, [{"name": "temp", "preset": "dcgm_gpu_temp"}], recordingRules=True).fetch(NODES)
     assert not result.errors
-    samples = by_node(result.samples, "temp")
+    samples = by_node(samples_of(result), "temp")
     assert (samples["n1"].value, samples["n1"].observed_at) == (71.0, T_SAMPLE)
     assert (samples["n2"].value, samples["n2"].observed_at) == (65.0, T_SAMPLE - 30)
 
@@ -169,7 +170,7 @@ def test_a_bad_recorded_value_is_dropped_and_counted_and_the_rest_kept(prom: Fak
         ({"hostname": "n3"}, 1e18, T_SAMPLE)]
     prom.replies[value_record("dcgm_gpu_temp")] = (200, recorded_vector("dcgm_gpu_temp", series))
     result = source(prom, [{"name": "temp", "preset": "dcgm_gpu_temp"}], recordingRules=True).fetch(NODES)
-    assert set(by_node(result.samples, "temp")) == {"n1"}
+    assert set(by_node(samples_of(result), "temp")) == {"n1"}
     assert result.dropped == {"nan": 1, "sentinel": 1}
     body = recorded_vector("dcgm_gpu_temp", [*series[:1], ({"hostname": "n2"}, 60.0, T_SAMPLE)])
     body["data"]["result"][-1]["value"] = [T_SAMPLE, None]  # not a [time, string] pair
@@ -177,7 +178,7 @@ def test_a_bad_recorded_value_is_dropped_and_counted_and_the_rest_kept(prom: Fak
     body["data"]["result"].append({"metric": {"__name__": "x", PART_LABEL: 3}, "value": [T_SAMPLE, "1"]})
     prom.replies[value_record("dcgm_gpu_temp")] = (200, body)
     result = source(prom, [{"name": "temp", "preset": "dcgm_gpu_temp"}], recordingRules=True).fetch(NODES)
-    assert set(by_node(result.samples, "temp")) == {"n1"} and result.dropped == {"malformed": 2}
+    assert set(by_node(samples_of(result), "temp")) == {"n1"} and result.dropped == {"malformed": 2}
 
 
 def test_recording_rules_must_be_a_boolean() -> None:

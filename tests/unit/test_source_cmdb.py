@@ -23,6 +23,7 @@ from devcluster.emulator import EmulatorControl, EmulatorServer, serve
 from metrics_sched.config import ConfigError
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry import BreakerStatus, CircuitBreaker
+from metrics_sched.telemetry.batch import samples_of
 
 pytestmark = pytest.mark.unit
 
@@ -67,7 +68,7 @@ def make(handler: Handler, tmp_path: Path | None = None, *, clock: Clock | None 
 
 
 def values(result: FetchResult) -> dict[tuple[str, str], float]:
-    return {(s.metric, s.node): s.value for s in result.samples}
+    return {(s.metric, s.node): s.value for s in samples_of(result)}
 
 
 def token_file(tmp_path: Path) -> Path:
@@ -93,7 +94,7 @@ def test_next_url_pagination_stays_on_the_configured_origin_and_sends_the_token(
     assert recorder.urls == ["https://cmdb.test/api/items?limit=2", "https://cmdb.test/api/items?limit=2&offset=2"]
     assert all(r.headers["Authorization"] == f"Token {TOKEN}" for r in recorder.requests)
     assert values(result) == {("cost", "n1"): 1.5, ("cost", "n2"): 2.5, ("cost", "n3"): 3.5}
-    assert all(s.observed_at == T_FETCH for s in result.samples)
+    assert all(s.observed_at == T_FETCH for s in samples_of(result))
     assert result.queries == 2
     src.poll(NODES)
     assert src.health.extra["pages"] == 2 and src.health.extra["truncated"] is False
@@ -133,7 +134,7 @@ def test_offset_pagination_stops_at_a_short_page(total: int, expected_pages: int
     assert len(recorder.requests) == expected_pages
     assert [r.url.params["start"] for r in recorder.requests] == [str(2 * i) for i in range(expected_pages)]
     assert all(r.url.params["site"] == "dc1" for r in recorder.requests)
-    assert len(result.samples) == total
+    assert len(samples_of(result)) == total
 
 
 def test_max_pages_caps_a_refresh_and_health_says_so() -> None:
@@ -145,7 +146,7 @@ def test_max_pages_caps_a_refresh_and_health_says_so() -> None:
     src = make(handler, itemsPath="items", nodeKey="name", fields={"v": "v"}, pagination={"type": "next"},
                maxPages=2)
     result = src.poll(NODES)
-    assert result is not None and len(result.samples) == 2
+    assert result is not None and len(samples_of(result)) == 2
     assert src.health.extra["truncated"] is True and src.health.as_dict()["extra"]["truncated"] is True
 
 
@@ -211,7 +212,7 @@ def test_malformed_json_fails_every_metric_and_is_counted(caplog: pytest.LogCapt
     src = make(lambda r: httpx.Response(200, content=b'{"results": [{"name": "n1", "co'), itemsPath="results",
                nodeKey="name", fields={"a": "a", "b": "b"})
     result = src.poll(NODES)
-    assert result is not None and result.samples == [] and result.dropped == {"malformed": 1}
+    assert result is not None and samples_of(result) == [] and result.dropped == {"malformed": 1}
     assert set(result.errors) == {"a", "b"} and "malformed JSON" in result.errors["a"]
     assert src.health.consecutive_failures == 1 and not src.health.up
     assert src.health.breaker is not None and src.health.breaker.consecutive_failures == 1
@@ -222,7 +223,7 @@ def test_timestamp_path_rfc3339_or_unix_seconds() -> None:
             {"name": "n3", "v": 3, "ts": "last tuesday"}, {"name": "n4", "v": 4}]
     result = make(lambda r: httpx.Response(200, json=rows), nodeKey="name", fields={"v": "v"},
                   timestampPath="ts").fetch(NODES)
-    assert {s.node: s.observed_at for s in result.samples} == {"n1": 1714557600.0, "n2": 1714557600.5}
+    assert {s.node: s.observed_at for s in samples_of(result)} == {"n1": 1714557600.0, "n2": 1714557600.5}
     assert result.dropped == {"bad_timestamp": 2}
 
 
@@ -283,7 +284,7 @@ def test_netbox_preset_sees_emulator_faults(emulator: tuple[EmulatorServer, Emul
     control.set_fault("cmdb", nan=True)
     result = src.fetch(NODES)  # a partial result: still a success for the circuit breaker
     assert result.dropped == {"nan": 3, "unknown_node": 1}
-    assert {s.metric for s in result.samples} == {"maintenance"}
+    assert {s.metric for s in samples_of(result)} == {"maintenance"}
 
     control.set_fault("cmdb", malformed=True)
     malformed = src.poll(NODES)

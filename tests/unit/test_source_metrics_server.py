@@ -18,6 +18,7 @@ from metrics_sched.config import ConfigError
 from metrics_sched.model.quantity import QuantityError, parse_quantity
 from metrics_sched.ports import NodeDirectory
 from metrics_sched.telemetry import SourceContext
+from metrics_sched.telemetry.batch import samples_of
 
 pytestmark = pytest.mark.unit
 
@@ -59,14 +60,14 @@ def test_utilisation_from_exact_quantities_and_item_timestamps() -> None:
     result = src.poll(NODES)
     assert result is not None
     assert seen[0].url.path == "/apis/metrics.k8s.io/v1beta1/nodes" and result.queries == 1
-    values = {(s.metric, s.node): s.value for s in result.samples}
+    values = {(s.metric, s.node): s.value for s in samples_of(result)}
     assert values == {
         ("node_cpu_utilisation", "n1"): float(Fraction(287982098, 10**9) / 4),
         ("node_memory_utilisation", "n1"): float(Fraction(1156520 * 1024, 8 * GIB)),
         ("node_cpu_utilisation", "n2"): 1.5,  # over allocatable is possible and kept
         ("node_memory_utilisation", "n2"): 0.5,
     }
-    stamps = {s.node: s.observed_at for s in result.samples}
+    stamps = {s.node: s.observed_at for s in samples_of(result)}
     assert stamps == {"n1": 1714557600.0, "n2": 1714557607.25}
     assert result.dropped == {} and result.errors == {} and result.unmatched_series == 0
     assert src.health.consecutive_failures == 0 and src.health.up and src.health.queries == 1
@@ -84,7 +85,7 @@ def test_unknown_nodes_and_bad_items_are_counted() -> None:
         ))
 
     result = make(handler).fetch(NODES)
-    assert result.samples == []
+    assert samples_of(result) == []
     assert result.unmatched_series == 1
     assert result.dropped == {"unknown_node": 1, "no_allocatable": 2, "malformed": 3, "missing": 1,
                               "no_timestamp": 1}
@@ -100,7 +101,7 @@ def test_metric_names_path_and_interval_are_configurable() -> None:
     src = make(handler, cpuMetric="cpu_util", memoryMetric="mem_util", interval="30s",
                path="/apis/custom.metrics.example/v1/nodes")
     assert src.metrics() == ["cpu_util", "mem_util"] and src.interval == 30.0
-    assert {(s.metric, s.value) for s in src.fetch(NODES).samples} == {("cpu_util", 0.5), ("mem_util", 0.5)}
+    assert {(s.metric, s.value) for s in samples_of(src.fetch(NODES))} == {("cpu_util", 0.5), ("mem_util", 0.5)}
     assert paths == ["/apis/custom.metrics.example/v1/nodes"]
 
 
@@ -185,5 +186,5 @@ def test_items_sharing_a_timestamp_and_bad_ones_are_still_counted() -> None:
                         item("n2", "x", "-1Gi"))
     src = make(lambda request: httpx.Response(200, json=body))
     result = src.fetch(NODES)
-    assert len(result.samples) == 4 and {s.observed_at for s in result.samples} == {1714557600.0}
+    assert len(samples_of(result)) == 4 and {s.observed_at for s in samples_of(result)} == {1714557600.0}
     assert result.dropped == {"no_timestamp": 1, "malformed": 1, "negative": 1}

@@ -30,6 +30,7 @@ from devcluster.certs import generate_pki
 from metrics_sched.config import ConfigError
 from metrics_sched.ports import NodeDirectory
 from metrics_sched.telemetry import SourceContext
+from metrics_sched.telemetry.batch import samples_of
 from tests.local_http import QuietHandler, serving
 
 pytestmark = pytest.mark.unit
@@ -191,7 +192,7 @@ def test_node_resolution_order_port_strip_internal_ip_and_unmatched(prom: FakePr
     ]
     prom.replies["x_metric"] = (200, same_stamps(series))
     result = source(prom, [{"name": "x", "query": "x_metric", "aggregation": "last"}]).fetch(NODES)
-    assert {s.node: s.value for s in result.samples} == {
+    assert {s.node: s.value for s in samples_of(result)} == {
         "n1": 1, "n2": 2, "n3": 3, "n4": 4, "n5": 5, "n6": 6, "n7": 7}
     assert result.unmatched_series == 3
     assert result.dropped == {"unknown_node": 2, "no_node_label": 1}
@@ -203,7 +204,7 @@ def test_per_metric_node_labels_override_the_source_order(prom: FakePrometheus) 
                         {"name": "b", "query": "x_metric", "nodeLabels": ["instance"]}],
                  nodeLabels=["node"])
     result = src.fetch(NODES)
-    assert [(s.metric, s.node) for s in result.samples] == [("a", "n1"), ("b", "n4")]
+    assert [(s.metric, s.node) for s in samples_of(result)] == [("a", "n1"), ("b", "n4")]
 
 
 # -- aggregation, checks and timestamps ------------------------------------------------------------
@@ -222,15 +223,15 @@ def test_presets_aggregate_a_nodes_gpus(prom: FakePrometheus) -> None:
                         {"name": "power", "preset": "dcgm_gpu_power"},
                         {"name": "coolest", "preset": "dcgm_gpu_temp", "aggregation": "min"}])
     result = src.fetch(NODES)
-    assert {s.metric: s.value for s in result.samples} == {"temp": 91, "util": 25, "power": 350.75, "coolest": 58}
-    assert all(s.node == "gpu-1" and s.observed_at == T_SAMPLE for s in result.samples)
+    assert {s.metric: s.value for s in samples_of(result)} == {"temp": 91, "util": 25, "power": 350.75, "coolest": 58}
+    assert all(s.node == "gpu-1" and s.observed_at == T_SAMPLE for s in samples_of(result))
     assert result.errors == {} and result.dropped == {}
 
 
 def test_scale_for_dcgm_ratio_utilisation(prom: FakePrometheus) -> None:
     prom.replies["DCGM_FI_DEV_GPU_UTIL"] = (200, same_stamps(gpus([0.25, 0.75])))
     result = source(prom, [{"name": "util", "preset": "dcgm_gpu_util", "scale": 100}]).fetch(NODES)
-    assert [s.value for s in result.samples] == [50.0]
+    assert [s.value for s in samples_of(result)] == [50.0]
 
 
 def test_observed_at_is_the_samples_own_timestamp_and_a_combined_value_is_as_old_as_its_oldest_input(
@@ -240,7 +241,7 @@ def test_observed_at_is_the_samples_own_timestamp_and_a_combined_value_is_as_old
     prom.replies["DCGM_FI_DEV_GPU_TEMP"] = (200, vector(series, stamps))
     src = source(prom, [{"name": "hottest", "preset": "dcgm_gpu_temp"},
                         {"name": "newest", "preset": "dcgm_gpu_temp", "aggregation": "last"}])
-    samples = {s.metric: s for s in src.fetch(NODES).samples}
+    samples = {s.metric: s for s in samples_of(src.fetch(NODES))}
     assert (samples["hottest"].value, samples["hottest"].observed_at) == (90, 1000.0)
     assert (samples["newest"].value, samples["newest"].observed_at) == (70, 1020.0)
     assert all(s.observed_at != EVAL_TIME for s in samples.values())
@@ -252,7 +253,7 @@ def test_a_value_whose_labels_differ_from_its_timestamp_series_takes_its_nodes_o
     stamps = [({"instance": "n1:9100", "job": "node"}, 1500.0), ({"instance": "n1:9100", "job": "other"}, 1400.0)]
     prom.replies["load"] = (200, vector(values, stamps))
     result = source(prom, [{"name": "load", "query": "load", "timestampQuery": "timestamp(up)"}]).fetch(NODES)
-    assert [(s.node, s.observed_at) for s in result.samples] == [("n1", 1400.0)]
+    assert [(s.node, s.observed_at) for s in samples_of(result)] == [("n1", 1400.0)]
     assert result.dropped == {"no_timestamp": 1}
 
 
@@ -263,7 +264,7 @@ def test_nan_inf_negative_and_sentinels_are_dropped_and_counted(prom: FakePromet
     src = source(prom, [{"name": "power", "preset": "dcgm_gpu_power"},
                         {"name": "delta", "query": "custom", "allowNegative": True}])
     result = src.fetch(NODES)
-    assert {(s.metric, s.node): s.value for s in result.samples} == {
+    assert {(s.metric, s.node): s.value for s in samples_of(result)} == {
         ("power", "gpu-1"): 300, ("delta", "n2"): -3, ("delta", "n4"): 9e14}
     assert result.dropped == {"nan": 2, "inf": 2, "negative": 1, "sentinel": 3}
 
@@ -271,7 +272,7 @@ def test_nan_inf_negative_and_sentinels_are_dropped_and_counted(prom: FakePromet
 def test_a_node_whose_every_series_is_refused_has_no_sample(prom: FakePrometheus) -> None:
     prom.replies["DCGM_FI_DEV_GPU_TEMP"] = (200, same_stamps(gpus(["NaN", "NaN"])))
     result = source(prom, [{"name": "temp", "preset": "dcgm_gpu_temp"}]).fetch(NODES)
-    assert result.samples == [] and result.dropped == {"nan": 2}
+    assert samples_of(result) == [] and result.dropped == {"nan": 2}
 
 
 def test_malformed_elements_are_counted_and_the_rest_used(prom: FakePrometheus) -> None:
@@ -280,7 +281,7 @@ def test_malformed_elements_are_counted_and_the_rest_used(prom: FakePrometheus) 
                                {"metric": {"node": "n2"}, "values": [[1, "1"]]}, "junk"]
     prom.replies["x"] = (200, body)
     result = source(prom, [{"name": "x", "query": "x"}]).fetch(NODES)
-    assert [s.node for s in result.samples] == ["n1"]
+    assert [s.node for s in samples_of(result)] == ["n1"]
     assert result.dropped == {"malformed": 3}
 
 
@@ -299,7 +300,7 @@ def test_the_decoded_answer_is_used_without_copies_yet_odd_elements_are_still_so
     prom.replies["x"] = (200, body)
     src = source(prom, [{"name": "x", "query": "x"}])
     result = src.fetch(NODES)
-    assert [(s.node, s.value, s.observed_at) for s in result.samples] == [("n1", 1.0, T_SAMPLE)]
+    assert [(s.node, s.value, s.observed_at) for s in samples_of(result)] == [("n1", 1.0, T_SAMPLE)]
     assert result.dropped == {"malformed": 4, "nan": 1, "inf": 1, "unknown_node": 1}
     matching = result.series_matching["x"]
     assert matching.matched == {"node": 2, "hostname": 1} and matching.unmatched == 1
@@ -343,7 +344,7 @@ def test_one_failing_metric_does_not_stop_the_others(prom: FakePrometheus) -> No
     metrics = [{"name": name, "query": name} for name in ("bad_promql", "overloaded", "not_json", "matrix", "good")]
     src = source(prom, metrics)
     result = src.fetch(NODES)
-    assert [(s.metric, s.value) for s in result.samples] == [("good", 42)]
+    assert [(s.metric, s.value) for s in samples_of(result)] == [("good", 42)]
     assert result.queries == 5
     assert result.errors["bad_promql"] == "HTTP 400: bad_data: 1:7: parse error: unexpected end of input"
     assert result.errors["overloaded"] == "HTTP 503: unavailable: too many queries"
@@ -362,7 +363,7 @@ def test_an_answer_without_data_result_fails_only_that_metric(prom: FakePromethe
     result = source(prom, [{"name": n, "query": n} for n in ("nodata", "listbody", "good")]).fetch(NODES)
     assert result.errors == {"nodata": "malformed response: no data.result",
                              "listbody": "malformed response: no data.result"}
-    assert [(s.metric, s.value) for s in result.samples] == [("good", 42)]
+    assert [(s.metric, s.value) for s in samples_of(result)] == [("good", 42)]
 
 
 def test_a_query_timeout_fails_only_that_metric(prom: FakePrometheus) -> None:
@@ -375,7 +376,7 @@ def test_a_query_timeout_fails_only_that_metric(prom: FakePrometheus) -> None:
     src = source(prom, [{"name": "slow", "query": "slow"}, {"name": "fast", "query": "fast"}], timeout="200ms")
     result = src.fetch(NODES)
     assert result.errors == {"slow": "no answer within 0.2s"}
-    assert [(s.metric, s.node) for s in result.samples] == [("fast", "n2")]
+    assert [(s.metric, s.node) for s in samples_of(result)] == [("fast", "n2")]
 
 
 def test_every_metric_failing_counts_as_a_failed_refresh(prom: FakePrometheus) -> None:
@@ -445,7 +446,7 @@ def test_tls_is_verified_against_the_configured_ca(tmp_path: Path) -> None:
     next(served)
     try:
         trusted = source(fake, [{"name": "a", "query": "q"}], tls={"caFile": str(pki.ca_cert)})
-        assert [s.value for s in trusted.fetch(NODES).samples] == [1]
+        assert [s.value for s in samples_of(trusted.fetch(NODES))] == [1]
         untrusted = source(fake, [{"name": "a", "query": "q"}])  # system trust store: does not know this CA
         with pytest.raises(SourceError, match="unreachable"):
             untrusted.fetch(NODES)

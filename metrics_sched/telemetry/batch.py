@@ -1,0 +1,54 @@
+"""MetricBatch: one metric's values for many nodes at once, as arrays.
+
+A source that reduces a whole answer at once (Prometheus: a metric is one query for every node) hands the
+cache a batch per metric instead of one `Sample` per node: at 5,000 nodes and a handful of metrics that is
+tens of thousands of objects built, walked and dropped per refresh, where a batch is stored by a few numpy
+operations (MetricCache.ingest). A `BatchedFetchResult` is a FetchResult whose batches come on top of its
+plain `samples`; `samples_of` gives every value of a result as Samples (tests, tools).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from metrics_sched.ports import FetchResult, Sample
+from metrics_sched.state.node_table import FloatArray
+
+
+@dataclass(frozen=True)
+class MetricBatch:
+    """`metric`'s value for each of `nodes` (each node at most once), stamped with when it was measured (the
+    sample's own time, unix seconds). `nodes` is the source's: the cache keeps it to recognise the same
+    nodes in the same order at the next refresh, so it must not be changed afterwards."""
+
+    metric: str
+    nodes: list[str]
+    values: FloatArray
+    observed_at: FloatArray
+
+    def __post_init__(self) -> None:
+        if not len(self.nodes) == len(self.values) == len(self.observed_at):
+            raise ValueError(f"batch of {self.metric}: {len(self.nodes)} nodes, {len(self.values)} values, "
+                             f"{len(self.observed_at)} timestamps")
+
+    @classmethod
+    def of(cls, metric: str, nodes: list[str], values: list[float], observed_at: list[float]) -> MetricBatch:
+        return cls(metric, nodes, np.array(values, dtype=np.float64), np.array(observed_at, dtype=np.float64))
+
+    def samples(self) -> list[Sample]:
+        return [Sample(metric=self.metric, node=node, value=value, observed_at=at)
+                for node, value, at in zip(self.nodes, self.values.tolist(), self.observed_at.tolist(), strict=True)]
+
+
+@dataclass
+class BatchedFetchResult(FetchResult):
+    batches: list[MetricBatch] = field(default_factory=list)
+
+
+def samples_of(result: FetchResult) -> list[Sample]:
+    """Every value of a refresh as Samples: the plain ones, then each batch's."""
+    if not isinstance(result, BatchedFetchResult):
+        return list(result.samples)
+    return [*result.samples, *(sample for batch in result.batches for sample in batch.samples())]
