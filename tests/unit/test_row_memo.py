@@ -5,6 +5,7 @@ the scored rows alone gives, through placements, pod deletions, node updates, re
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -67,16 +68,20 @@ def test_kept_scores_equal_fresh_ones_through_pod_and_node_changes() -> None:
         harness.stop()
 
 
+def _counting(table: NodeTable, asked: list[int]) -> Callable[[np.ndarray], np.ndarray]:
+    """A compute over the first resource's requested amounts that notes how many rows it was asked for."""
+    def compute(rows: np.ndarray) -> np.ndarray:
+        asked.append(int(rows.size))
+        values: np.ndarray = table.requested_by_resource[0][rows].astype(np.float64)
+        return values
+    return compute
+
 def test_values_are_recomputed_only_where_pods_changed() -> None:
     harness = cluster(50, seed=1)
     try:
         table = harness.scheduler.state.table
         asked: list[int] = []
-
-        def compute(rows: np.ndarray) -> np.ndarray:
-            asked.append(int(rows.size))
-            values: np.ndarray = table.requested_by_resource[0][rows].astype(np.float64)
-            return values
+        compute = _counting(table, asked)
 
         kept = RowScores()
         every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
@@ -162,11 +167,7 @@ def test_a_few_rows_are_computed_straight_and_the_kept_values_catch_up() -> None
     try:
         table = harness.scheduler.state.table
         asked: list[int] = []
-
-        def compute(rows: np.ndarray) -> np.ndarray:
-            asked.append(int(rows.size))
-            values: np.ndarray = table.requested_by_resource[0][rows].astype(np.float64)
-            return values
+        compute = _counting(table, asked)
 
         def one(row: int) -> float:
             return float(table.requested_by_resource[0][row])
