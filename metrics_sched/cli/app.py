@@ -183,7 +183,7 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
         # Every write (binds and evictions first) starts only while the fence is open, and ends within its margin.
         fence = WriteFence(elector.may_bind, margin)
     client = KubeClient(kube, qps=config.client_connection.qps or None, burst=config.client_connection.burst or None,
-                        max_connections=config.bind_workers + 8, write_fence=fence)
+                        max_connections=2 * config.bind_workers + 8, write_fence=fence)  # binds, reports, the rest
     writer = KubePodWriter(client)
     scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
                           is_leader=elector.may_bind if elector else (lambda: True),

@@ -432,7 +432,7 @@ def _client_connection(data: Any, warnings: WarningLog) -> ClientConnectionConfi
 
 def _bind_workers(data: Mapping[str, Any]) -> int:
     """bindWorkers, or upstream's `parallelism` (the same knob here: how many binds run at once)."""
-    workers = read_int(data, "bindWorkers", "", 16, minimum=1, maximum=MAX_BIND_WORKERS)
+    workers = read_int(data, "bindWorkers", "", SchedulerConfig.bind_workers, minimum=1, maximum=MAX_BIND_WORKERS)
     if "parallelism" not in data:
         return workers
     parallelism = read_int(data, "parallelism", "", minimum=1, maximum=MAX_BIND_WORKERS)

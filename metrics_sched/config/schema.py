@@ -189,8 +189,8 @@ _TOP: Schema = _obj({
     "kind": _str("", "MetricsSchedulerConfiguration", enum=("MetricsSchedulerConfiguration",
                                                             "KubeSchedulerConfiguration")),
     "parallelism": _int("Bind workers (upstream: parallelism of the scheduling algorithm). Same as bindWorkers.",
-                        16, minimum=1, maximum=128),
-    "bindWorkers": _int("Concurrent binds.", 16, minimum=1, maximum=128),
+                        64, minimum=1, maximum=128),
+    "bindWorkers": _int("Concurrent binds.", 64, minimum=1, maximum=128),
     "leaderElection": _LEADER_ELECTION,
     "clientConnection": _CLIENT_CONNECTION,
     "enableProfiling": _bool("Serve /debug/pprof and /debug/threads. Off by default here (upstream: on) until the "

@@ -1,6 +1,7 @@
 """Tells the pod what happened: events (Scheduled / FailedScheduling) and the PodScheduled condition.
 
-These writes go through a few workers of their own so a slow API never delays a bind. They are
+These writes go through workers of their own (as many as the binder's by default) so a slow API never delays a
+bind, and the one event per bound pod keeps up with the binds. They are
 asynchronous, so a verdict can be overtaken by the pod's fate; what keeps a stale one off the pod:
 - only the latest verdict per pod waits (a new one replaces it), and a waiting verdict is dropped once
   the pod is bound (`scheduled`, `bound`) or deleted (`forget`);
@@ -175,6 +176,7 @@ class PodReporter:
         """Stops the workers; with wait, after they have written what is queued."""
         with self._lock:
             self._closed = True
+            self._waiting_workers = 0
             self._wake.notify_all()
             threads = list(self._threads)
         if not wait:
@@ -215,8 +217,7 @@ class PodReporter:
             reports = self._pending[pod.uid] = _PodReports(pod.namespace, pod.name, pod.uid)
         self._pending.move_to_end(pod.uid)
         self._trim()
-        self._ensure_worker()
-        self._wake.notify()
+        self._signal()
         return reports
 
     def _trim(self) -> None:
@@ -258,14 +259,19 @@ class PodReporter:
                         reports = self._pending[uid] = _PodReports(event.namespace, event.pod_name, uid)
                     if series not in reports.events:
                         reports.events.append(series)
-                    self._ensure_worker()
-                    self._wake.notify()
+                    self._signal()
             if not by_key:
                 del self._series[uid]
         self._trim()
 
-    def _ensure_worker(self) -> None:
-        if self._waiting_workers == 0 and len(self._threads) < self.max_workers:
+    def _signal(self) -> None:
+        """Work arrived: one waiting worker is woken and no longer counted as waiting (so the next piece of work,
+        arriving before it runs, does not count on it too), else another worker starts, up to max_workers. Writes
+        wait on the API: under load as many run at once as pods wait, up to the limit."""
+        if self._waiting_workers > 0:
+            self._waiting_workers -= 1
+            self._wake.notify()
+        elif len(self._threads) < self.max_workers:
             thread = self.supervisor.spawn(Worker.REPORTER, self._work, name=f"report-{len(self._threads)}",
                                            stopping=lambda: self._closed)
             self._threads.append(thread)
@@ -286,8 +292,7 @@ class PodReporter:
                     self._busy.discard(reports.uid)
                     self._settled_busy.discard(reports.uid)
                     self._idle.notify_all()
-                    if reports.uid in self._pending:
-                        self._wake.notify()  # more arrived for this pod while it was being written
+                # More may have arrived for this pod while it was being written: this worker takes it next.
 
     def _take(self) -> _PodReports | None:
         """The least recently reported pod no worker holds (None when closing and nothing is left)."""
@@ -305,10 +310,9 @@ class PodReporter:
                 self._idle.wait()  # a busy pod may queue more work for itself
                 continue
             self._waiting_workers += 1
-            try:
-                self._wake.wait(max(0.0, self._next_tick - now))
-            finally:
-                self._waiting_workers -= 1
+            if not self._wake.wait(max(0.0, self._next_tick - now)):
+                # Timed out (a notify racing the timeout may have uncounted it already: never below 0).
+                self._waiting_workers = max(0, self._waiting_workers - 1)
 
     def _write(self, reports: _PodReports) -> None:
         for series in reports.events:

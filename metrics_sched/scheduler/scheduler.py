@@ -95,7 +95,10 @@ class Scheduler:
         )
         services.activator.connect(self.queue.activate)
         self.is_leader = is_leader
-        self.reporter = PodReporter(writer, first.name, instance=instance, supervisor=self.supervisor)
+        # One Scheduled event per bind: with fewer writers than binders the events fall behind the binds and,
+        # past the reporter's bound, are dropped (kube-scheduler writes each event on a goroutine of its own).
+        self.reporter = PodReporter(writer, first.name, instance=instance, workers=config.bind_workers,
+                                    supervisor=self.supervisor)
         self.cycle_observers: list[CycleObserver] = []
         self.bind_observers: list[BindObserver] = []
         self.node_deleted_observers: list[Callable[[str], None]] = []  # e.g. drop the node's metric series

@@ -4,6 +4,7 @@ and the chart; and the KWOK heartbeat stage it runs with."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,15 @@ import pytest
 import yaml
 
 from bench import e2e_report
-from bench.e2e_bench import CONTENDERS, KUBE_SETTINGS, another_rep_fits, compare, figures, summarize
+from bench.e2e_bench import (
+    CONTENDERS,
+    KUBE_SETTINGS,
+    another_rep_fits,
+    compare,
+    control_plane_cpu,
+    figures,
+    summarize,
+)
 from bench.run import chart, markdown
 from devcluster.heartbeats import NodeHeartbeats
 
@@ -193,3 +202,11 @@ def test_a_size_cut_short_says_so() -> None:
     report = size_report(sized({"kube-tuned": (200.0, 2.0), "ceiling": (300.0, 0.5)}))
     report["cut_short"] = "1 of 3 repetitions: another would end past this size's time budget of 720s"
     assert "**Cut short by the time budget**: 1 of 3 repetitions" in "\n".join(e2e_report.size_markdown(report))
+
+
+def test_control_plane_cpu_reads_the_api_server_and_etcd_only() -> None:
+    me = os.getpid()
+    sum(i * i for i in range(200_000))  # some CPU of our own to read back
+    cpu = control_plane_cpu({"kube-apiserver": me, "etcd": me, "kwok": me})
+    assert set(cpu) == {"kube-apiserver", "etcd"} and cpu["etcd"] > 0
+    assert control_plane_cpu({"kwok": me}) == {}
