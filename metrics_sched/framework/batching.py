@@ -446,8 +446,9 @@ class Batcher:
                     continue
             else:
                 continue
-            # Normalised over every candidate, as the cycle does.
-            normalized, gaps = normalize_scores(scorer, raw)
+            # Normalised over every candidate, as the cycle does (an incremental plugin may hand them over kept).
+            given = entry.incremental.normalized() if entry.incremental is not None else None
+            normalized, gaps = normalize_scores(scorer, raw) if given is None else given
             timings.append((scorer.name, "Score", clock() - started, "Success"))
             # Scores read from the cluster move with nearly every placement (spreading: at least on the node
             # placed on): compared, they would be recomputed all the same.

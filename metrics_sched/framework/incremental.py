@@ -30,6 +30,12 @@ class IncrementalScores(abc.ABC):
         `changed`: the rows whose pods changed since the scores were last kept (NodeTable.row_pod_stamp, which
         every placement, removal, relabelling and forget moves), ascending: no other row's counts moved."""
 
+    def normalized(self) -> tuple[FloatArray, bool] | None:
+        """What normalize_scores (the plugin's normalize(), held to its promise) gives for the raw scores the last
+        rescore returned, and whether they have NaN, when the kept scores give it cheaper, bit for bit; None: the
+        batcher normalises the raw scores itself."""
+        return None
+
 
 class IncrementalScorer(abc.ABC):
     """A Reads.CLUSTER score plugin whose batched scores can be kept up to date (its PreScore, if any, only

@@ -87,26 +87,33 @@ class _ZoneScores(IncrementalScores):
         self.labels_generation = table.labels_generation
         # The zones with a candidate, as Python ints: their sums' low and high are read each cycle.
         self.zones_present: list[int] = self.present.tolist()
+        # The last per-zone values and the low and high they were computed with: while those stand, only the zones
+        # whose sums moved are computed again (None: every zone afresh).
+        self.values: FloatArray | None = None
+        self.bounds = (0.0, 0.0)
 
     def rescore(self, cycle: CycleState, pod: PodInfo, table: NodeTable, changed: IntArray) -> FloatArray | None:
         if table.capacity != self.size or table.labels_generation != self.labels_generation:
             return None
         per_zone = self.per_zone
+        moved: list[int] = []
         if changed.size:
             now = self.plugin.handle.owner_counts(self.owner)
             if changed.size <= _FEW:
                 counts, zone_of = self.counts, self.zone_of
-                for row in changed.tolist():
-                    fresh = int(now[row])
-                    delta = fresh - int(counts[row])
+                for row in changed.tolist():  # .item(): Python numbers straight, without numpy scalars
+                    fresh: int = now.item(row)
+                    delta = fresh - counts.item(row)
                     if delta:
                         counts[row] = fresh
-                        zone = int(zone_of[row])
-                        per_zone[zone] = float(per_zone[zone]) + delta  # integers: exact
+                        zone: int = zone_of.item(row)
+                        per_zone[zone] = per_zone.item(zone) + delta  # integers: exact
+                        moved.append(zone)
             else:
                 fresh_counts = now[changed]
                 np.add.at(per_zone, self.zone_of[changed], (fresh_counts - self.counts[changed]).astype(np.float64))
                 self.counts[changed] = fresh_counts
+                self.values = None
         if len(self.zones_present) <= _FEW:
             seen = [float(per_zone[zone]) for zone in self.zones_present]
             low, high = min(seen), max(seen)
@@ -114,11 +121,18 @@ class _ZoneScores(IncrementalScores):
             present = per_zone[self.present]
             low, high = float(present.min()), float(present.max())
         if high == low:
+            self.values = None  # the zones that move meanwhile are not followed
             return np.full(self.size_rows, 100.0)
         # score()'s 100.0 * (high - candidate) / (high - low), per zone then gathered (the same operations on the
-        # same values: each element's result does not depend on the others).
-        values = np.asarray(100.0 * (high - per_zone) / (high - low), dtype=np.float64)
-        scores: FloatArray = values.take(self.candidate_zone)
+        # same values: each element's result does not depend on the others; in Python floats, IEEE doubles too).
+        values = self.values
+        if values is not None and self.bounds == (low, high):
+            for zone in moved:
+                values[zone] = 100.0 * (high - per_zone.item(zone)) / (high - low)
+        else:
+            values = self.values = np.asarray(100.0 * (high - per_zone) / (high - low), dtype=np.float64)
+            self.bounds = (low, high)
+        scores: FloatArray = values.take(self.candidate_zone, mode="wrap")  # in range: wrap is a plain gather
         return scores
 
 

@@ -5,6 +5,7 @@ behind them (PodTopologySpread's float normalisation, the batcher's array compar
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -74,7 +75,7 @@ def _changes(state: ClusterState, rng: np.random.Generator) -> list[Callable[[],
 
 
 def _check(state: ClusterState, fresh: Callable[[], FloatArray], kept: IncrementalScores, info: PodInfo,
-           seed: int) -> None:
+           seed: int, normalize: Callable[[FloatArray], FloatArray]) -> None:
     rng = np.random.default_rng(seed)
     changes = _changes(state, rng)
     table = state.table
@@ -88,6 +89,10 @@ def _check(state: ClusterState, fresh: Callable[[], FloatArray], kept: Increment
         assert got is not None
         want = fresh()
         assert got.tobytes() == want.tobytes(), f"step {step}: {got} != {want}"
+        normalized = kept.normalized()
+        if normalized is not None:  # handed over kept: normalize()'s of the raw scores, bit for bit
+            assert normalized[0].tobytes() == np.asarray(normalize(want), dtype=np.float64).tobytes(), step
+            assert not normalized[1]
 
 
 OWN = [spread(1, HOSTNAME, SOFT, APP, match_label_keys=["track"], taints_policy="Honor"), spread(2, ZONE, SOFT, APP),
@@ -115,7 +120,7 @@ def test_pod_topology_spread_scores_kept_from_the_counts(constraints: list[Obj])
     assert kept is not None
     if own:
         assert (fresh() == _IGNORED).any()  # the zoneless nodes are ignored
-    _check(state, fresh, kept, info, seed=len(constraints))
+    _check(state, fresh, kept, info, seed=len(constraints), normalize=plugin.normalize)
     # A batched cycle's state answers Score as the full cycle's does.
     cycle = CycleState()
     assert kept.rescore(cycle, info, table, NOTHING) is not None
@@ -141,7 +146,7 @@ def test_zone_spread_scores_kept_from_the_counts(key: str) -> None:
     def fresh() -> FloatArray:
         return np.asarray(plugin.score(CycleState(), info, table, rows), dtype=np.float64)
 
-    _check(state, fresh, kept, info, seed=9)
+    _check(state, fresh, kept, info, seed=9, normalize=plugin.normalize)
 
 
 def _upstream_normalize(scores: FloatArray) -> FloatArray:
@@ -185,7 +190,6 @@ def test_a_workload_change_while_a_batch_is_stored_is_not_lost() -> None:
     spreading counts are being built, between the default selector's derivation and the workloads' generation being
     stored: the batch must not keep the old selector (it did, once: every later batched cycle spread by the old
     one). Simulated in one thread, the upsert made inside that window; batched and unbatched decisions agree."""
-    from typing import Any
 
     from bench.core_bench import cluster as core_cluster
     from bench.scenario import pod_object
@@ -241,6 +245,47 @@ def test_a_workload_change_while_a_batch_is_stored_is_not_lost() -> None:
             if batching:
                 assert framework.batcher is not None and framework.batcher.stats.batched > 30
             return nodes
+        finally:
+            harness.stop()
+
+    assert run(batching=True) == run(batching=False)
+
+
+def test_a_deployment_spread_by_kept_classes_decides_as_the_full_cycle() -> None:
+    """Seeded: a Deployment's replicas on 150 nodes (PodTopologySpread's system defaults kept per class of
+    candidates, ZoneSpread per zone), with placed replicas deleted now and then (a few rows, and more than a batched
+    cycle follows one by one); batching on and off, every cycle's node, scores and totals the same bit for bit."""
+    from bench.core_bench import cluster as core_cluster
+    from bench.scenario import pod_object
+    from tests.unit.test_batching import _decision
+
+    def run(batching: bool) -> list[Any]:
+        harness = core_cluster(150, seed=0)
+        try:
+            framework, state = harness.framework, harness.scheduler.state
+            if not batching:
+                framework.batcher = None
+            framework.random.seed(5)
+            placed: list[PodInfo] = []
+            decisions = []
+            for i in range(260):
+                if i % 37 == 36:
+                    for gone in placed[-(3 if i % 2 else 30)::3]:
+                        state.remove_pod(gone.uid)
+                info = parse_pod(pod_object(f"web-{i}", cpu="100m", memory="100Mi", owner="rs-01",
+                                            labels={"app": "rs-01"}))
+                with state.lock:
+                    result = framework.schedule(info, state.table)
+                    if result.node is not None:
+                        state.assume(info, result.node)
+                        placed.append(info)
+                for plugin in framework.reserves:
+                    plugin.reserve(result.cycle, info, result.node)
+                decisions.append(_decision(result))
+            if batching:
+                assert framework.batcher is not None and framework.batcher.stats.batched > 200, framework.batcher
+                assert framework.batcher.stats.many_changed > 0
+            return decisions
         finally:
             harness.stop()
 
