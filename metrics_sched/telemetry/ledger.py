@@ -35,7 +35,6 @@ class _Column:
     deltas: FloatArray = field(default_factory=lambda: np.zeros(0))
     alive: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     size: int = 0
-    dead: int = 0  # slots whose placement was removed: compaction is worth its cost once they are many
     rows_generation: int = -1
     # The adjustment last computed (read-only; replaced, never changed in place, since a decision record
     # may hold it) and the sample times it was computed against. A new placement updates its one row;
@@ -147,7 +146,6 @@ class InFlightLedgerStore:
             for metric, index in placement.slots.items():
                 column = self._columns[metric]
                 column.alive[index] = False
-                column.dead += 1
                 column.forget_dense()  # subtracting would not give the sum without it, bit for bit
 
     def remove(self, uid: str) -> None:
@@ -163,8 +161,11 @@ class InFlightLedgerStore:
                 self._remove(uid)
             # Compacting rebuilds every slot map (Python work per live placement): only once the removed slots
             # are at least as many as the live ones, so its cost stays proportional to what it frees.
-            if any(column.dead >= max(_MIN_DEAD, column.size - column.dead) for column in self._columns.values()):
-                self._compact()
+            for column in self._columns.values():
+                dead = column.size - int(np.count_nonzero(column.alive[: column.size]))
+                if dead >= max(_MIN_DEAD, column.size - dead):
+                    self._compact()
+                    break
             return len(old)
 
     def _compact(self) -> None:
