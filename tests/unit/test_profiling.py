@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import tracemalloc
@@ -42,7 +43,10 @@ def parked() -> Iterator[threading.Thread]:
 
 
 def test_sampler_records_every_other_thread_by_name_root_first(parked: threading.Thread) -> None:
-    profile = sample(0.1, 200)
+    # A clock that moves 1 ms per reading: 0.1 s of it is ~20 ticks however long a tick really takes (on a busy
+    # machine the first tick alone outlasted a real 0.1 s, and the profile ended after one).
+    readings = itertools.count()
+    profile = sample(0.1, 200, clock=lambda: next(readings) / 1000)
     assert profile.ticks >= 2 and profile.interval == pytest.approx(0.005)
     stacks = [stack for (thread, stack), _ in profile.samples.items() if thread == "parked-worker"]
     assert stacks, f"no sample of the parked thread in {sorted({t for t, _ in profile.samples})}"
