@@ -44,13 +44,17 @@ Method:
 
 Duration. A run costs its contender's start-up (kube-scheduler ~1 s; metrics-sched 9-20 s: initial sync and,
 for ms-all, every telemetry source up), pods / (pods/s), and the clean-up (a delete-collection per 250-pod
-chunk label). On an idle 2-core machine, at the rates measured there (issue 18: kube-default ~50 pods/s,
-kube-tuned ~380 / 230 at 500 / 5,000 nodes, metrics-sched ~250 / 120), a repetition at 500 nodes / 2,000 pods
-takes ~3 min and one at 5,000 nodes / 10,000 pods ~14 min (kube-default alone ~200 s, kube-tuned-100 ~140 s,
-clean-ups ~4 min); with 3 repetitions and both clusters' start-up (5,000 nodes: ~2 min) the full e2e part
-takes ~55 min, the quick one (500 nodes / 500 pods) ~3 min. On a busy machine it is several times that (see
-the report): bench.run gives each size a time budget (`run_size(budget=)`: 12 and 55 min, quick 6) past
-which no further repetition starts, and the report says how many ran.
+chunk label). Clean-up is as slow as binding at 5,000 nodes: the API server deleted 2,000 bound pods in 27-61 s
+there on an idle machine (2026-12-03; ~40-75 pods/s, 10-20 ms of its CPU per pod while KWOK's Lease renewals
+and pod status patches go on; with KWOK stopped 9-17 s, but its renewals then burst into the next run, so it is
+left running). So a 5,000-node run has 2,000 pods (10,000 made 3 repetitions of 6 contenders take over an
+hour), and the memory figures at 10,000 and 50,000 pods come from one run after the repetitions
+(`memory_run`, not cleaned up: the cluster goes with it). On an idle 2-core machine, a repetition at 500 nodes
+/ 2,000 pods takes ~3 min, one at 5,000 nodes / 2,000 pods ~8 min (kube-default alone ~60 s, clean-ups
+~4 min), the memory run ~15 min: the full e2e part ~50 min, the quick one (500 nodes / 500 pods) ~3 min. On a
+busy machine it is several times that (see the report): bench.run gives each size a time budget
+(`run_size(budget=)`: 12 and 30 min, quick 6) past which no further repetition starts, and the report says how
+many ran.
 
     python -m bench.e2e_bench [--nodes 500] [--pods 2000] [--reps 3] [--contenders ...] [--out DIR]
 """
@@ -278,9 +282,11 @@ def _delete_pods(cluster: DevCluster, namespace: str, pods: int) -> None:
 
 
 def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: float,
-             rate: float = CREATION_RATE) -> dict[str, Any]:
+             rate: float = CREATION_RATE, rss_at: Sequence[int] = (), cleanup: bool = True) -> dict[str, Any]:
     """One run of one contender: start it, create `pods` paced pods, measure until all are bound (or the
-    timeout), stop it, delete the pods. Never raises for the contender's sake: a failure is the result."""
+    timeout), stop it, delete the pods (unless `cleanup` is False: the cluster's last run, torn down with it).
+    rss_at: bound-pod counts at which the contender's peak RSS so far is read (`peak_rss_mb_at`), e.g. its
+    peak at 10,000 pods on the way to 50,000. Never raises for the contender's sake: a failure is the result."""
     namespace = f"bench-{contender.key}-{secrets.token_hex(2)}"
     result: dict[str, Any] = {"contender": contender.key, "pods": pods, "status": "failed", "error": None}
     stop: Callable[[], None] | None = None
@@ -304,11 +310,14 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
                                     str(cluster.kubeconfig), "--namespace", namespace, "--count", str(pods),
                                     "--scheduler", contender.scheduler_name, "--rate", str(rate)])
         last_report = started
+        marks = sorted(n for n in rss_at if n < pods)
         while len(watch.bound) < pods and time.monotonic() - started < timeout:
             if watch.error is not None:
                 raise RuntimeError(f"the benchmark's pod watch failed: {watch.error}")
             cluster.group.check(name)  # raises if the contender died
             time.sleep(0.05)
+            while marks and len(watch.bound) >= marks[0]:
+                result.setdefault("peak_rss_mb_at", {})[marks.pop(0)] = round(proc_stats(pid)[1] / 2**20, 1)
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 say(f"{contender.key}: {len(watch.created)} created, {len(watch.bound)} bound "
@@ -349,13 +358,14 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
                 creator.wait()
             if creator.returncode:
                 result["creator_exit"] = creator.returncode  # its stderr (in this log) says which requests failed
-        cleanup = time.monotonic()
-        try:
-            _delete_pods(cluster, namespace, pods)
-        except Exception as exc:  # noqa: BLE001 - the run's figures stand; the next run says if pods were left
-            result["cleanup_error"] = f"{type(exc).__name__}: {exc}"
-            say(f"{contender.key}: deleting its pods failed: {result['cleanup_error']}")
-        phases["cleanup"] = round(time.monotonic() - cleanup, 1)
+        if cleanup:
+            cleanup_began = time.monotonic()
+            try:
+                _delete_pods(cluster, namespace, pods)
+            except Exception as exc:  # noqa: BLE001 - the run's figures stand; the next run says if pods were left
+                result["cleanup_error"] = f"{type(exc).__name__}: {exc}"
+                say(f"{contender.key}: deleting its pods failed: {result['cleanup_error']}")
+            phases["cleanup"] = round(time.monotonic() - cleanup_began, 1)
         result["phase_seconds"] = phases
     say(f"{contender.key}: {result['status']}" + (f" ({result['error']})" if result["error"] else "") + ": "
         + ", ".join(f"{k} {result.get(k)}" for k in FIGURES))
@@ -447,13 +457,36 @@ def another_rep_fits(done: int, elapsed: float, longest: float, budget: float | 
     return done == 0 or budget is None or elapsed + longest <= budget
 
 
+MEMORY_CONTENDER = "ms-all"
+
+
+def memory_run(cluster: DevCluster, pods: int, marks: Sequence[int], *, rate: float = CREATION_RATE
+               ) -> dict[str, Any]:
+    """One run of every-metric metrics-sched with `pods` pods (issue 18, item 5: its peak RSS at 10,000 and at
+    50,000 pods on 5,000 nodes); the peak is read as the bound pods pass each mark. Not cleaned up: it is the
+    cluster's last run (deleting 50,000 pods would take longer than binding them)."""
+    contender = next(c for c in CONTENDERS if c.key == MEMORY_CONTENDER)
+    say(f"memory: {contender.key} with {pods} pods (peak RSS at {', '.join(map(str, marks))} bound and at the end)")
+    run = run_once(cluster, contender, pods, timeout=120.0 + pods / 20, rate=rate, rss_at=marks, cleanup=False)
+    at = {int(k): v for k, v in (run.get("peak_rss_mb_at") or {}).items()}
+    if run["status"] == "ok":
+        at[pods] = run["peak_rss_mb"]
+    return {"contender": contender.key, "label": contender.label, "pods": pods, "status": run["status"],
+            "error": run.get("error"), "peak_rss_mb_at": at, "pods_per_second": run.get("pods_per_second"),
+            "cpu_ms_per_pod": run.get("cpu_ms_per_pod"), "latency_p50_ms": run.get("latency_p50_ms"),
+            "latency_p99_ms": run.get("latency_p99_ms"), "creation_rate": run.get("creation_rate")}
+
+
 def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None = None,
              contenders: Sequence[Contender] = CONTENDERS, rate: float = CREATION_RATE,
-             out_dir: Path = RESULTS, with_sources: bool = True, budget: float | None = None) -> dict[str, Any]:
+             out_dir: Path = RESULTS, with_sources: bool = True, budget: float | None = None,
+             memory_pods: int | None = None, memory_marks: Sequence[int] = ()) -> dict[str, Any]:
     """Every contender `reps` times on one dev cluster of `nodes` KWOK nodes; writes <out_dir>/e2e-<nodes>.json
     after each run and when done, and returns what it wrote. With a `budget` (seconds), a repetition after the
     first is not started when it would end past it (judged by the longest one so far): `make bench` stays in
-    CI's 90 minutes on a busy machine, and the report says how many repetitions ran and why."""
+    CI's 90 minutes on a busy machine, and the report says how many repetitions ran and why.
+    memory_pods: then one run of ms-all with that many pods on the same nodes (`report["memory"]`), its peak RSS
+    read as the bound pods pass each of `memory_marks` and at the end; the cluster's last run, not cleaned up."""
     timeout = timeout if timeout is not None else 120.0 + pods / 20  # kube-default binds ~50 pods/s
     path = out_dir / f"e2e-{nodes}.json"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -503,6 +536,8 @@ def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None =
             from bench.sources_bench import sources_cost
 
             report["sources"] = sources_cost(cluster)
+        if memory_pods:
+            report["memory"] = memory_run(cluster, memory_pods, memory_marks, rate=rate)
     write(complete=True)
     say(f"{nodes} nodes done in {report['seconds']:.0f}s: {path}")
     return report
@@ -519,10 +554,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-sources", action="store_true", help="skip the sources' refresh cost")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where e2e-<nodes>.json goes")
     parser.add_argument("--budget", type=float, default=None, help="seconds: no repetition past them (see run_size)")
+    parser.add_argument("--memory-pods", type=int, default=None,
+                        help=f"then one {MEMORY_CONTENDER} run with this many pods, its peak RSS (see memory_run)")
+    parser.add_argument("--memory-marks", type=int, nargs="*", default=[10_000],
+                        help="bound-pod counts at which the memory run's peak RSS is read")
     args = parser.parse_args(argv)
     chosen = tuple(c for c in CONTENDERS if args.contenders is None or c.key in args.contenders)
     report = run_size(args.nodes, args.pods, reps=args.reps, timeout=args.timeout, contenders=chosen,
-                      rate=args.rate, out_dir=args.out, with_sources=not args.no_sources, budget=args.budget)
+                      rate=args.rate, out_dir=args.out, with_sources=not args.no_sources, budget=args.budget,
+                      memory_pods=args.memory_pods, memory_marks=args.memory_marks)
     print(json.dumps({k: v for k, v in report.items() if k != "results"}, indent=2, default=str))
 
 

@@ -75,11 +75,26 @@ def size_markdown(size: dict[str, Any]) -> list[str]:
         notes.append(f"Pods created at a paced {rate:g} pods/s. " + heartbeat_note(method) + ".")
     if size.get("cut_short"):
         notes.append(f"**Cut short by the time budget**: {size['cut_short']}.")
+    memory = size.get("memory")
+    if memory:
+        notes.append(memory_note(memory, size["nodes"]))
     failed = [f"{r['contender']} repetition {run.get('rep')}: {run['status']} ({run.get('error')})"
               for r in size["results"] for run in r["runs"] if run["status"] != "ok"]
     if failed:
         notes.append("Runs that did not complete (left out of the medians): " + "; ".join(failed) + ".")
     return [*lines, " ".join(notes), ""]
+
+
+def memory_note(memory: dict[str, Any], nodes: int) -> str:
+    """The memory run in a sentence: its peak RSS at each mark it passed, and how it went."""
+    at = ", ".join(f"{mb:.0f} MB by {int(count):,} pods bound" for count, mb in sorted(
+        (int(k), v) for k, v in memory.get("peak_rss_mb_at", {}).items()))
+    head = (f"**Memory**: one run of {memory['label']} with {memory['pods']:,} pods on these {nodes:,} nodes "
+            "(not cleaned up between marks): peak RSS ")
+    if memory.get("status") != "ok":
+        return head + (f"{at}; " if at else "") + f"the run did not complete ({memory.get('status')}: " \
+                                                   f"{memory.get('error')})."
+    return head + f"{at}; {memory.get('pods_per_second')} pods/s, {memory.get('cpu_ms_per_pod')} CPU-ms/pod."
 
 
 def panels(size: dict[str, Any], throughput_ax: Any, cpu_ax: Any) -> None:

@@ -2,8 +2,9 @@
 
     python -m bench.run --quick   # make bench-quick: e2e 500 nodes / 500 pods x 3 repetitions, small core
                                   # sizes, then the regression check of the core's decisions/s (< 10 min)
-    python -m bench.run           # make bench: e2e 500 nodes / 2,000 pods and 5,000 nodes / 10,000 pods, 3
-                                  # repetitions each, the full core, quality, soak, rebalance and the flame graph
+    python -m bench.run           # make bench: e2e 500 nodes / 2,000 pods and 5,000 nodes / 2,000 pods, 3
+                                  # repetitions each, a memory run of 50,000 pods on the 5,000 nodes, the full
+                                  # core, quality, soak, rebalance and the flame graph
 
 Durations on an idle machine of this kind (2 cores): the full e2e part ~55 min (bench/e2e_bench.py says how it
 adds up), the rest ~15 min: `make bench` ~70 min (63 min measured on 2026-12-01: e2e 58, core 2.6, soak 2),
@@ -161,27 +162,33 @@ def update_readme(md: str) -> None:
     README.write_text(new)
 
 
-# (nodes, pods per run, time budget in seconds: no repetition after the first starts past it). The budgets
-# keep `make bench` inside CI's 90 minutes (with ~15 for the other parts) and bench-quick inside 10 on a busy
-# machine; on an idle one every repetition fits (bench/e2e_bench.py's docstring has the durations).
-E2E_FULL = ((500, 2000, 12 * 60.0), (5000, 10000, 55 * 60.0))
-E2E_QUICK = ((500, 500, 6 * 60.0),)
+# (nodes, pods per run, time budget in seconds: no repetition after the first starts past it, pods of the
+# memory run after the repetitions or None). The budgets keep `make bench` inside CI's 90 minutes (with ~15 for
+# the other parts) and bench-quick inside 10 on a busy machine; on an idle one every repetition fits
+# (bench/e2e_bench.py's docstring has the durations). At 5,000 nodes a run has 2,000 pods: deleting them takes
+# as long as binding them (the API server deletes ~40-75 pods/s there), and 3 repetitions of 6 contenders with
+# 10,000 pods each took over an hour; the memory figures at 10,000 and 50,000 pods come from the one memory run.
+Size = tuple[int, int, float | None, int | None]
+E2E_FULL: tuple[Size, ...] = ((500, 2000, 12 * 60.0, None), (5000, 2000, 30 * 60.0, 50_000))
+E2E_QUICK: tuple[Size, ...] = ((500, 500, 6 * 60.0, None),)
+MEMORY_MARKS = (10_000,)  # besides the memory run's end: issue 18, item 5 (<= 300 MB at 10,000, <= 500 at 50,000)
 
 
-def e2e_sizes(args: argparse.Namespace) -> list[tuple[int, int, float | None]]:
+def e2e_sizes(args: argparse.Namespace) -> list[Size]:
     if args.e2e_sizes:
-        return [(int(n), int(p), None) for n, p in (s.split("x") for s in args.e2e_sizes)]
+        return [(int(n), int(p), None, None) for n, p in (s.split("x") for s in args.e2e_sizes)]
     return list(E2E_QUICK if args.quick else E2E_FULL)
 
 
-def run_e2e(sizes: list[tuple[int, int, float | None]], reps: int, out: Path) -> list[dict[str, Any]]:
+def run_e2e(sizes: list[Size], reps: int, out: Path) -> list[dict[str, Any]]:
     """Each size on its own dev cluster; a size that cannot run at all is recorded with the reason."""
     from bench import e2e_bench
 
     measured: list[dict[str, Any]] = []
-    for nodes, pods, budget in sizes:
+    for nodes, pods, budget, memory_pods in sizes:
         try:
-            measured.append(e2e_bench.run_size(nodes, pods, reps=reps, out_dir=out, budget=budget))
+            measured.append(e2e_bench.run_size(nodes, pods, reps=reps, out_dir=out, budget=budget,
+                                               memory_pods=memory_pods, memory_marks=MEMORY_MARKS))
         except Exception as exc:  # noqa: BLE001 - one size failing leaves the others' figures standing
             say(f"e2e at {nodes} nodes failed: {type(exc).__name__}: {exc}")
             measured.append({"nodes": nodes, "pods": pods, "reps": reps, "complete": False,
@@ -205,8 +212,8 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["e2e", "core", "quality", "soak", "rebalance"])
     parser.add_argument("--no-readme", action="store_true", help="leave README.md's bench section as it is")
     parser.add_argument("--e2e-sizes", nargs="*", default=None, metavar="NODESxPODS",
-                        help=f"e.g. 5000x10000, no time budget (default {' '.join(f'{n}x{p}' for n, p, _ in E2E_FULL)}"
-                             f"; quick: {' '.join(f'{n}x{p}' for n, p, _ in E2E_QUICK)})")
+                        help=f"e.g. 5000x10000, no time budget (default {' '.join(f'{n}x{p}' for n, p, *_ in E2E_FULL)}"
+                             f"; quick: {' '.join(f'{n}x{p}' for n, p, *_ in E2E_QUICK)})")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of every e2e contender per size")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory (not bench/results: the "
                                                                   "README is left alone)")

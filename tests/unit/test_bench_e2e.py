@@ -210,3 +210,18 @@ def test_control_plane_cpu_reads_the_api_server_and_etcd_only() -> None:
     cpu = control_plane_cpu({"kube-apiserver": me, "etcd": me, "kwok": me})
     assert set(cpu) == {"kube-apiserver", "etcd"} and cpu["etcd"] > 0
     assert control_plane_cpu({"kwok": me}) == {}
+
+
+def test_the_memory_run_states_its_peak_at_every_mark() -> None:
+    report = {**size_report(sized({"kube-tuned": (200.0, 2.0), "ceiling": (300.0, 0.5)})), "nodes": 5000}
+    report["memory"] = {"contender": "ms-all", "label": "metrics-sched, every metric plugin", "pods": 50000,
+                        "status": "ok", "error": None, "peak_rss_mb_at": {"50000": 410.4, "10000": 240.2},
+                        "pods_per_second": 90.1, "cpu_ms_per_pod": 4.2}
+    text = "\n".join(e2e_report.size_markdown(report))
+    assert ("**Memory**: one run of metrics-sched, every metric plugin with 50,000 pods on these 5,000 nodes "
+            "(not cleaned up between marks): peak RSS 240 MB by 10,000 pods bound, 410 MB by 50,000 pods bound; "
+            "90.1 pods/s, 4.2 CPU-ms/pod.") in text
+    report["memory"].update(status="timeout", error="30000 of 50000 pods bound after 2620s",
+                            peak_rss_mb_at={"10000": 240.2})
+    assert ("peak RSS 240 MB by 10,000 pods bound; the run did not complete (timeout: 30000 of 50000 pods bound "
+            "after 2620s).") in "\n".join(e2e_report.size_markdown(report))
