@@ -44,17 +44,16 @@ Method:
 
 Duration. A run costs its contender's start-up (kube-scheduler ~1 s; metrics-sched 9-20 s: initial sync and,
 for ms-all, every telemetry source up), pods / (pods/s), and the clean-up (a delete-collection per 250-pod
-chunk label). Clean-up is as slow as binding at 5,000 nodes: the API server deleted 2,000 bound pods in 27-61 s
-there on an idle machine (2026-12-03; ~40-75 pods/s, 10-20 ms of its CPU per pod while KWOK's Lease renewals
-and pod status patches go on; with KWOK stopped 9-17 s, but its renewals then burst into the next run, so it is
-left running). So a 5,000-node run has 2,000 pods (10,000 made 3 repetitions of 6 contenders take over an
-hour), and the memory figures at 10,000 and 50,000 pods come from one run after the repetitions
-(`memory_run`, not cleaned up: the cluster goes with it). On an idle 2-core machine, a repetition at 500 nodes
-/ 2,000 pods takes ~3 min, one at 5,000 nodes / 2,000 pods ~8 min (kube-default alone ~60 s, clean-ups
-~4 min), the memory run ~15 min: the full e2e part ~50 min, the quick one (500 nodes / 500 pods) ~3 min. On a
-busy machine it is several times that (see the report): bench.run gives each size a time budget
-(`run_size(budget=)`: 12 and 30 min, quick 6) past which no further repetition starts, and the report says how
-many ran.
+chunk label). Clean-up is slower than binding at 5,000 nodes: the API server deleted 2,000 bound pods in 27-90 s
+there (2026-12-03; 22-75 pods/s, 10-20 ms of its CPU per pod while KWOK's Lease renewals and pod status patches
+go on; with KWOK stopped 9-17 s, but its renewals then burst into the next run, so it is left running). So a
+5,000-node run has 1,000 pods (10,000 made 3 repetitions of 6 contenders take over an hour, 2,000 ~45 min), and
+the memory figures at 10,000 and 50,000 pods come from one run after the repetitions (`memory_run`, not cleaned
+up: the cluster goes with it). On an idle 2-core machine, a repetition at 500 nodes / 2,000 pods takes ~3 min,
+one at 5,000 nodes / 1,000 pods ~7 min (kube-default alone ~30 s, clean-ups ~4 min), the memory run ~15 min:
+the full e2e part ~50 min, the quick one (500 nodes / 500 pods) ~3 min. On a busy machine it is several times
+that (see the report): bench.run gives each size a time budget (`run_size(budget=)`: 12 and 30 min, quick 6)
+past which no further repetition starts, and the report says how many ran.
 
     python -m bench.e2e_bench [--nodes 500] [--pods 2000] [--reps 3] [--contenders ...] [--out DIR]
 """
