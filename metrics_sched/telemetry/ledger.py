@@ -153,12 +153,21 @@ class InFlightLedgerStore:
             self._remove(uid)
 
     def prune(self) -> int:
-        """Forgets placements older than the horizon (every sample has covered them by then)."""
+        """Forgets placements older than the horizon (every sample has covered them by then), and those the
+        latest sample of each of their metrics already covers: they count no more, and samples only get newer
+        (were a node's sample to turn older, a source failing over to one that lags, such a placement would not
+        count again: as if that telemetry had shown it). Kept until the horizon, they were as many as the pods
+        bound in it: 36,000 at 60 pods/s, ~0.5 KB each. Returns how many were forgotten."""
         cutoff = self._clock() - self.horizon
         with self._lock:
             old = [uid for uid, p in self._placements.items() if p.at < cutoff]
             for uid in old:
                 self._remove(uid)
+            covered = self._covered()
+            for uid in covered:
+                # Not counted in any kept adjustment (nor pending for it): each stays what it is, bit for bit.
+                for metric, index in self._placements.pop(uid).slots.items():
+                    self._columns[metric].alive[index] = False
             # Compacting rebuilds every slot map (Python work per live placement): only once the removed slots
             # are at least as many as the live ones, so its cost stays proportional to what it frees.
             for column in self._columns.values():
@@ -166,7 +175,25 @@ class InFlightLedgerStore:
                 if dead >= max(_MIN_DEAD, column.size - dead):
                     self._compact()
                     break
-            return len(old)
+            return len(old) + len(covered)
+
+    def _covered(self) -> list[str]:
+        """The placements whose every slot the samples of its metric's last read cover (time before the row's
+        sample time). A metric not read since its adjustment was last dropped covers none of its slots."""
+        masks: dict[str, BoolArray] = {}
+        for metric, column in self._columns.items():
+            observed = column.dense_observed
+            if observed is None:
+                continue
+            rows = column.rows[: column.size]
+            known = rows >= 0
+            mask = np.zeros(column.size, dtype=bool)
+            mask[known] = column.times[: column.size][known] < observed[rows[known]]
+            masks[metric] = mask
+        if not masks:
+            return []
+        return [uid for uid, placement in self._placements.items() if placement.slots
+                and all(metric in masks and masks[metric][index] for metric, index in placement.slots.items())]
 
     def _compact(self) -> None:
         keep_by_metric = {}

@@ -180,6 +180,32 @@ def test_ledger_entries_stop_counting_once_a_newer_sample_covers_them() -> None:
 
 
 
+def test_pruning_forgets_placements_every_metric_of_which_a_newer_sample_covers() -> None:
+    clock = Clock()
+    scheduler, _, _ = make(clock=clock)
+    gpu_nodes(scheduler, ["a", "b"])
+    table = scheduler.state.table
+    ledger = scheduler.ledger
+    cpu, load = "node_cpu_utilisation", "node_load_per_cpu"
+    ledger.add("on-a", "a", {cpu: 0.1, load: 0.2}, at=NOW + 1)
+    ledger.add("on-b", "b", {cpu: 0.1, load: 0.2}, at=NOW + 1)
+    ledger.add("later-on-a", "a", {cpu: 0.3}, at=NOW + 3)
+    ledger.prune()
+    assert len(ledger) == 3  # no metric read yet: nothing is known to cover them
+    covers_a = np.full(table.capacity, NOW)
+    # Measured after the first placement on a, and at the instant of the later one (which it cannot show yet).
+    covers_a[table.index["a"]] = NOW + 3
+    cpu_before = ledger.adjustment(cpu, table, covers_a).copy()
+    ledger.prune()
+    assert len(ledger) == 3  # on-a's load is not covered yet (its metric was not read against covers_a)
+    load_before = ledger.adjustment(load, table, covers_a).copy()
+    assert ledger.prune() == 1 and len(ledger) == 2 and ledger.by_node() == {"a": 1, "b": 1}
+    np.testing.assert_array_equal(ledger.adjustment(cpu, table, covers_a), cpu_before)
+    np.testing.assert_array_equal(ledger.adjustment(load, table, covers_a), load_before)
+    assert ledger.adjustment(cpu, table, covers_a)[table.index["a"]] == pytest.approx(0.3)
+    assert ledger.adjustment(cpu, table, covers_a)[table.index["b"]] == pytest.approx(0.1)
+
+
 def test_pruning_compacts_only_once_removed_placements_are_many_and_keeps_the_adjustment() -> None:
     clock = Clock()
     scheduler, _, _ = make(clock=clock)
@@ -211,12 +237,13 @@ def test_pruning_compacts_only_once_removed_placements_are_many_and_keeps_the_ad
 
 
 @settings(max_examples=150, deadline=None)
-@given(steps=st.lists(st.tuples(st.sampled_from(["add", "remove", "read", "sample"]), st.integers(0, 7),
+@given(steps=st.lists(st.tuples(st.sampled_from(["add", "remove", "read", "sample", "prune"]), st.integers(0, 7),
                                 st.floats(-2.0, 2.0, allow_nan=False)), min_size=1, max_size=60))
 def test_the_adjustment_kept_between_reads_is_the_full_computation_bit_for_bit(
         steps: list[tuple[str, int, float]]) -> None:
     """Placements are added to the kept adjustment when it is next read (several at once when no cycle read it in
-    between): the same doubles as a store computing it from its placements, and last_step names the rows."""
+    between): the same doubles as a store computing it from its placements, and last_step names the rows. Pruning
+    the covered ones in between changes none of it."""
     clock = Clock()
     scheduler, _, _ = make(clock=clock)
     names = [f"n{i}" for i in range(8)]
@@ -239,6 +266,8 @@ def test_the_adjustment_kept_between_reads_is_the_full_computation_bit_for_bit(
         elif action == "sample":
             observed = observed.copy()
             observed[table.index[names[at]]] = NOW + 1 + i  # a sample covering that node's placements so far
+        elif action == "prune":  # forgets covered placements: the reference keeps them, and they count for nothing
+            kept.prune()
         else:
             full = InFlightLedgerStore(clock=clock)
             for uid, (name, d, when) in live.items():
