@@ -92,7 +92,7 @@ class PodRecord:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     terminating: bool = False  # being deleted: still occupies the node, but topology spreading skips it
     affinity: PodAffinityTerms = NO_TERMS
-    resources: ResourceFields = ()  # the fields `vector` was computed from: an update that keeps them keeps it
+    resources: ResourceFields = b""  # the fields `vector` was computed from: an update that keeps them keeps it
     volumes: PodVolumes = NO_VOLUMES  # claims and in-line disks it mounts (volume restrictions and limits)
     # What the rebalancer's victim selection reads (parsed here once, not per tick): see `disruption`.
     priority: int = 0

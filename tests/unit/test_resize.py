@@ -6,12 +6,13 @@ the parked pods."""
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 import pytest
 
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.model.resize import occupied_requests
+from metrics_sched.model.resize import occupied_requests, resource_fields
 from metrics_sched.scheduler import Scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 from tests.unit.test_scheduler import drain, make
@@ -102,3 +103,16 @@ def test_a_resized_sidecar_counts_and_a_pod_without_container_status_uses_its_sp
     ]}
     requests, non_zero = occupied_requests(parse_pod(body))
     assert requests["cpu"] == 5000 and non_zero["cpu"] == 5000  # max(1 + 2, 3 + 2)
+
+
+def test_resource_fields_are_a_small_digest_equal_exactly_when_the_fields_are() -> None:
+    base = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}}}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "c", "ready": True}]}}
+    reordered = {"status": {"containerStatuses": [{"ready": False, "name": "c"}], "phase": "Pending"},
+                 "spec": {"containers": [{"resources": {"requests": {"memory": "1Gi", "cpu": "100m"}}, "name": "c"}]}}
+    resized = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "200m", "memory": "1Gi"}}}]}}
+    kept = resource_fields(base)
+    # Kept with every placed pod: nothing of the decoded object, and 16 bytes of digest.
+    assert isinstance(kept, bytes) and len(kept) == 16 and sys.getsizeof(kept) < 64
+    assert resource_fields(reordered) == kept  # status churn and key order leave it alone
+    assert resource_fields(resized) != kept
