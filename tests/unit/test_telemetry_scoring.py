@@ -14,6 +14,7 @@ from metrics_sched.framework import Scale
 from metrics_sched.framework.registry import Registry
 from metrics_sched.ports import FetchResult, Sample
 from metrics_sched.scheduler import Scheduler
+from metrics_sched.state.node_table import NodeTable
 from metrics_sched.telemetry import FreshnessContract, MetricCache, OnMissing, SourceHealth
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 from tests.unit.fakes import FakeAPI, node, pod
@@ -180,12 +181,15 @@ def test_ledger_entries_stop_counting_once_a_newer_sample_covers_them() -> None:
 
 
 
-def test_pruning_forgets_placements_every_metric_of_which_a_newer_sample_covers() -> None:
-    clock = Clock()
-    scheduler, _, _ = make(clock=clock)
+def ledger_on_two_nodes() -> tuple[NodeTable, InFlightLedgerStore]:
+    """The scheduler's table with nodes a and b, and its in-flight ledger."""
+    scheduler, _, _ = make(clock=Clock())
     gpu_nodes(scheduler, ["a", "b"])
-    table = scheduler.state.table
-    ledger = scheduler.ledger
+    return scheduler.state.table, scheduler.ledger
+
+
+def test_pruning_forgets_placements_every_metric_of_which_a_newer_sample_covers() -> None:
+    table, ledger = ledger_on_two_nodes()
     cpu, load = "node_cpu_utilisation", "node_load_per_cpu"
     ledger.add("on-a", "a", {cpu: 0.1, load: 0.2}, at=NOW + 1)
     ledger.add("on-b", "b", {cpu: 0.1, load: 0.2}, at=NOW + 1)
@@ -207,11 +211,7 @@ def test_pruning_forgets_placements_every_metric_of_which_a_newer_sample_covers(
 
 
 def test_pruning_compacts_only_once_removed_placements_are_many_and_keeps_the_adjustment() -> None:
-    clock = Clock()
-    scheduler, _, _ = make(clock=clock)
-    gpu_nodes(scheduler, ["a", "b"])
-    table = scheduler.state.table
-    ledger = scheduler.ledger
+    table, ledger = ledger_on_two_nodes()
     metric = "node_cpu_utilisation"
     for i in range(200):
         ledger.add(f"uid{i}", "ab"[i % 2], {metric: 0.01 * (i + 1)}, at=NOW + 1)
