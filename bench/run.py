@@ -234,7 +234,9 @@ def main() -> None:
     timings = {"e2e": round(time.monotonic() - began, 1)}
     for part, what, runner in (("core", "core benchmark", core_bench.run),
                                ("quality", "placement quality benchmark", quality_bench.run),
-                               ("soak", "soak: a simulated week", soak_bench.run),
+                               # its plot beside the report (--out), not always in bench/results
+                               ("soak", "soak: a simulated week",
+                                lambda quick: soak_bench.run(quick, plot=out / "soak.png")),
                                ("rebalance", "rebalancing: nodes heating up, with and without the rebalancer",
                                 rebalance_bench.run)):
         if part not in args.skip:
