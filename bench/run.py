@@ -6,9 +6,9 @@
                                   # repetitions each, a memory run of 50,000 pods on the 5,000 nodes, the full
                                   # core, quality, soak, rebalance and the flame graph
 
-Durations on an idle machine of this kind (2 cores): the full e2e part ~55 min (bench/e2e_bench.py says how it
-adds up), the rest ~15 min: `make bench` ~70 min (63 min measured on 2026-12-01: e2e 58, core 2.6, soak 2),
-inside CI's 90; `make bench-quick` ~5 min. On a busy machine
+Durations on a machine of this kind (2 cores): `make bench` 49 min measured on 2026-12-03 (e2e 45 with the
+memory run, core 2.2, soak 1.4; bench/e2e_bench.py says how the e2e part adds up), inside CI's 90;
+`make bench-quick` 5 min. On a busy machine
 each e2e size stops repeating at its time budget (E2E_FULL, E2E_QUICK), and the report says so.
 Every part is measured in this run: each e2e size writes its own e2e-<nodes>.json when it finishes, and this
 assembles latest.json from them (with `--skip e2e`, the previous e2e figures are kept, each with its date).
