@@ -78,6 +78,9 @@ def size_markdown(size: dict[str, Any]) -> list[str]:
     memory = size.get("memory")
     if memory:
         notes.append(memory_note(memory, size["nodes"]))
+    sources = size.get("sources")
+    if sources:
+        notes.append(sources_note(sources))
     failed = [f"{r['contender']} repetition {run.get('rep')}: {run['status']} ({run.get('error')})"
               for r in size["results"] for run in r["runs"] if run["status"] != "ok"]
     if failed:
@@ -95,6 +98,25 @@ def memory_note(memory: dict[str, Any], nodes: int) -> str:
         return head + (f"{at}; " if at else "") + f"the run did not complete ({memory.get('status')}: " \
                                                    f"{memory.get('error')})."
     return head + f"{at}; {memory.get('pods_per_second')} pods/s, {memory.get('cpu_ms_per_pod')} CPU-ms/pod."
+
+
+def sources_note(sources: dict[str, Any]) -> str:
+    """The sources' refresh cost in a sentence (bench/sources_bench.sources_cost, measured on this size's cluster
+    after its runs): every source at once through the cache, each alone, Prometheus' own evaluation per query."""
+    each = sources.get("sources") or {}
+    alone = ", ".join(f"{name} {v['queries']} quer{'y' if v['queries'] == 1 else 'ies'} "
+                      f"{cell(v['wall_seconds'], 2)} s" for name, v in each.items())
+    evaluation = [q["execTotalTime"]["median"] for q in (sources.get("prometheus_queries") or {}).values()
+                  if q.get("execTotalTime")]
+    own = (f"; Prometheus' own evaluation {min(evaluation):.2f}-{max(evaluation):.2f} s per query (median)"
+           if evaluation else "")
+    load = (sources.get("load_average") or {}).get("before")
+    rules = " (Prometheus through its recording rules)" if sources.get("recording_rules") else ""
+    return (f"**Sources**: one refresh of every source{rules}, {sources.get('queries')} queries, all at once "
+            f"through the cache: {cell(sources.get('concurrent_wall_seconds'), 2)} s wall, "
+            f"{cell(sources.get('concurrent_cpu_seconds'), 2)} s of the scheduler's CPU "
+            f"(median (min-max) of {sources.get('repetitions')}); each alone: {alone}{own}"
+            + (f"; load average {load[0]:.1f} while measured" if load else "") + ".")
 
 
 def panels(size: dict[str, Any], throughput_ax: Any, cpu_ax: Any) -> None:

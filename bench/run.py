@@ -12,7 +12,8 @@ memory run, core 2.2, soak 1.4; bench/e2e_bench.py says how the e2e part adds up
 each e2e size stops repeating at its time budget (E2E_FULL, E2E_QUICK), and the report says so.
 Every part is measured in this run: each e2e size writes its own e2e-<nodes>.json when it finishes, and this
 assembles latest.json from them (with `--skip e2e`, the previous e2e figures are kept, each with its date).
-`--out DIR` writes everything there instead of bench/results (and leaves the README alone).
+`--out DIR` writes everything there instead of bench/results (and leaves the README alone); `--render` measures
+nothing and writes the report, chart and README section again from the latest.json there.
 """
 
 from __future__ import annotations
@@ -155,6 +156,16 @@ def chart(report: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def write_report(report: dict[str, Any], out: Path, *, readme: bool) -> str:
+    """latest.md, latest.png and (for bench/results, unless readme is False) the README's section; the markdown."""
+    md = markdown(report)
+    (out / "latest.md").write_text(md + "\n")
+    chart(report, out / "latest.png")
+    if readme and out == RESULTS.resolve():
+        update_readme(markdown(report, base="bench/results/"))
+    return md
+
+
 def update_readme(md: str) -> None:
     text = README.read_text()
     new = re.sub(r"<!-- bench:start -->.*<!-- bench:end -->", f"<!-- bench:start -->\n{md}\n<!-- bench:end -->",
@@ -217,7 +228,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="repetitions of every e2e contender per size")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory (not bench/results: the "
                                                                   "README is left alone)")
+    parser.add_argument("--render", action="store_true", help="measure nothing: write latest.md, the chart and the "
+                        "README's section again from the results directory's latest.json (after a report change)")
     args = parser.parse_args()
+    if args.render:
+        out = args.out.resolve()
+        write_report(json.loads((out / "latest.json").read_text()), out, readme=not args.no_readme)
+        return
     from bench import core_bench, quality_bench, rebalance_bench, regression, soak_bench
 
     out: Path = args.out.resolve()
@@ -257,12 +274,7 @@ def main() -> None:
     timings["total"] = round(time.monotonic() - began, 1)
     report["seconds"] = timings
     (out / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    md = markdown(report)
-    (out / "latest.md").write_text(md + "\n")
-    chart(report, out / "latest.png")
-    if not args.no_readme and out == RESULTS.resolve():
-        update_readme(markdown(report, base="bench/results/"))
-    print(md)
+    print(write_report(report, out, readme=not args.no_readme))
     failures = []
     violations = (report.get("core") or {}).get("constraints", {}).get("violations")
     if violations:

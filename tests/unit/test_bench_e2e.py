@@ -225,3 +225,24 @@ def test_the_memory_run_states_its_peak_at_every_mark() -> None:
                             peak_rss_mb_at={"10000": 240.2})
     assert ("peak RSS 240 MB by 10,000 pods bound; the run did not complete (timeout: 30000 of 50000 pods bound "
             "after 2620s).") in "\n".join(e2e_report.size_markdown(report))
+
+
+def test_the_sources_refresh_is_stated_with_its_spread_and_prometheus_own_share() -> None:
+    report = {**size_report(sized({"kube-tuned": (200.0, 2.0), "ceiling": (300.0, 0.5)})), "nodes": 5000}
+    wall = {"median": 0.8, "min": 0.6, "max": 1.3}
+    report["sources"] = {
+        "nodes": 5000, "repetitions": 5, "recording_rules": True, "queries": 6,
+        "load_average": {"before": [2.25, 2.0, 1.5], "after": [2.0, 2.0, 1.5]},
+        "sources": {"prometheus": {"queries": 4, "wall_seconds": wall},
+                    "metrics-server": {"queries": 1, "wall_seconds": {"median": 0.2, "min": 0.2, "max": 0.3}}},
+        "prometheus_queries": {"prometheus/a": {"execTotalTime": {"median": 0.25}},
+                               "prometheus/b": {"execTotalTime": {"median": 0.5}}},
+        "concurrent_wall_seconds": {"median": 0.9, "min": 0.7, "max": 1.4},
+        "concurrent_cpu_seconds": {"median": 0.12, "min": 0.1, "max": 0.2},
+    }
+    text = "\n".join(e2e_report.size_markdown(report))
+    assert ("**Sources**: one refresh of every source (Prometheus through its recording rules), 6 queries, all at "
+            "once through the cache: 0.90 (0.70-1.40) s wall, 0.12 (0.10-0.20) s of the scheduler's CPU (median "
+            "(min-max) of 5); each alone: prometheus 4 queries 0.80 (0.60-1.30) s, metrics-server 1 query 0.20 "
+            "(0.20-0.30) s; Prometheus' own evaluation 0.25-0.50 s per query (median); load average 2.2 while "
+            "measured.") in text
