@@ -231,13 +231,12 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="measure nothing: write latest.md, the chart and the "
                         "README's section again from the results directory's latest.json (after a report change)")
     args = parser.parse_args()
+    out: Path = args.out.resolve()
     if args.render:
-        out = args.out.resolve()
         write_report(json.loads((out / "latest.json").read_text()), out, readme=not args.no_readme)
         return
     from bench import core_bench, quality_bench, rebalance_bench, regression, soak_bench
 
-    out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"quick": args.quick, "machine": machine()}
     began = time.monotonic()
