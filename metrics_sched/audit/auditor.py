@@ -44,7 +44,7 @@ class Auditor:
         result.summary = record.summary()
         if self.annotate and record.node is not None and record.result != "shadow":
             # Carried by the Binding itself: the API server copies it onto the pod, no extra write.
-            annotate_binding(result.cycle, {ANNOTATION: f"#{record.id} {result.summary}"[:1000]})
+            annotate_binding(result.cycle, {ANNOTATION: record.annotation()})
         self.ring.keep(record)
         for observer in self.record_observers:
             observer(record, result)

@@ -76,7 +76,12 @@ def test_metric_names_and_labels_and_no_pod_names() -> None:
     assert 'metrics_sched_bindings_total{node="g1"} 1.0' in text
     [record] = ring.query(pod="default/fits")
     assert record.node == "g1" and record.bind == "bound"
-    assert "gpu_temperature=50" in api.annotations["default/fits"]["metrics-sched.io/decision"]
+    # Compact (the pod carries it through every later write): id, total, margin, feasible, the metric values.
+    annotation = api.annotations["default/fits"]["metrics-sched.io/decision"]
+    assert annotation == (f"#{record.id} score {record.candidates[0].total:.1f}, margin {record.margin:.1f}, "
+                          "2/2 feasible; "
+                          "gpu_temperature=50 node_hourly_cost=3"), annotation
+    assert "GPUTemperature" in record.summary() and "GPUTemperature" not in annotation  # per plugin: the event
 
 
 def test_ring_respects_its_size_and_keeps_memory_bounded() -> None:
