@@ -23,9 +23,8 @@ import orjson
 
 from adapters.kubernetes.known_objects import KnownObjects
 
-ANNOTATION = ("#123 score 71.2; NodeResourcesFit 88; NodeLoad 63 (node_load_per_cpu=0.41); GPUTemperature 70 "
-              "(gpu_temperature=52); Cost 55 (node_hourly_cost=3.2); margin 0.4 over runner-up; "
-              "4800/5000 nodes feasible")
+ANNOTATION = ("#123 score 71.2, margin 0.4, 4800/5000 feasible; node_load_per_cpu=0.41 gpu_temperature=52 "
+              "node_hourly_cost=3.2")  # StoredDecision.annotation()
 CONDITION = {"status": "True", "lastProbeTime": None, "lastTransitionTime": "2026-12-01T18:00:01Z"}
 
 
