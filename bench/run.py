@@ -6,7 +6,8 @@
                                   # repetitions each, a memory run of 50,000 pods on the 5,000 nodes, the full
                                   # core, quality, soak, rebalance and the flame graph
 
-Durations on a machine of this kind (2 cores): `make bench` 49 min measured on 2026-12-03 (e2e 45 with the
+Durations on a machine of this kind (2 cores): `make bench` 49 min measured on 2026-12-03 (67 min the same
+afternoon on a host ~1.8x slower: e2e 61, core 3; in the morning run e2e 45 with the
 memory run, core 2.2, soak 1.4; bench/e2e_bench.py says how the e2e part adds up), inside CI's 90;
 `make bench-quick` 5 min. On a busy machine
 each e2e size stops repeating at its time budget (E2E_FULL, E2E_QUICK), and the report says so.
