@@ -46,15 +46,22 @@ class Credentials:
         return cls(server=cluster["server"], ca_file=Path(cluster["certificate-authority"]), token=user["token"])
 
 
+CONNECT_RETRIES = 3
+
+
 class KubeAPI:
     def __init__(self, creds: Credentials, *, timeout: float = 30.0, max_connections: int = 32) -> None:
         self.creds = creds
+        # retries: a connection that failed before the request went out is opened again (httpx retries only
+        # ConnectError/ConnectTimeout, so nothing is sent twice). Set-up opens up to 32 at once and a busy API server
+        # has refused a TLS handshake among them ("tlsv1 alert decode error"), failing a test before it began.
         self.client = httpx.Client(
             base_url=creds.server,
-            verify=tls_context(creds.ca_file),
             headers={"Authorization": f"Bearer {creds.token}", "Accept": "application/json"},
             timeout=timeout,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=httpx.HTTPTransport(
+                verify=tls_context(creds.ca_file), retries=CONNECT_RETRIES,
+                limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)),
         )
 
     def close(self) -> None:
