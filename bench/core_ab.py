@@ -74,9 +74,11 @@ class Child:
 
     def __init__(self, src: Path, nodes: int, pods: int, warmup: int) -> None:
         self.src = src
+        # Its stderr goes to a file, read only when it fails: a pipe nobody reads would stop a chatty child.
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the child: close()
         self.process = subprocess.Popen(
             [sys.executable, str(SCRIPT), "--src", str(src), "--nodes", str(nodes), "--pods", str(pods),
-             "--warmup", str(warmup)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+             "--warmup", str(warmup)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
             text=True, cwd=src)
         ready = self._reply()
         if Path(ready["metrics_sched"]).parent != src.resolve():
@@ -88,9 +90,10 @@ class Child:
         line = self.process.stdout.readline()
         if not line:
             self.process.wait(CHILD_TIMEOUT)
-            assert self.process.stderr is not None
-            raise RuntimeError(f"the core bench of {self.src} failed (exit {self.process.returncode}): "
-                               f"{self.process.stderr.read().strip()[-2000:]}")
+            self.errors.seek(0)
+            output = self.errors.read().strip()[-2000:]
+            self.errors.close()
+            raise RuntimeError(f"the core bench of {self.src} failed (exit {self.process.returncode}): {output}")
         reply: dict[str, Any] = json.loads(line)
         return reply
 
@@ -110,6 +113,7 @@ class Child:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self.errors.close()
 
 
 def alternate(commit: str, blocks: int = 24, block: int = 250, nodes: int = 5_000, warmup: int = 100,

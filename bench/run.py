@@ -9,7 +9,7 @@
 Durations on a machine of this kind (2 cores): `make bench` 49 min measured on 2026-12-03 (67 min the same
 afternoon on a host ~1.8x slower: e2e 61, core 3; in the morning run e2e 45 with the
 memory run, core 2.2, soak 1.4; bench/e2e_bench.py says how the e2e part adds up), inside CI's 90;
-`make bench-quick` 5 min. On a busy machine
+`make bench-quick` 6.4 min (its same-run regression check included). On a busy machine
 each e2e size stops repeating at its time budget (E2E_FULL, E2E_QUICK), and the report says so.
 Every part is measured in this run: each e2e size writes its own e2e-<nodes>.json when it finishes, and this
 assembles latest.json from them (with `--skip e2e`, the previous e2e figures are kept, each with its date).
@@ -55,9 +55,12 @@ def markdown(report: dict[str, Any], base: str = "") -> str:
     from bench import e2e_report, rebalance_bench, soak_bench
 
     m = report["machine"]
+    commit = report.get("commit") or {}
+    code = (f" Code: {commit['sha'][:10]}{' with uncommitted changes' if commit.get('dirty') else ''}."
+            if commit.get("sha") else "")
     lines = [f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}; "
              f"kubernetes {report.get('versions', {}).get('kubernetes', '?')}. "
-             f"Mode: {'quick' if report['quick'] else 'full'}.", ""]
+             f"Mode: {'quick' if report['quick'] else 'full'}.{code}", ""]
     for size in report.get("e2e", []):
         lines += e2e_report.size_markdown(size)
     if report.get("e2e"):

@@ -191,6 +191,16 @@ def test_markdown_links_the_flame_graph_and_states_the_regression_check() -> Non
     assert "made by the last `make bench`, not this run" in markdown(report)
 
 
+def test_markdown_names_the_code_it_measured() -> None:
+    report: dict[str, Any] = {"quick": True, "machine": {"date": "d", "cores": 2, "cpu": "AMD EPYC",
+                                                         "memory_gb": 23.5, "python": "3.11"}}
+    assert "Code:" not in markdown(report)  # a report from before it recorded its code
+    report["commit"] = {"sha": "0123456789abcdef" * 2 + "01234567", "dirty": False}
+    assert "Mode: quick. Code: 0123456789." in markdown(report)
+    report["commit"]["dirty"] = True
+    assert "Mode: quick. Code: 0123456789 with uncommitted changes." in markdown(report)
+
+
 def test_a_repetition_starts_only_if_it_fits_the_time_budget() -> None:
     assert another_rep_fits(0, elapsed=10_000.0, longest=0.0, budget=60.0)  # the first always runs
     assert another_rep_fits(1, elapsed=100.0, longest=100.0, budget=None)
