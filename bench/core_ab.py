@@ -55,9 +55,8 @@ class Pairs:
         return statistics.median(self.ratios())
 
     def as_dict(self) -> dict[str, Any]:
-        ratios = self.ratios()
-        return {"current": self.current, "baseline": self.baseline, "ratios": [round(r, 3) for r in ratios],
-                "ratio": round(statistics.median(ratios), 3)}
+        return {"current": self.current, "baseline": self.baseline, "ratios": [round(r, 3) for r in self.ratios()],
+                "ratio": round(self.ratio(), 3)}
 
 
 def export_tree(commit: str, into: Path, root: Path = ROOT) -> Path:

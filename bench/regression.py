@@ -9,7 +9,7 @@ figure is more than TOLERANCE (20 %) below the baseline's.
 
 Measured on the same host in the same minutes (`check`, what `make bench-quick` runs): the code that produced
 the committed figure (the commit the report records, or for a report from before it recorded one, the parent
-of the commit that last changed it) is measured again, alternately with this checkout (bench.core_ab), and
+of the commit that last changed it) is measured again, taking turns with this checkout (bench.core_ab), and
 the check fails when this checkout's decisions/s are more than TOLERANCE below that code's: the committed
 figure as this host runs it today. On the shared dev VM the same code's figure moved by 1.8x within an
 afternoon, so a comparison with the absolute figure failed (or passed) on the host's speed; the absolute
@@ -57,6 +57,14 @@ def core_rates(report: dict[str, Any]) -> dict[int, float]:
             if row.get("nodes") and row.get("decisions_per_second")}
 
 
+def compared_size(now: dict[int, float], then: dict[int, float]) -> int | None:
+    """The node count whose figures are compared: PREFERRED_NODES, else the largest both reports have (None: none)."""
+    common = sorted(set(now) & set(then))
+    if not common:
+        return None
+    return PREFERRED_NODES if PREFERRED_NODES in common else common[-1]
+
+
 def compare(current: dict[str, Any], baseline: dict[str, Any] | None, tolerance: float = TOLERANCE) -> Verdict:
     if baseline is None:
         return Verdict(True, "no committed baseline (bench/results/latest.json at HEAD): nothing to compare")
@@ -67,11 +75,10 @@ def compare(current: dict[str, Any], baseline: dict[str, Any] | None, tolerance:
     now, then = core_rates(current), core_rates(baseline)
     if not now:
         return Verdict(False, "the current report has no core figures to check (was the core bench skipped?)")
-    common = sorted(set(now) & set(then))
-    if not common:
+    nodes = compared_size(now, then)
+    if nodes is None:
         return Verdict(True, f"the committed report has no core figure at the sizes measured now ({sorted(now)}): "
                              "nothing to compare")
-    nodes = PREFERRED_NODES if PREFERRED_NODES in common else common[-1]
     floor = then[nodes] * (1 - tolerance)
     summary = (f"core decisions/s at {nodes} nodes: {now[nodes]:.1f} now, {then[nodes]:.1f} committed "
                f"({now[nodes] / then[nodes] - 1:+.1%}; the floor is {floor:.1f}, {tolerance:.0%} below)")
@@ -136,11 +143,12 @@ def check(current: dict[str, Any], baseline: dict[str, Any] | None, blocks: int 
     """The same-run check (see the module docstring), or the absolute comparison when the committed code cannot be
     measured; the absolute comparison's verdict is reported beside the same-run one either way."""
     absolute = compare(current, baseline)
-    if baseline is None or machine_class(current) != machine_class(baseline) or not core_rates(current):
+    if baseline is None or machine_class(current) != machine_class(baseline):
         return absolute
-    now, then = core_rates(current), core_rates(baseline)
-    common = sorted(set(now) & set(then))
-    nodes = PREFERRED_NODES if PREFERRED_NODES in common else (common[-1] if common else PREFERRED_NODES)
+    then = core_rates(baseline)
+    nodes = compared_size(core_rates(current), then)
+    if nodes is None:  # no current figures, or none at a size the committed report has: compare() said which
+        return absolute
     found = baseline_commit(baseline, root)
     if found is None:
         return Verdict(absolute.ok, f"{absolute.message} (the committed figure's code could not be found: absolute "
@@ -149,7 +157,7 @@ def check(current: dict[str, Any], baseline: dict[str, Any] | None, blocks: int 
     say(f"the core at {nodes} nodes, this checkout and {commit[:10]} taking turns ({blocks} blocks of {block})")
     try:
         measured = alternate(commit, blocks=blocks, block=block, nodes=nodes, warmup=warmup, say=say, root=root)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: a child's reply
         return Verdict(absolute.ok, f"{absolute.message} (the committed figure's code {commit[:10]} could not be "
                                     f"measured: {exc}; absolute figures compared)")
     verdict = same_run(measured, nodes, commit, how, then.get(nodes))
@@ -158,10 +166,10 @@ def check(current: dict[str, Any], baseline: dict[str, Any] | None, blocks: int 
 
 def committed_report(path: str = LATEST, root: Path = ROOT) -> dict[str, Any] | None:
     """The report as committed at git HEAD, or None if there is none."""
-    shown = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=root, capture_output=True, text=True)
-    if shown.returncode != 0:
+    shown = _git(root, "show", f"HEAD:{path}")
+    if not shown:
         return None
-    report: dict[str, Any] = json.loads(shown.stdout)
+    report: dict[str, Any] = json.loads(shown)
     return report
 
 

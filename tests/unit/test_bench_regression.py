@@ -141,6 +141,18 @@ def test_check_without_a_comparable_baseline_measures_nothing() -> None:
     assert "no committed baseline" in check(report({5000: 1.0}), None, alternate=alternate).message
     assert "no baseline for this machine class" in check(report({5000: 1.0}, cores=4), report({5000: 450.0}),
                                                          alternate=alternate).message
+    # No figure at a size the committed report has, or none at all: compare()'s verdict, nothing measured.
+    assert "no core figure at the sizes measured now" in check(report({1000: 1.0}), report({5000: 450.0}),
+                                                               alternate=alternate).message
+    assert not check({"machine": {"cpu": "AMD EPYC", "cores": 2}}, report({5000: 450.0}), alternate=alternate).ok
+
+
+def test_a_garbled_child_reply_falls_back_to_the_absolute_figures() -> None:
+    def alternate(commit: str, **options: Any) -> Pairs:
+        raise ValueError("Expecting value: line 1 column 1 (char 0)")  # json.loads of a stray stdout line
+
+    verdict = check(report({5000: 900.0}), report({5000: 911.6}), alternate=alternate)
+    assert verdict.ok and "could not be measured: Expecting value" in verdict.message
 
 
 def test_the_baseline_commit_is_the_recorded_one_or_the_parent_of_the_results_commit() -> None:
@@ -150,7 +162,8 @@ def test_the_baseline_commit_is_the_recorded_one_or_the_parent_of_the_results_co
     head = git("rev-parse", "HEAD")
     assert baseline_commit({"commit": {"sha": head, "dirty": False}}) == (head, "the commit the report records")
     last = git("log", "-1", "--format=%H", "--", "bench/results/latest.json")
-    derived = (git("rev-parse", f"{last}^"), f"the parent of {last[:10]}, which last changed the report")
+    parent = git("rev-parse", "--verify", "--quiet", f"{last}^^{{commit}}")  # none in a clone cut at that commit
+    derived = (parent, f"the parent of {last[:10]}, which last changed the report") if parent else None
     assert baseline_commit({}) == derived
     assert baseline_commit({"commit": {"sha": head, "dirty": True}}) == derived  # measured on a dirty tree: not it
     assert baseline_commit({"commit": {"sha": "0" * 40, "dirty": False}}) == derived  # not in this clone
