@@ -389,24 +389,31 @@ class ClusterState:
                 self._release(record)
                 del self.pods[uid]
 
+    # The three reads below take no lock, as has_node: the pod watch asks them for nearly every event (a
+    # bound pod's status churn is one counted_on, a new pending pod one is_placed), and with the lock each
+    # waited out the scheduling cycle holding it, then usually lost the lock again to the loop's next cycle
+    # (a lock is not fair, and the loop holds the GIL when it releases it). The watch then fell so far behind
+    # that the API server closed it as unresponsive, every half second while pods arrived in bulk. Without
+    # the lock: one dict lookup is atomic under the GIL and the answer can be stale the moment it is returned
+    # either way; a record is replaced or removed whole (one dict operation), and the only fields changed in
+    # place that counted_on compares (assumed, resources: observe_bound_pod) are changed by the pod watch's
+    # own thread, the one that asks.
+
     def counted_on(self, uid: str, node: str, labels: Mapping[str, str] | None = None, deleting: bool = False,
                    resources: ResourceFields | None = None) -> bool:
         """The pod is already counted, confirmed, on this node with these labels, deletion state and resource
         fields (`resource_fields` of the pod; None: not compared): an update that keeps all that changes
-        nothing."""
-        with self.lock:
-            record = self.pods.get(uid)
-            return (record is not None and record.node == node and not record.assumed
-                    and record.labels == (labels or {}) and record.terminating == deleting
-                    and (resources is None or record.resources == resources))
+        nothing. Ask it from the thread that delivers pod events (see above)."""
+        record = self.pods.get(uid)
+        return (record is not None and record.node == node and not record.assumed
+                and record.labels == (labels or {}) and record.terminating == deleting
+                and (resources is None or record.resources == resources))
 
     def record(self, uid: str) -> PodRecord | None:
-        with self.lock:
-            return self.pods.get(uid)
+        return self.pods.get(uid)
 
     def is_placed(self, uid: str) -> bool:
-        with self.lock:
-            return uid in self.pods
+        return uid in self.pods
 
     def assumed_count(self) -> int:
         with self.lock:
