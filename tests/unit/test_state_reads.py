@@ -1,0 +1,97 @@
+"""ClusterState's per-pod reads that the pod watch makes for nearly every event (counted_on, record, is_placed)
+answer without the state lock: a scheduling cycle holding it must not hold up the watch (which the API server
+then closes as unresponsive). Their answers stay those of the locked versions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.model.resize import resource_fields
+from metrics_sched.state.cluster_state import ClusterState, Placement
+from tests.unit.fakes import node, pod
+
+pytestmark = pytest.mark.unit
+
+
+def labelled(name: str, labels: dict[str, str], **kw: Any) -> dict[str, Any]:
+    body = pod(name, **kw)
+    body["metadata"]["labels"] = labels
+    return body
+
+
+def _state() -> ClusterState:
+    state = ClusterState()
+    state.upsert_node(node("n1"))
+    state.upsert_node(node("n2"))
+    return state
+
+
+def _while_locked(state: ClusterState, read: Callable[[], Any]) -> Any:
+    """`read()` run in a thread of its own while another thread holds the state lock; its answer, or a failure
+    if it did not answer while the lock was held."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with state.lock:
+            held.set()
+            release.wait(30)
+
+    answers: list[Any] = []
+    reader = threading.Thread(target=lambda: answers.append(read()))
+    locker = threading.Thread(target=holder)
+    locker.start()
+    try:
+        assert held.wait(10)
+        reader.start()
+        reader.join(10)
+        assert not reader.is_alive(), "the read waited for the state lock"
+    finally:
+        release.set()
+        locker.join(10)
+        reader.join(10)
+    return answers[0]
+
+
+def test_the_pod_reads_answer_while_a_cycle_holds_the_lock() -> None:
+    state = _state()
+    body = labelled("p", {"app": "web"}, node_name="n1")
+    info = parse_pod(body)
+    state.observe_bound_pod(info)
+    fields = resource_fields(body)
+
+    assert _while_locked(state, lambda: state.is_placed(info.uid)) is True
+    assert _while_locked(state, lambda: state.record(info.uid)) is state.pods[info.uid]
+    assert _while_locked(state, lambda: state.counted_on(info.uid, "n1", {"app": "web"}, False, fields)) is True
+
+
+def test_counted_on_answers_as_the_record_stands() -> None:
+    state = _state()
+    body = labelled("p", {"app": "web"})
+    info = parse_pod(body)
+    assert not state.is_placed(info.uid) and state.record(info.uid) is None
+    assert not state.counted_on(info.uid, "n1", {"app": "web"})
+
+    state.assume(info, "n1")
+    assert state.is_placed(info.uid) and state.record(info.uid) is not None
+    assert not state.counted_on(info.uid, "n1", {"app": "web"}), "an assumed pod is not counted as confirmed"
+
+    # The API server adds the node's topology labels to a pod it binds (1.36): a relabel, then counted with them.
+    bound = labelled("p", {"app": "web", "topology.kubernetes.io/zone": "z1"}, node_name="n1")
+    bound["metadata"]["uid"] = info.uid
+    assert state.observe_bound_pod(parse_pod(bound)) is Placement.RELABELLED
+    fields = resource_fields(bound)
+    labels = {"app": "web", "topology.kubernetes.io/zone": "z1"}
+    assert state.counted_on(info.uid, "n1", labels, False, fields)
+    assert not state.counted_on(info.uid, "n1", {"app": "web"}, False, fields)
+    assert not state.counted_on(info.uid, "n2", labels, False, fields)
+    assert not state.counted_on(info.uid, "n1", labels, True, fields)
+    assert not state.counted_on(info.uid, "n1", labels, False, b"other fields")
+
+    state.remove_pod(info.uid)
+    assert not state.is_placed(info.uid) and state.record(info.uid) is None
+    assert not state.counted_on(info.uid, "n1", labels, False, fields)
