@@ -389,15 +389,12 @@ class ClusterState:
                 self._release(record)
                 del self.pods[uid]
 
-    # The three reads below take no lock, as has_node: the pod watch asks them for nearly every event (a
-    # bound pod's status churn is one counted_on, a new pending pod one is_placed), and with the lock each
-    # waited out the scheduling cycle holding it, then usually lost the lock again to the loop's next cycle
-    # (a lock is not fair, and the loop holds the GIL when it releases it). The watch then fell so far behind
-    # that the API server closed it as unresponsive, every half second while pods arrived in bulk. Without
-    # the lock: one dict lookup is atomic under the GIL and the answer can be stale the moment it is returned
-    # either way; a record is replaced or removed whole (one dict operation), and the only fields changed in
-    # place that counted_on compares (assumed, resources: observe_bound_pod) are changed by the pod watch's
-    # own thread, the one that asks.
+    # The three reads below take no lock, for has_node's reason (one dict lookup is atomic under the GIL; the answer
+    # may be stale the moment it is returned either way): the pod watch asks them for nearly every event, and with
+    # the lock each one waited out the scheduling cycle holding it, often more than one (a lock is not fair, and
+    # the loop holds the GIL when it releases it). counted_on compares several fields of one record: records are
+    # replaced or removed whole, and the fields it compares that are changed in place (assumed, resources:
+    # observe_bound_pod) are changed by the pod watch's own thread, the one that asks.
 
     def counted_on(self, uid: str, node: str, labels: Mapping[str, str] | None = None, deleting: bool = False,
                    resources: ResourceFields | None = None) -> bool:

@@ -1,6 +1,6 @@
 """ClusterState's per-pod reads that the pod watch makes for nearly every event (counted_on, record, is_placed)
-answer without the state lock: a scheduling cycle holding it must not hold up the watch (which the API server
-then closes as unresponsive). Their answers stay those of the locked versions."""
+answer without the state lock: a scheduling cycle holding it must not hold up the watch. Their answers stay those
+of the locked versions."""
 
 from __future__ import annotations
 
