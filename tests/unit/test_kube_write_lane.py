@@ -8,17 +8,20 @@ import http.client
 import http.server
 import io
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenSource
-from adapters.kubernetes.write_lane import IDLE_EXPIRY_SECONDS, LaneError, WriteLane, _Response
+from adapters.kubernetes.write_lane import IDLE_EXPIRY_SECONDS, LaneError, WriteLane, _Response, _TLSConnection
 from metrics_sched.ports import ApiError
 from tests.polling import poll
 
@@ -332,3 +335,100 @@ def test_a_silent_watch_times_out_and_an_aborted_one_ends_quietly() -> None:
             assert next(events)["type"] == "ADDED"
             threading.Timer(0.1, stream.abort).start()
             assert list(events) == []  # woken at once by abort(), well before the read timeout
+
+
+class _Capture:
+    """A socket that keeps what is sent on it (http.client's request() writes through sendall)."""
+
+    def __init__(self) -> None:
+        self.sent = b""
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += bytes(data)
+
+
+@pytest.mark.parametrize("server", ["http://127.0.0.1:6443", "https://api.example:443", "https://[::1]:8443/prefix",
+                                    "http://localhost"])
+def test_a_request_is_framed_as_http_client_frames_it(server: str) -> None:
+    """The lane writes the head and body in one write: the same bytes http.client's request() sends in two."""
+    lane = WriteLane(server, context=None if server.startswith("http:") else ssl.create_default_context(),
+                     token=StaticToken(SECRET), tls_server_name=None, max_connections=1, connect_timeout=1,
+                     pool_timeout=1, user_agent="metrics-sched/test", accept="application/json")
+    requests = [("POST", "/api/v1/namespaces/a/pods/p/binding", b'{"kind":"Binding"}', "application/json"),
+                ("PATCH", "/api/v1/namespaces/a/pods/p/status?x=1+2", b"{}", "application/merge-patch+json"),
+                ("GET", "/api/v1/namespaces/a/pods/p", None, ""), ("DELETE", "/api/v1/namespaces/a/pods/p", None, ""),
+                ("POST", "/apis/events.k8s.io/v1/namespaces/a/events", None, "")]
+    url = urlsplit(server)
+    for method, target, body, content_type in requests:
+        headers = dict(lane._headers)
+        if body is not None:
+            headers["Content-Type"] = content_type
+        lane._authorized(headers)
+        connection_class = http.client.HTTPConnection if url.scheme == "http" else _TLSConnection
+        if connection_class is _TLSConnection:
+            reference = _TLSConnection(url.hostname or "", url.port, timeout=1, context=None,  # type: ignore[arg-type]
+                                       server_name="")
+        else:
+            reference = http.client.HTTPConnection(url.hostname or "", url.port, timeout=1)
+        wire = _Capture()
+        reference.sock = wire  # type: ignore[assignment]
+        reference.request(method, target, body=body, headers=headers)
+        head = lane._head(method, target, headers, body)
+        assert head + (body or b"") == wire.sent, (method, target)
+
+
+@pytest.mark.parametrize(("target", "header"), [("/a b", ""), ("/a\r\nX: y", ""), ("/caf\u00e9", ""),
+                                                ("/a", "x\r\nInjected: 1")])
+def test_a_request_http_client_would_refuse_is_refused_unsent(target: str, header: str) -> None:
+    token = StaticToken(header or SECRET)
+    lane = WriteLane("http://127.0.0.1:1", context=None, token=token, tls_server_name=None, max_connections=1,
+                     connect_timeout=1, pool_timeout=1, user_agent="metrics-sched/test", accept="application/json")
+    with pytest.raises(LaneError) as raised:
+        lane.send("POST", target, b"{}", "application/json", None, timeout=1)
+    assert (raised.value.kind, raised.value.sent) == ("InvalidRequest", False)
+    assert SECRET not in str(raised.value) and "Injected" not in str(raised.value)
+
+
+class _Trickle:
+    """A socket whose reply arrives in pieces of `size` bytes (one recv each), as TCP may deliver it."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self.data, self.size = data, size
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        pieces = [self.data[i:i + self.size] for i in range(0, len(self.data), self.size)]
+
+        class Raw(io.RawIOBase):
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buffer: Any) -> int:
+                if not pieces:
+                    return 0
+                piece = pieces.pop(0)
+                buffer[: len(piece)] = piece
+                return len(piece)
+
+        return io.BufferedReader(Raw())
+
+
+@pytest.mark.parametrize("size", [1, 7, 40, 1 << 16])
+def test_a_response_head_reads_the_same_however_it_arrives(size: int) -> None:
+    """Whole in the buffer (read out at once) or in pieces (http.client's line by line): the same response."""
+    replies = [b"HTTP/1.1 201 Created\r\nAudit-Id: 1\r\nContent-Type: application/json\r\nWarning: a\r\n"
+               b"warning: b\r\nContent-Length: 2\r\n\r\n{}",
+               b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+               b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"2\r\n{}\r\n0\r\n\r\n",
+               b"HTTP/1.1 200 OK\nContent-Length: 2\nX-Bare: lf\n\n{}",  # bare line feeds: http.client's reading
+               b"HTTP/1.1 204\r\n\r\n"]
+    for data in replies:
+        response = _Response(_Trickle(data, size), method="POST")  # type: ignore[arg-type]
+        response.begin()
+        whole = _reply(data)
+        assert (response.status, response.reason, response.will_close, response.length, response.chunked) == (
+            whole.status, whole.reason, whole.will_close, whole.length, whole.chunked)
+        assert response.headers.items() == whole.headers.items()
+        assert response.read() == whole.read()
+    with pytest.raises(http.client.BadStatusLine):
+        _reply(b"HTPT/1.1 200 OK\r\n\r\n")
