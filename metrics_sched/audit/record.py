@@ -145,8 +145,15 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
     total = result.total
     if total.size:
         order = _top_positions(total, top)
+        if total.size > 1:
+            # The two largest: the first two of the ranking (ties included), or a partition when it holds one.
+            if order.size > 1:
+                first, second = total[order[0]].item(), total[order[1]].item()
+            else:
+                second, first = np.partition(total, total.size - 2)[-2:].tolist()
+            margin = round(first - second, 4)
         if result.row is not None:
-            winner_pos = int(np.flatnonzero(rows == result.row)[0])
+            winner_pos = _position(rows, result.row)
             if order[0] != winner_pos:
                 order = np.concatenate([[winner_pos], order[order != winner_pos]])
         order = order[:top]
@@ -154,7 +161,7 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
         # evidence over all rows), rounded and converted at once: indexing and rounding numpy scalars one by one
         # was most of the audit's cost per cycle.
         chosen = rows[order]
-        missing = np.full(chosen.size, np.nan)  # a metric without an in-flight part: None for every candidate
+        missing = _nans(chosen.size)  # a metric without an in-flight part: None for every candidate
         columns: list[np.ndarray[Any, Any]] = [total[order]]
         for term in result.terms:
             columns += (term.normalized[order], term.raw[order])
@@ -169,10 +176,6 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
         nodes = tuple(table.name(row) for row in chosen.tolist())
         layout = tuple((t.plugin, t.weight, tuple((e.metric, tuple(e.sources)) for e in t.evidence))
                        for t in result.terms)
-        if total.size > 1:
-            # The two largest (a partition, not a sort of every feasible node).
-            second, first = np.partition(total, total.size - 2)[-2:].tolist()
-            margin = round(first - second, 4)
     timings = sum(map(_SECONDS, result.timings))
     return StoredDecision.of(
         decision_id=next(_ids), time=now, pod=result.pod.key, uid=result.pod.uid, profile=result.profile,
@@ -192,13 +195,35 @@ _SECONDS = operator.itemgetter(2)  # of a cycle's timing (plugin, point, seconds
 
 def _top_positions(total: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
     """Positions of the `top` highest totals, highest first, ties in position order: what a stable argsort of
-    -total begins with, without sorting every feasible node."""
+    -total begins with, without sorting every feasible node (nor negating it: one pass over it less)."""
     if total.size <= top:
         return np.argsort(-total, kind="stable")
-    negated = -total
-    kth = np.partition(negated, top - 1)[top - 1]
-    within = np.flatnonzero(negated <= kth)  # the top ones and any tied with the last of them, in position order
-    return within[np.argsort(negated[within], kind="stable")]
+    kth = np.partition(total, total.size - top)[total.size - top]  # the top-th highest
+    within = np.flatnonzero(total >= kth)  # the top ones and any tied with the last of them, in position order
+    if within.size < top:  # a NaN among the highest (a partition puts NaN last, an argsort of -total too)
+        negated = -total
+        within = np.flatnonzero(negated <= np.partition(negated, top - 1)[top - 1])
+    return within[np.argsort(-total[within], kind="stable")]
+
+
+def _position(rows: np.ndarray[Any, Any], row: int) -> int:
+    """Where `row` is among the candidates' rows (ascending, as the filters give them: a binary search)."""
+    at = int(np.searchsorted(rows, row))
+    if at < rows.size and rows[at] == row:
+        return at
+    return int(np.flatnonzero(rows == row)[0])  # not ascending after all: looked for
+
+
+_NANS: dict[int, np.ndarray[Any, Any]] = {}
+
+
+def _nans(size: int) -> np.ndarray[Any, Any]:
+    """A read-only array of `size` NaN (a record has at most `top` candidates: a handful of sizes, kept)."""
+    found = _NANS.get(size)
+    if found is None:
+        found = _NANS[size] = np.full(size, np.nan)
+        found.flags.writeable = False
+    return found
 
 
 def _finite_rows(matrix: np.ndarray[Any, Any]) -> list[list[float | None]]:
