@@ -341,6 +341,14 @@ class ClusterState:
                     was_assumed = existing.assumed
                     existing.assumed = False
                     if existing.labels != info.labels or existing.terminating != info.deleting:
+                        row = existing.row
+                        if (row is not None and existing.terminating == info.deleting
+                                and existing.owner_key == info.owner_key
+                                and existing.resources == resource_fields(info.raw)):
+                            # Its labels alone (nearly every bind: the binding adds the node's topology labels,
+                            # KEP-4742): only what counts pods by label moves, not what the pod holds.
+                            self._relabel(existing, row, info)
+                            return Placement.RELABELLED
                         self._release(existing)
                         del self.pods[info.uid]
                         self._place(info, info.node_name, assumed=False)
@@ -365,6 +373,20 @@ class ClusterState:
                 return Placement.MOVED
             self._place(info, info.node_name, assumed=False)
             return Placement.ADDED
+
+    def _relabel(self, record: PodRecord, row: int, info: PodInfo) -> None:
+        """The counted pod's metadata as `info` has it (what else record_of reads of a pod that kept its spec, owner,
+        resources and deletion state), re-counted where labels count (the pod index), the row marked changed: what
+        releasing and placing it again would leave, without rebuilding the record or moving its requests out and
+        back."""
+        self.pod_index.account(record, row, -1)
+        record.labels = dict(info.labels)
+        facts = disruption(info.raw)
+        record.controller, record.mirror, record.evictable = facts.controller, facts.mirror, facts.evictable
+        record.started = _started(info)
+        record.preempted = info.deleting and _preempted_by_scheduler(info.raw)
+        self.pod_index.account(record, row, 1)
+        self.table.pods_changed(row)
 
     def remove_pod(self, uid: str) -> PodRecord | None:
         with self.lock:

@@ -324,6 +324,11 @@ class NodeTable:
         self.requested_by_resource[:width, row] += delta
         self.nonzero_by_resource[0, row] += cpu
         self.nonzero_by_resource[1, row] += memory
+        self.pods_changed(row)
+
+    def pods_changed(self, row: int) -> None:
+        """Marks the row's pods changed (rows_changed_since): add_requests does for every pod counted or uncounted,
+        and a pod relabelled in place (what it holds unchanged) does on its own."""
         self.generation += 1
         self.pod_stamp += 1
         self.row_pod_stamp[row] = self.pod_stamp

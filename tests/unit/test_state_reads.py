@@ -95,3 +95,57 @@ def test_counted_on_answers_as_the_record_stands() -> None:
     state.remove_pod(info.uid)
     assert not state.is_placed(info.uid) and state.record(info.uid) is None
     assert not state.counted_on(info.uid, "n1", labels, False, fields)
+
+
+def test_a_bound_pod_relabelled_in_place_counts_as_released_and_placed_again() -> None:
+    """The binding adds the node's topology labels (nearly every bind): the record is relabelled in place, and the
+    state is what removing the pod and adding it with its new labels gives (requests, label counts, the record);
+    its row is marked changed. A change of anything else it holds or of its owner takes the full path."""
+    from metrics_sched.model.selectors import LabelSelector
+    from metrics_sched.state.pod_index import PodQuery, QueryTerm
+
+    queries = [PodQuery((QueryTerm(None, LabelSelector.from_set(labels)),))
+               for labels in ({"app": "a"}, {"topology.kubernetes.io/zone": "z1"}, {"app": "a", "tier": "x"})]
+    def same_pod(labels: dict[str, str], **kw: Any) -> dict[str, Any]:
+        body = labelled("p", labels, **kw)
+        body["metadata"]["uid"] = "u-p"
+        return body
+
+    before = same_pod({"app": "a", "tier": "x"})  # pending, as assumed
+    after = same_pod({"app": "a", "topology.kubernetes.io/zone": "z1"}, node_name="n1")
+    after["metadata"]["annotations"] = {"metrics-sched.io/evictable": "false"}
+    after["status"] = {"startTime": "2026-12-03T10:00:00Z"}
+
+    def fingerprint(state: ClusterState) -> tuple[Any, ...]:
+        record = state.record("u-p")
+        assert record is not None
+        fields = {k: getattr(record, k) for k in record.__slots__ if k not in ("vector", "assumed")}  # type: ignore[attr-defined]
+        return (state.table.requested.tobytes(), state.table.nonzero_requested.tobytes(), record.vector.tobytes(),
+                tuple(state.pod_counts(q).tobytes() for q in queries), sorted(fields.items(), key=str))
+
+    relabelled = _state()
+    for q in queries:
+        relabelled.pod_counts(q)  # registered before: kept up to date as pods come and go
+    relabelled.assume(parse_pod(before), "n1")
+    stamp = relabelled.table.pod_stamp
+    kept = relabelled.record("u-p")
+    assert relabelled.observe_bound_pod(parse_pod(after)) == Placement.RELABELLED
+    assert relabelled.record("u-p") is kept  # in place
+    assert relabelled.table.rows_changed_since(stamp).tolist() == [relabelled.table.index["n1"]]
+
+    fresh = _state()
+    for q in queries:
+        fresh.pod_counts(q)
+    fresh.observe_bound_pod(parse_pod(after))
+    assert fingerprint(relabelled) == fingerprint(fresh)
+
+    # Its owner changed with its labels: released and placed again (a new record), the same state as fresh.
+    owned = same_pod({"app": "b"}, node_name="n1")
+    owned["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": "rs-1", "controller": True}]
+    assert relabelled.observe_bound_pod(parse_pod(owned)) == Placement.RELABELLED
+    assert relabelled.record("u-p") is not kept
+    other = _state()
+    for q in queries:
+        other.pod_counts(q)
+    other.observe_bound_pod(parse_pod(owned))
+    assert fingerprint(relabelled) == fingerprint(other)
