@@ -22,7 +22,9 @@ from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenSource
 from adapters.kubernetes.write_lane import IDLE_EXPIRY_SECONDS, LaneError, WriteLane, _Response, _TLSConnection
+from devcluster.certs import generate_pki
 from metrics_sched.ports import ApiError
+from tests import local_http
 from tests.polling import poll
 
 pytestmark = pytest.mark.unit
@@ -432,3 +434,35 @@ def test_a_response_head_reads_the_same_however_it_arrives(size: int) -> None:
         assert response.read() == whole.read()
     with pytest.raises(http.client.BadStatusLine):
         _reply(b"HTPT/1.1 200 OK\r\n\r\n")
+
+
+def test_a_new_tls_connection_offers_the_last_session_and_still_verifies(tmp_path: Path) -> None:
+    """Each connection the server closes is replaced by one that resumes the last TLS session (no certificate sent,
+    signed and verified again); the first is a full, verified handshake, and a lane that does not trust the server's
+    CA is refused whatever sessions exist."""
+    pki = generate_pki(tmp_path / "pki")
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(pki.serving_cert, pki.serving_key)
+    reused: list[bool] = []
+
+    class Handler(local_http.QuietHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            reused.append(self.connection.session_reused)  # type: ignore[attr-defined]
+            self.close_connection = True
+            self.reply(201, b"{}", {"Content-Type": "application/json", "Connection": "close"})
+
+    def lane(context: ssl.SSLContext, url: str) -> WriteLane:
+        return WriteLane(url, context=context, token=None, tls_server_name=None, max_connections=1,
+                         connect_timeout=5, pool_timeout=5, user_agent="metrics-sched/test", accept="application/json")
+
+    with local_http.serving(Handler, server_context) as url:
+        trusting = lane(ssl.create_default_context(cafile=str(pki.ca_cert)), url)
+        for _ in range(3):
+            assert trusting.send("POST", "/a", b"{}", "application/json", None, timeout=5).status_code == 201
+        assert reused == [False, True, True]
+        with pytest.raises(LaneError) as refused:
+            lane(ssl.create_default_context(), url).send("POST", "/a", b"{}", "application/json", None, timeout=5)
+        assert refused.value.kind == "SSLCertVerificationError"
