@@ -331,6 +331,7 @@ class WriteLane:
             raise LaneError(f"no connection free within {self._pool_timeout:g}s", kind="PoolTimeout", sent=False)
         connection: http.client.HTTPConnection | None = None
         sent = fresh = False
+        response: _Response | None = None
         try:
             connection = self._take()
             if connection is None:
@@ -361,8 +362,12 @@ class WriteLane:
             kind = "Timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
             raise LaneError(str(exc) or kind, kind=kind, sent=sent) from exc
         finally:
-            if connection is not None:
-                connection.close()  # failed or refused part-way: its state is unknown
+            if connection is not None:  # failed or refused part-way: its state is unknown
+                # The response's reader holds the socket open (makefile): closed first, or the connection would
+                # stay open after a timeout, and a write the network still holds could land after the fence closed.
+                if response is not None:
+                    response.close()
+                connection.close()
             self._slots.release()
 
     def _head(self, method: str, target: str, headers: Mapping[str, str], content: bytes | None) -> bytes:

@@ -8,6 +8,7 @@ import http.client
 import http.server
 import io
 import json
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -223,6 +224,34 @@ def test_no_answer_within_the_timeout_is_an_ambiguous_error() -> None:
         release.set()
         lane.close()
     assert raised.value.kind == "Timeout" and raised.value.sent
+
+
+def test_a_write_that_timed_out_closes_its_connection_at_once() -> None:
+    """The write fence bounds when a write may start, not when the network delivers it: a write that got no answer in
+    time must leave no open connection behind (a proxy or a slow network could still deliver it later, after the
+    lease moved; tests/e2e/test_split_brain.py). The server sees the connection end as soon as the write gives up,
+    while the error (and everything the attempt made) is still held."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    ended = threading.Event()
+
+    def serve() -> None:
+        client, _ = listener.accept()
+        client.recv(65536)  # the request, never answered
+        if client.recv(65536) == b"":  # the client closed its end
+            ended.set()
+        client.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        lane = WriteLane(f"http://127.0.0.1:{listener.getsockname()[1]}", context=None, token=None,
+                         tls_server_name=None, max_connections=1, connect_timeout=5, pool_timeout=5, user_agent="t",
+                         accept="application/json")
+        with pytest.raises(LaneError) as raised:
+            lane.send("POST", "/a", b"{}", "application/json", None, timeout=0.1)
+        assert raised.value.kind == "Timeout" and raised.value.sent
+        assert ended.wait(5), "the connection of the timed-out write is still open"
+    finally:
+        listener.close()
 
 
 def test_a_refused_connection_is_an_ambiguous_api_error() -> None:
