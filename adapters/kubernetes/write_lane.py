@@ -153,7 +153,8 @@ def _buffered_head(fp: Any) -> tuple[str, int, str, list[bytes]] | None:
         return None
     status_line, _, fields = head.partition(b"\r\n")
     parts = status_line.decode("iso-8859-1").split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or len(parts[1]) != 3 or not parts[1].isdigit():
+    if (len(parts) < 2 or not parts[0].startswith("HTTP/") or len(parts[1]) != 3 or not parts[1].isascii()
+            or not parts[1].isdigit()):  # isdigit() alone takes superscripts, which int() refuses
         return None
     status = int(parts[1])
     lines = fields.split(b"\r\n") if fields else []
@@ -378,7 +379,7 @@ class WriteLane:
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}", "Accept-Encoding: identity"]
         if content is not None:
             lines.append(f"Content-Length: {len(content)}")
-        elif method in _BODY_METHODS:
+        elif method.upper() in _BODY_METHODS:
             lines.append("Content-Length: 0")
         for name, value in headers.items():
             if _BAD_VALUE(value):
@@ -426,10 +427,11 @@ class WriteLane:
 
 
 def _host_header(host: str, port: int | None, default_port: int) -> str:
-    """The Host header http.client sends to (host, port): an IPv6 address in brackets, the port unless default."""
+    """The Host header http.client sends to (host, port): an IPv6 address in brackets without its zone, the port
+    unless default."""
     shown = host.encode("idna").decode("ascii") if not host.isascii() else host
     if ":" in shown:
-        shown = f"[{shown}]"
+        shown = f"[{shown.partition('%')[0]}]"
     return shown if port is None or port == default_port else f"{shown}:{port}"
 
 

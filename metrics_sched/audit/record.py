@@ -144,14 +144,17 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
     rows = result.feasible_rows
     total = result.total
     if total.size:
-        order = _top_positions(total, top)
+        order, nan = _top_positions(total, top)
         if total.size > 1:
-            # The two largest: the first two of the ranking (ties included), or a partition when it holds one.
-            if order.size > 1:
-                first, second = total[order[0]].item(), total[order[1]].item()
+            # The two largest: the first two of the ranking (ties included), or a partition when it holds one; NaN
+            # when a total is (a partition ranks NaN highest: what the margin always was then).
+            if nan:
+                margin = math.nan
+            elif order.size > 1:
+                margin = round(total[order[0]].item() - total[order[1]].item(), 4)
             else:
                 second, first = np.partition(total, total.size - 2)[-2:].tolist()
-            margin = round(first - second, 4)
+                margin = round(first - second, 4)
         if result.row is not None:
             winner_pos = _position(rows, result.row)
             if order[0] != winner_pos:
@@ -193,17 +196,23 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
 _SECONDS = operator.itemgetter(2)  # of a cycle's timing (plugin, point, seconds, status)
 
 
-def _top_positions(total: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
+def _top_positions(total: np.ndarray[Any, Any], top: int) -> tuple[np.ndarray[Any, Any], bool]:
     """Positions of the `top` highest totals, highest first, ties in position order: what a stable argsort of
-    -total begins with, without sorting every feasible node (nor negating it: one pass over it less)."""
+    -total begins with, without sorting every feasible node (nor negating it: one pass over it less); and whether a
+    total is NaN (read off the sort or partition it makes: both rank NaN highest)."""
     if total.size <= top:
-        return np.argsort(-total, kind="stable")
-    kth = np.partition(total, total.size - top)[total.size - top]  # the top-th highest
+        order = np.argsort(-total, kind="stable")
+        last = total.item(int(order[-1]))
+        return order, last != last
+    partitioned = np.partition(total, total.size - top)
+    kth = partitioned[total.size - top]  # the top-th highest
     within = np.flatnonzero(total >= kth)  # the top ones and any tied with the last of them, in position order
     if within.size < top:  # a NaN among the highest (a partition puts NaN last, an argsort of -total too)
         negated = -total
         within = np.flatnonzero(negated <= np.partition(negated, top - 1)[top - 1])
-    return within[np.argsort(-total[within], kind="stable")]
+    # NaN ranks above every number in a partition: any there is among the top (its order there undefined).
+    highest = partitioned[total.size - top:].tolist()  # `top` floats: compared in Python, no numpy calls
+    return within[np.argsort(-total[within], kind="stable")], any(value != value for value in highest)
 
 
 def _position(rows: np.ndarray[Any, Any], row: int) -> int:

@@ -282,18 +282,16 @@ class ClusterState:
         pod's room with it)."""
         # What the pod holds on its node: its spec's requests, or more while an in-place resize is under way.
         requests, non_zero = occupied_requests(info)
-        facts = disruption(info.raw)
         record = PodRecord(
             uid=info.uid, namespace=info.namespace, name=info.name, node=node,
             vector=self.table.vector(requests),
             nonzero=(non_zero.get(CPU, 0), non_zero.get(MEMORY, 0)),
             owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
-            labels=dict(info.labels), terminating=info.deleting, affinity=_affinity(info),
+            terminating=info.deleting, affinity=_affinity(info),
             resources=resource_fields(info.raw), volumes=info.volumes,
-            priority=info.priority, scheduler_name=sys.intern(info.scheduler_name), controller=facts.controller,
-            mirror=facts.mirror, evictable=facts.evictable, started=_started(info),
-            preempted=info.deleting and _preempted_by_scheduler(info.raw),
+            priority=info.priority, scheduler_name=sys.intern(info.scheduler_name),
         )
+        _set_metadata(record, info)
         return record
 
     @contextlib.contextmanager
@@ -380,11 +378,7 @@ class ClusterState:
         releasing and placing it again would leave, without rebuilding the record or moving its requests out and
         back."""
         self.pod_index.account(record, row, -1)
-        record.labels = dict(info.labels)
-        facts = disruption(info.raw)
-        record.controller, record.mirror, record.evictable = facts.controller, facts.mirror, facts.evictable
-        record.started = _started(info)
-        record.preempted = info.deleting and _preempted_by_scheduler(info.raw)
+        _set_metadata(record, info)
         self.pod_index.account(record, row, 1)
         self.table.pods_changed(row)
 
@@ -414,9 +408,9 @@ class ClusterState:
     # The three reads below take no lock, for has_node's reason (one dict lookup is atomic under the GIL; the answer
     # may be stale the moment it is returned either way): the pod watch asks them for nearly every event, and with
     # the lock each one waited out the scheduling cycle holding it, often more than one (a lock is not fair, and
-    # the loop holds the GIL when it releases it). counted_on compares several fields of one record: records are
-    # replaced or removed whole, and the fields it compares that are changed in place (assumed, resources:
-    # observe_bound_pod) are changed by the pod watch's own thread, the one that asks.
+    # the loop holds the GIL when it releases it). counted_on compares several fields of one record: the fields it
+    # compares that are changed in place (assumed, resources, labels: observe_bound_pod, its relabel swapping in a
+    # new dict) are changed by the pod watch's own thread, the one that asks.
 
     def counted_on(self, uid: str, node: str, labels: Mapping[str, str] | None = None, deleting: bool = False,
                    resources: ResourceFields | None = None) -> bool:
@@ -477,6 +471,17 @@ class ClusterState:
         """The distinct (anti-)affinity terms of this kind placed pods carry, each with its per-row count."""
         self.pod_index.resize(self.table.capacity)
         return [(term, counts[: self.table.capacity]) for term, counts in self.pod_index.carried(kind)]
+
+
+def _set_metadata(record: PodRecord, info: PodInfo) -> None:
+    """The record's fields read from the pod's metadata and status (what may change while it stays placed, its
+    spec, owner and resources kept): record_of sets them on a new record, observe_bound_pod's relabel on the one
+    counted. Labels are a new dict, never changed in place (the pod watch reads them without the lock)."""
+    facts = disruption(info.raw)
+    record.labels = dict(info.labels)
+    record.controller, record.mirror, record.evictable = facts.controller, facts.mirror, facts.evictable
+    record.started = _started(info)
+    record.preempted = info.deleting and _preempted_by_scheduler(info.raw)
 
 
 def _started(info: PodInfo) -> float:

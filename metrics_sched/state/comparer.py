@@ -99,8 +99,9 @@ def _requests(resources: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ..
 
 
 def _snapshot(state: ClusterState) -> tuple[dict[str, NodeRecord], dict[str, _CachedPod]]:
-    """What the comparison needs, copied under the lock (records and label dicts are replaced, never changed
-    in place, so holding references to them is safe); the request vectors are read back outside it."""
+    """What the comparison needs, copied under the lock (a record's fields are copied out, and its label dict is
+    replaced, never changed in place, so holding a reference to it is safe); the request vectors are read back
+    outside it."""
     with state.lock:
         table = state.table
         nodes = {name: record for name in table.index if (record := table.records[table.index[name]]) is not None}

@@ -73,7 +73,23 @@ def test_top_positions_are_what_a_stable_argsort_begins_with() -> None:
                 total[rng.random(size) < 0.1] = np.nan
             for top in (1, 2, 5):
                 expected = np.argsort(-total, kind="stable")[:top]
-                np.testing.assert_array_equal(_top_positions(total, top)[:top], expected)
+                np.testing.assert_array_equal(_top_positions(total, top)[0][:top], expected)
+
+
+def test_the_margin_is_nan_when_a_total_is_whatever_the_ranking_holds() -> None:
+    """The margin read off the ranking is the two largest totals' difference; with a total NaN it is NaN, as the
+    partition of every total gave it (it ranks NaN highest), whether the ranking holds one candidate or more."""
+    results, state = realistic_results(1)
+    result = results[0]
+    assert result.total.size >= 3
+    plain = build_record(result, state.table, config_hash="h", top=1)
+    ordered = sorted(result.total.tolist(), reverse=True)
+    assert plain.margin == round(ordered[0] - ordered[1], 4)
+    result.total = result.total.copy()
+    result.total[1] = np.nan
+    for top in (1, 2, 5):
+        margin = build_record(result, state.table, config_hash="h", top=top).margin
+        assert margin is not None and math.isnan(margin), (top, margin)
 
 
 def _reference(value: float | None) -> float | None:
