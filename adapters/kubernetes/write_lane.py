@@ -107,7 +107,10 @@ class _Response(http.client.HTTPResponse):
             while True:
                 version, status, reason = self._read_status()
                 lines = _read_head(self.fp)
-                if status != http.client.CONTINUE:
+                # An informational reply (100 Continue, 103 Early Hints: RFC 9110 15.2) comes before the final one
+                # and is passed over, as urllib3 and Go's client do (http.client passes over 100 alone and would
+                # take a 103 for the answer). 101 ends the exchange: nothing here asks to switch protocols.
+                if not 100 <= status < 200 or status == http.client.SWITCHING_PROTOCOLS:
                     break
         self.code = self.status = status
         self.reason = reason.strip()
@@ -158,7 +161,7 @@ def _buffered_head(fp: Any) -> tuple[str, int, str, list[bytes]] | None:
         return None
     status = int(parts[1])
     lines = fields.split(b"\r\n") if fields else []
-    if status < 200 or len(lines) > _MAX_HEADERS:  # 1xx (http.client loops past them), or too many fields
+    if status < 200 or len(lines) > _MAX_HEADERS:  # 1xx (begin() passes over them), or too many fields
         return None
     fp.read(end + 4)
     return parts[0], status, parts[2] if len(parts) == 3 else "", lines
@@ -242,11 +245,16 @@ class WriteLane:
         if url.scheme == "https" and context is None:
             raise ValueError("an https server needs a TLS context")
         self._https = url.scheme == "https"
-        self._host = url.hostname
-        self._port = url.port
+        host = url.hostname
+        if ":" in host:  # an IPv6 address's zone is written "%25zone" in a URL (RFC 6874); the socket takes "%zone"
+            host = host.replace("%25", "%", 1)
+        self._host = host
+        # The port always given: http.client reads a host without one as "host:port", and an IPv6 address's last
+        # group as its port ("::1" would be host "::", port 1).
+        self._port = url.port if url.port is not None else (443 if self._https else 80)
         self._prefix = url.path.rstrip("/")  # a server URL may carry a path (a proxy in front of the API)
         self._context = context
-        self._server_name = tls_server_name or url.hostname
+        self._server_name = tls_server_name or host.partition("%")[0]  # a certificate names the address, no zone
         self._token = token
         self._connect_timeout = connect_timeout
         self._pool_timeout = pool_timeout

@@ -379,7 +379,8 @@ class _Capture:
 
 
 @pytest.mark.parametrize("server", ["http://127.0.0.1:6443", "https://api.example:443", "https://[::1]:8443/prefix",
-                                    "http://localhost", "http://[fe80::1%25eth0]:6443"])
+                                    "http://localhost", "http://[fe80::1%25eth0]:6443", "https://[::1]/prefix",
+                                    "http://[::1]"])
 def test_a_request_is_framed_as_http_client_frames_it(server: str) -> None:
     """The lane writes the head and body in one write: the same bytes http.client's request() sends in two."""
     lane = WriteLane(server, context=None if server.startswith("http:") else ssl.create_default_context(),
@@ -391,6 +392,8 @@ def test_a_request_is_framed_as_http_client_frames_it(server: str) -> None:
                 ("POST", "/apis/events.k8s.io/v1/namespaces/a/events", None, ""),
                 ("post", "/apis/events.k8s.io/v1/namespaces/a/events", None, "")]  # a body's length, any case
     url = urlsplit(server)
+    # http.client given the port (without one it reads an IPv6 address's last group as the port: see the next test)
+    port = url.port or (80 if url.scheme == "http" else 443)
     for method, target, body, content_type in requests:
         headers = dict(lane._headers)
         if body is not None:
@@ -398,15 +401,37 @@ def test_a_request_is_framed_as_http_client_frames_it(server: str) -> None:
         lane._authorized(headers)
         connection_class = http.client.HTTPConnection if url.scheme == "http" else _TLSConnection
         if connection_class is _TLSConnection:
-            reference = _TLSConnection(url.hostname or "", url.port, timeout=1, context=None,  # type: ignore[arg-type]
+            reference = _TLSConnection(url.hostname or "", port, timeout=1, context=None,  # type: ignore[arg-type]
                                        server_name="")
         else:
-            reference = http.client.HTTPConnection(url.hostname or "", url.port, timeout=1)
+            reference = http.client.HTTPConnection(url.hostname or "", port, timeout=1)
         wire = _Capture()
         reference.sock = wire  # type: ignore[assignment]
         reference.request(method, target, body=body, headers=headers)
         head = lane._head(method, target, headers, body)
         assert head + (body or b"") == wire.sent, (method, target)
+
+
+@pytest.mark.parametrize(("server", "address"), [
+    ("http://[::1]", ("::1", 80)), ("https://[::1]", ("::1", 443)), ("https://[fe80::1%25eth0]", ("fe80::1%eth0", 443)),
+    ("https://[::1]:6443", ("::1", 6443)), ("http://localhost", ("localhost", 80)),
+    ("https://10.0.0.1", ("10.0.0.1", 443))])
+def test_a_server_url_without_a_port_connects_to_the_schemes_port(server: str, address: tuple[str, int],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An IPv6 address without a port is not read as "host:port" (http.client alone would connect to [::]:1)."""
+    dialled: list[tuple[str, int]] = []
+
+    def create_connection(target: tuple[str, int], *args: object, **kwargs: object) -> socket.socket:
+        dialled.append(target)
+        raise ConnectionRefusedError("not dialled in this test")
+
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    lane = WriteLane(server, context=None if server.startswith("http:") else ssl.create_default_context(),
+                     token=None, tls_server_name=None, max_connections=1, connect_timeout=1, pool_timeout=1,
+                     user_agent="metrics-sched/test", accept="application/json")
+    with pytest.raises(ConnectionRefusedError):
+        lane._connect()
+    assert dialled == [address]
 
 
 @pytest.mark.parametrize(("target", "header"), [("/a b", ""), ("/a\r\nX: y", ""), ("/caf\u00e9", ""),
@@ -452,6 +477,8 @@ def test_a_response_head_reads_the_same_however_it_arrives(size: int) -> None:
                b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                b"2\r\n{}\r\n0\r\n\r\n",
+               b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
+               b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}",
                b"HTTP/1.1 200 OK\nContent-Length: 2\nX-Bare: lf\n\n{}",  # bare line feeds: http.client's reading
                b"HTTP/1.1 204\r\n\r\n"]
     for data in replies:
@@ -462,6 +489,11 @@ def test_a_response_head_reads_the_same_however_it_arrives(size: int) -> None:
             whole.status, whole.reason, whole.will_close, whole.length, whole.chunked)
         assert response.headers.items() == whole.headers.items()
         assert response.read() == whole.read()
+    early = _reply(b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\nHTTP/1.1 201 Created\r\n"
+                   b"Content-Length: 2\r\n\r\n{}")  # an informational reply is passed over, not the answer
+    assert (early.status, early.getheader("Link"), early.read()) == (201, None, b"{}")
+    switching = _reply(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")  # the end of the exchange
+    assert (switching.status, switching.length) == (101, 0)
     with pytest.raises(http.client.BadStatusLine):
         _reply(b"HTPT/1.1 200 OK\r\n\r\n")
     with pytest.raises(http.client.BadStatusLine):  # digits to str.isdigit(), not to int()
