@@ -175,6 +175,7 @@ class BatchStats:
     """For the bench and tests: cycles reused, full cycles that stored a batch, and why a batch was not used."""
 
     batched: int = 0
+    full: int = 0  # cycles run in full (the pod not batchable, no batch for its template, or its batch refused)
     stored: int = 0
     totals_recomputed: int = 0  # batched cycles whose normalisation moved (every candidate's total computed)
     past_non_candidates: int = 0  # batched cycles after pods changed on rows that are not candidates (still not)
@@ -205,6 +206,7 @@ class Batcher:
         template = template_of(pod)
         if template is None or (framework.percentage < 100 and len(table) >= 100):
             self.stats.refused["pod not batchable"] += 1
+            self.stats.full += 1
             return framework.schedule_unbatched(pod, table)
         batch = next((b for b in self._batches if b.template == template), None)
         if batch is not None:
@@ -214,6 +216,7 @@ class Batcher:
                 self.stats.batched += 1
                 self._batches.append(batch)
                 return result
+        self.stats.full += 1
         result = framework.schedule_unbatched(pod, table)
         if self._seen_recently(template):
             self._store(template, pod, table, result, stamp)

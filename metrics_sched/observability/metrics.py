@@ -345,6 +345,25 @@ class _StateCollector(Collector):
         for resource, count in storage.items():
             objects.add_metric([resource], count)
         yield objects
+        # Opportunistic batching, per profile with batching on: how many cycles reused a batch, and why the others
+        # did not (a "cluster changed" refusal after every telemetry refresh is expected; one per pod is not).
+        cycles = CounterMetricFamily("metrics_sched_scheduling_cycles",
+                                     "Scheduling cycles by how they ran: batched (a batch of the pod's template "
+                                     "reused) or full.", labels=["profile", "kind"])
+        refusals = CounterMetricFamily("metrics_sched_batch_refusals",
+                                       "Why a pod's cycle did not reuse or store a batch, by reason.",
+                                       labels=["profile", "reason"])
+        for framework in list(s.frameworks.values()):
+            batcher = framework.batcher
+            if batcher is None:
+                continue
+            stats = batcher.stats
+            cycles.add_metric([framework.name, "batched"], stats.batched)
+            cycles.add_metric([framework.name, "full"], stats.full)
+            for reason, count in list(stats.refused.items()):
+                refusals.add_metric([framework.name, reason], count)
+        yield cycles
+        yield refusals
         # Every worker from the start, so 0 reads as "none"; a fatal one also fails /healthz.
         failures = CounterMetricFamily("metrics_sched_worker_failures",
                                        "Unexpected exceptions a worker thread survived (its pod requeued), by worker.",

@@ -38,6 +38,8 @@ EXPECTED = {
     "metrics_sched_cluster_metric_quantile": {"metric", "quantile"},
     "metrics_sched_inflight_ledger_entries": set(),
     "metrics_sched_leader": set(),
+    "metrics_sched_scheduling_cycles": {"profile", "kind"},
+    "metrics_sched_batch_refusals": {"profile", "reason"},
 }
 
 
@@ -117,3 +119,22 @@ def test_explain_renders_the_winner_and_why_others_lost() -> None:
     winner_line = next(line for line in text.splitlines() if line.startswith("winner"))
     assert "cool" in winner_line and "gpu_temperature=41.00" in winner_line
     assert "cool beat warm by" in text and "GPUTemperature +" in text
+
+
+def test_batching_shows_how_many_cycles_reused_a_batch_and_why_the_others_did_not() -> None:
+    scheduler, api, cache = make()
+    _, metrics = audited(scheduler)
+    for i in range(4):
+        scheduler.handlers.on_node_event("ADDED", node(f"n{i}", gpus=1))
+    feed(cache, {"gpu_temperature": {f"n{i}": 40 + i for i in range(4)}})
+    for i in range(4):
+        api.add_pod(pod(f"web-{i}"))  # one template: the first two run in full (the second stores the batch)
+    drain(scheduler, api)
+    families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+    cycles = {s.labels["kind"]: s.value for s in families["metrics_sched_scheduling_cycles"].samples
+              if s.name.endswith("_total")}
+    assert cycles == {"batched": 2.0, "full": 2.0}
+    refusals = {s.labels["reason"]: s.value for s in families["metrics_sched_batch_refusals"].samples
+                if s.name.endswith("_total")}
+    assert refusals == {"template not seen recently": 1.0}
+    assert {s.labels["profile"] for s in families["metrics_sched_scheduling_cycles"].samples} == {"metrics-sched"}
