@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bench.core_bench import cluster, make_pod
-from metrics_sched.framework.metric_score import MetricScorePlugin
+from metrics_sched.framework.metric_score import _FEW_SCORED, MetricScorePlugin
 from metrics_sched.model.podinfo import parse_pod
 
 pytestmark = pytest.mark.unit
@@ -86,8 +86,9 @@ def test_a_few_rows_scored_without_the_memos_equal_the_memo_path() -> None:
             result = harness.place(parse_pod(make_pod(i)))
             assert result.node is not None
             pod = parse_pod(make_pod(i + 1))
-            # up to _FEW rows in Python floats, more (a batched cycle after several placements) in numpy
-            few = np.sort(rng.choice(every, size=int(rng.integers(1, 17)), replace=False)).astype(np.int64)
+            # up to _FEW rows in Python floats, more (a batched cycle after several placements) in numpy, up to
+            # _FEW_SCORED
+            few = np.sort(rng.choice(every, size=int(rng.integers(1, _FEW_SCORED + 1)), replace=False)).astype(np.int64)
             if i % 3 == 0:  # the last placement's row, as a batched cycle asks
                 few = np.array([table.index[result.node]], dtype=np.int64)
             for plugin in plugins:
