@@ -60,7 +60,7 @@ from metrics_sched.framework.interfaces import (
     unchanged,
 )
 from metrics_sched.framework.runtime import CycleResult, Framework, ScoreTerm, first_rejecter, normalize_scores
-from metrics_sched.framework.signature import BatchScope, Reads, template_of
+from metrics_sched.framework.signature import MAX_DIRTY, BatchScope, Reads, template_of
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
@@ -70,8 +70,6 @@ __all__ = ["BatchStats", "Batcher"]
 
 # Batches kept (templates interleave: several Deployments scaling at once); the least recently used goes first.
 MAX_TEMPLATES = 16
-# More changed rows than this since a batch: the full cycle is as cheap.
-MAX_DIRTY = 64
 # At most this many changed rows are compared and patched one by one with Python floats (fewer numpy calls).
 _FEW = 8
 # A batch ends this long before a metric value it read goes stale (freshness is judged against `now` with a

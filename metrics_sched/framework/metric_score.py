@@ -38,7 +38,7 @@ from metrics_sched.framework.interfaces import (
     unchanged,
 )
 from metrics_sched.framework.scoring import nan_weighted_mean
-from metrics_sched.framework.signature import BatchScope, Reads
+from metrics_sched.framework.signature import MAX_DIRTY, BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
@@ -437,12 +437,11 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
 # call on a one-row array costs a microsecond or two, and a patch made a few dozen of them.
 _FEW = 4
 # score() of up to this many rows (a batched cycle re-scores the rows changed since its template's last pod: one,
-# or one per pod placed since when templates interleave) reads each row in Python floats (_score_few) instead of
-# patching the memos (a dozen numpy calls and their dataclasses per term); beyond _FEW rows in numpy on the gathered
-# rows. As many as a batch re-scores (batching.MAX_DIRTY): with 16, the core bench's 15 interleaved templates sent
-# 44 % of its batched cycles (17-64 changed rows) down the memo path, and 64 gave +15 % cycles/s at 5,000 nodes
-# (1,956 vs 1,698, median of 4 interleaved pairs; cycle p99 0.81 vs 1.00 ms).
-_FEW_SCORED = 64
+# or one per pod placed since when templates interleave) reads each row straight (_score_few: Python floats up to
+# _FEW rows, numpy on the gathered rows beyond) instead of patching the memos over every row (a dozen numpy calls
+# and their dataclasses per term). As many as a batched cycle re-scores: at 16, the core bench's interleaved
+# templates sent 44 % of its batched cycles (17-64 changed rows) down the memo path; all of them: +15 % cycles/s.
+_FEW_SCORED = MAX_DIRTY
 
 
 def _weighted_mean_one(parts: Sequence[float], weights: Sequence[float]) -> float:

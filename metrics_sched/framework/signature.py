@@ -19,7 +19,11 @@ from typing import Any
 
 from metrics_sched.model.podinfo import PodInfo
 
-__all__ = ["BatchScope", "Reads", "has_only_local_volumes", "template_of"]
+__all__ = ["MAX_DIRTY", "BatchScope", "Reads", "has_only_local_volumes", "template_of"]
+
+# More changed rows than this since a batch: the full cycle is as cheap (framework.batching), so a batched cycle
+# re-scores at most this many and the scorers size their few-rows paths to it (metric_score._FEW_SCORED).
+MAX_DIRTY = 64
 
 
 class Reads(enum.Flag):
