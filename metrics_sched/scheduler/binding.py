@@ -10,6 +10,13 @@ assigned pod had been deleted).
 `is_leader` is the leader's bind fence (LeaderElector.may_bind): looked at before every binding cycle; a
 cycle that fails while it is closed is the replica's problem, not the pod's (requeued, not reported).
 The bind request itself is fenced again in the client, after its rate limiter and just before it is sent.
+
+The scheduling loop may hold its binds back briefly (`submit(hold=True)`, then `hand_over`) while more pods wait
+for it: waking a worker costs the loop far more than the worker's own work. A woken thread waits for the GIL, and
+the loop gives the GIL up in every numpy operation on a whole node column (numpy releases it past 500 elements):
+each of those becomes a hand-off across CPUs until the worker has run. Several workers woken at once wait through
+that once (bench, 5,000 nodes: waking an idle worker per decision cost the loop ~150 µs; 8 at once cost about
+what one does).
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.supervision import Supervisor, Worker
 
 log = logging.getLogger(__name__)
+
+HANDOFF_BATCH = 8  # binds held back at most, while more pods wait for the loop
+HANDOFF_DELAY = 0.002  # seconds the oldest held bind may wait for the batch to fill (checked at each decision)
 
 
 @dataclass(frozen=True)
@@ -57,9 +67,13 @@ class _Workers:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._held: list[Callable[[], object]] = []  # submitted with hold=True, not yet queued
+        self._held_since = 0.0
+        self.clock: Callable[[], float] = time.monotonic
 
-    def submit(self, call: Callable[[], object]) -> None:
-        """Queues `call`; RuntimeError once shut down (as an executor's submit)."""
+    def submit(self, call: Callable[[], object], *, hold: bool = False) -> None:
+        """Queues `call` (with hold, keeps it until flush()); RuntimeError once shut down (as an executor's
+        submit)."""
         with self._lock:  # so no call is queued behind the end markers of shutdown()
             if self._closed:
                 raise RuntimeError("cannot schedule new binds after shutdown")
@@ -67,6 +81,29 @@ class _Workers:
                 for i in range(self.size):  # supervised: one that dies fails /healthz, as the reporter's
                     self._threads.append(self.supervisor.spawn(Worker.BINDER, self._work, name=f"{self.name}_{i}",
                                                                stopping=lambda: self._closed))
+            if not hold:
+                self._calls.put(call)
+                return
+            if not self._held:
+                self._held_since = self.clock()
+            self._held.append(call)
+
+    def due(self) -> bool:
+        """Whether the held calls should go now: a full batch, or the oldest has waited long enough."""
+        held = len(self._held)  # read without the lock: only the holding thread adds to it
+        return held >= HANDOFF_BATCH or (held > 0 and self.clock() - self._held_since >= HANDOFF_DELAY)
+
+    def flush(self) -> None:
+        """Queues the held calls, in the order they were submitted."""
+        if not self._held:
+            return
+        with self._lock:
+            self._queue_held()
+
+    def _queue_held(self) -> None:
+        """Under the lock."""
+        held, self._held = self._held, []
+        for call in held:
             self._calls.put(call)
 
     def _work(self) -> None:
@@ -88,6 +125,7 @@ class _Workers:
         with self._lock:
             self._closed = True
             threads = list(self._threads)
+            self._queue_held()  # ahead of the end markers: shutdown runs what was submitted
         for _ in threads:
             self._calls.put(None)
         for thread in threads:
@@ -121,20 +159,29 @@ class Binder:
         # pods (and their cycle state) in an unbounded executor queue; the pods wait, cheaply, in activeQ.
         self.max_pending = max_pending or 4 * workers
 
-    def submit(self, framework: Framework, result: CycleResult, *, wait: bool = True) -> None:
+    def submit(self, framework: Framework, result: CycleResult, *, wait: bool = True, hold: bool = False) -> None:
         """Queues the pod's binding cycle. Only the scheduling loop waits for room (`wait`): a pod released
-        from Permit by a bind worker, a timer or another thread must never block that thread."""
+        from Permit by a bind worker, a timer or another thread must never block that thread. With `hold`
+        (the loop's, while more pods wait for it) the cycle waits for hand_over() to queue it."""
         with self._idle:
+            if wait and self._in_flight >= self.max_pending:
+                self.pool.flush()  # the room it waits for may be held by binds not yet queued
             while wait and self._in_flight >= self.max_pending:
                 self._idle.wait()
             self._in_flight += 1
         try:
-            self.pool.submit(lambda: self._run(framework, result))
+            self.pool.submit(lambda: self._run(framework, result), hold=hold)
         except BaseException:
             with self._idle:  # not queued (shut down): it will not give its place back itself
                 self._in_flight -= 1
                 self._idle.notify_all()
             raise
+
+    def hand_over(self, more: bool) -> None:
+        """Queues the binds held back, unless `more` pods wait for the loop and the batch is neither full nor
+        old (HANDOFF_BATCH, HANDOFF_DELAY): the loop calls this at each decision, and before it waits."""
+        if not more or self.pool.due():
+            self.pool.flush()
 
     def in_flight(self) -> int:
         with self._lock:
@@ -143,6 +190,7 @@ class Binder:
     def drain(self, timeout: float) -> bool:
         """Waits for binds in flight (SIGTERM); True when none is left."""
         deadline = time.monotonic() + timeout
+        self.pool.flush()
         with self._idle:
             while self._in_flight:
                 left = deadline - time.monotonic()

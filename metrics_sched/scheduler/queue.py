@@ -311,6 +311,10 @@ class SchedulingQueue:
         return any(h.event == event and h.admits(qp.info, detail) for h in self._events_of(qp.info, qp.rejected_by))
 
     # -- observability and shutdown --------------------------------------------------------------
+    def has_ready(self) -> bool:
+        """Whether a pod waits in activeQ (a hint, read without the lock: the next pop may still wait)."""
+        return bool(self._active)
+
     def lengths(self) -> dict[str, int]:
         with self._cond:
             return {"active": len(self._active), "backoff": len(self._backoff),

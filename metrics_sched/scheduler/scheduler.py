@@ -152,9 +152,14 @@ class Scheduler:
 
     # -- the loop --------------------------------------------------------------------------------
     def schedule_one(self, timeout: float = 0.5) -> CycleResult | None:
-        queued = self.queue.pop(timeout)
+        queued = self.queue.pop(0)
         if queued is None:
-            return None
+            self.binder.hand_over(more=False)  # about to wait: no bind is held back meanwhile
+            queued = self.queue.pop(timeout)
+            if queued is None:
+                return None
+        else:
+            self.binder.hand_over(more=True)
         pod = queued.info
         framework = self.frameworks.get(pod.scheduler_name)
         cycle: CycleResult | None = None
@@ -184,7 +189,9 @@ class Scheduler:
             if cycle.waiting is not None:  # held at Permit: in flight until allowed, rejected or timed out
                 framework.hold(cycle)
             elif cycle.status.code == Code.SUCCESS:
-                self.binder.submit(framework, cycle)
+                # Held back while more pods wait (a batch is handed over at once: Binder's module docstring).
+                self.binder.submit(framework, cycle, hold=True)
+                self.binder.hand_over(more=self.queue.has_ready())
             else:
                 self._failed(cycle)
             return cycle
@@ -300,6 +307,7 @@ class Scheduler:
         while not self._stop.is_set():
             try:
                 if not self.is_leader():
+                    self.binder.hand_over(more=False)  # the bind fence turns them back; not held forever
                     self._stop.wait(0.1)
                     continue
                 self.schedule_one()

@@ -100,10 +100,10 @@ def test_a_failure_outside_the_plugins_unassumes_requeues_counts_and_the_loop_go
     real_submit = scheduler.binder.submit
     failures = [RuntimeError("binder refused the work")]
 
-    def submit(framework: Framework, result: CycleResult, *, wait: bool = True) -> Any:
+    def submit(framework: Framework, result: CycleResult, *, wait: bool = True, hold: bool = False) -> Any:
         if failures:
             raise failures.pop()
-        return real_submit(framework, result, wait=wait)
+        return real_submit(framework, result, wait=wait, hold=hold)
 
     scheduler.binder.submit = submit  # type: ignore[method-assign]
     api.add_pod(pod("first", cpu="1", priority=10))

@@ -1,0 +1,111 @@
+"""The scheduling loop holds its binds back while more pods wait for it, and hands them over in batches
+(scheduler.binding: HANDOFF_BATCH, HANDOFF_DELAY); nothing held is ever left behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from metrics_sched.config import parse_config
+from metrics_sched.framework.registry import Registry
+from metrics_sched.scheduler import Scheduler
+from metrics_sched.scheduler.binding import HANDOFF_BATCH, HANDOFF_DELAY
+from tests.unit.fakes import FakeAPI, node, pod
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(pods: int, config: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, Clock]:
+    registry = Registry.default(third_party=False)
+    api = FakeAPI()
+    scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api)
+    api.watchers.append(scheduler.handlers)
+    clock = Clock()
+    scheduler.binder.pool.clock = clock  # frozen: only the batch size decides, however slow the machine
+    for i in range(4):
+        scheduler.handlers.on_node_event("ADDED", node(f"n{i}", cpu="64", memory="64Gi"))
+    for i in range(pods):
+        api.add_pod(pod(f"p{i:02d}", cpu="100m", memory="100Mi"))
+    return scheduler, api, clock
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def test_binds_wait_for_a_batch_while_pods_wait_and_all_go_when_none_is_left() -> None:
+    extra = 3
+    scheduler, api, _ = make(HANDOFF_BATCH + extra)
+    for _ in range(HANDOFF_BATCH - 1):
+        assert scheduler.schedule_one(timeout=0) is not None
+    assert scheduler.binder.in_flight() == HANDOFF_BATCH - 1
+    assert api.binds == []  # held: never queued, so none can have run
+    scheduler.schedule_one(timeout=0)  # the batch is full: handed over at once
+    assert wait_for(lambda: len(api.binds) == HANDOFF_BATCH)
+    for _ in range(extra - 1):
+        scheduler.schedule_one(timeout=0)
+    assert scheduler.queue.has_ready()
+    assert len(api.binds) == HANDOFF_BATCH  # the next ones are held again
+    scheduler.schedule_one(timeout=0)  # the last pod: nothing waits for the loop, so nothing is held
+    assert not scheduler.queue.has_ready()
+    assert wait_for(lambda: len(api.binds) == HANDOFF_BATCH + extra)
+    assert sorted(name for name, _ in api.binds) == [f"default/p{i:02d}" for i in range(HANDOFF_BATCH + extra)]
+    assert scheduler.binder.drain(10)
+    scheduler.stop()
+
+
+def test_a_held_bind_waits_at_most_handoff_delay_measured_at_the_next_decision() -> None:
+    scheduler, api, clock = make(6)
+    scheduler.schedule_one(timeout=0)
+    scheduler.schedule_one(timeout=0)
+    assert api.binds == []
+    clock.now += 2 * HANDOFF_DELAY
+    scheduler.schedule_one(timeout=0)  # the two before it have waited long enough: handed over first
+    assert wait_for(lambda: scheduler.binder.in_flight() == 1)  # the third is held, its own wait just begun
+    assert len(api.binds) == 2
+    scheduler.stop()
+
+
+def test_drain_and_stop_hand_over_what_is_held() -> None:
+    scheduler, api, _ = make(6)
+    for _ in range(3):
+        scheduler.schedule_one(timeout=0)
+    assert api.binds == []
+    assert scheduler.binder.drain(10)
+    assert len(api.binds) == 3
+    for _ in range(2):
+        scheduler.schedule_one(timeout=0)
+    assert len(api.binds) == 3
+    assert scheduler.stop()
+    assert len(api.binds) == 5
+
+
+def test_fewer_bind_slots_than_a_batch_hold_nothing_back_forever() -> None:
+    """bindWorkers 1 allows 4 binds in flight: the loop waiting for room must first hand over what it holds,
+    or it would wait for itself."""
+    pods = HANDOFF_BATCH * 2
+    scheduler, api, _ = make(pods, {"bindWorkers": 1})
+    assert scheduler.binder.max_pending < HANDOFF_BATCH
+    loop = threading.Thread(target=lambda: [scheduler.schedule_one(timeout=0) for _ in range(pods)], daemon=True)
+    loop.start()
+    loop.join(30)
+    assert not loop.is_alive()
+    assert wait_for(lambda: len(api.binds) == pods)
+    scheduler.stop()
