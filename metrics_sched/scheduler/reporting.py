@@ -44,6 +44,9 @@ SERIES_FINISH = 6 * 60.0  # seconds without an isomorphic event: the series is o
 SERIES_REFRESH = 30 * 60.0  # a running series is written at least this often (client-go's refreshTime)
 SERIES_TICK = 60.0  # how often idle workers look for series to finish or refresh
 MAX_PENDING = 1000  # pods with reports waiting (client-go queues at most 1,000 events)
+# Pods waiting per awake worker before another is woken (_signal). client-go writes a recorder's events one at a
+# time; here a worker takes what waits in turn, and more wake as the backlog grows.
+PODS_PER_WORKER = 8
 
 T = TypeVar("T")
 _EventKey = tuple[str, str, str]  # type, action, reason: the rest of client-go's key is the pod and us
@@ -117,6 +120,7 @@ class PodReporter:
         self._series: dict[str, dict[_EventKey, _Series]] = {}  # pod uid -> its open series
         self._threads: list[threading.Thread] = []
         self._waiting_workers = 0
+        self._signalled = 0  # workers woken that have not taken their first pod yet
         self._next_tick = 0.0
         self._closed = False
         self._abandon = threading.Event()  # shutdown without waiting: stop retrying at once
@@ -156,6 +160,11 @@ class PodReporter:
         with self._lock:
             return sum(len(by_key) for by_key in self._series.values())
 
+    def workers(self) -> int:
+        """Writer threads started so far."""
+        with self._lock:
+            return len(self._threads)
+
     def stats(self) -> ReportStats:
         with self._lock:
             return dataclasses.replace(self._stats)
@@ -176,7 +185,7 @@ class PodReporter:
         """Stops the workers; with wait, after they have written what is queued."""
         with self._lock:
             self._closed = True
-            self._waiting_workers = 0
+            self._waiting_workers = self._signalled = 0
             self._wake.notify_all()
             threads = list(self._threads)
         if not wait:
@@ -265,22 +274,33 @@ class PodReporter:
         self._trim()
 
     def _signal(self) -> None:
-        """Work arrived: one waiting worker is woken and no longer counted as waiting (so the next piece of work,
-        arriving before it runs, does not count on it too), else another worker starts, up to max_workers. Writes
-        wait on the API: under load as many run at once as pods wait, up to the limit."""
+        """Work arrived. Unless the awake workers (writing, or woken) have fewer than PODS_PER_WORKER pods each to
+        take - each takes the next waiting pod before it waits again - one waiting worker is woken and no longer
+        counted as waiting (so the next piece of work, arriving before it runs, does not count on it too), else
+        another worker starts, up to max_workers. Writes wait on the API: under load more run at once as the
+        backlog grows, up to the limit. Waking one costs the scheduling loop more than a write does (the woken
+        thread contends for the GIL: scheduler.binding), so bursts (binds handed over in batches) are taken by
+        few."""
+        awake = len(self._busy) + self._signalled
+        if awake and len(self._pending) <= PODS_PER_WORKER * awake:
+            return
         if self._waiting_workers > 0:
             self._waiting_workers -= 1
+            self._signalled += 1
             self._wake.notify()
         elif len(self._threads) < self.max_workers:
+            self._signalled += 1
             thread = self.supervisor.spawn(Worker.REPORTER, self._work, name=f"report-{len(self._threads)}",
                                            stopping=lambda: self._closed)
             self._threads.append(thread)
 
     # -- the workers ---------------------------------------------------------------------------------
     def _work(self) -> None:
+        woken = True  # started by _signal, and counted there
         while True:
             with self._lock:
-                reports = self._take()
+                reports = self._take(woken)
+                woken = False
                 if reports is None:
                     return
             try:
@@ -294,12 +314,18 @@ class PodReporter:
                     self._idle.notify_all()
                 # More may have arrived for this pod while it was being written: this worker takes it next.
 
-    def _take(self) -> _PodReports | None:
-        """The least recently reported pod no worker holds (None when closing and nothing is left)."""
+    def _take(self, woken: bool) -> _PodReports | None:
+        """The least recently reported pod no worker holds (None when closing and nothing is left). `woken`: the
+        worker arrives from _signal's count of those on their way (it leaves the count once, taking a pod or
+        waiting; a worker whose wait timed out leaves it too: one more may then be woken than needed, never
+        fewer)."""
         while True:
             now = self.clock()
             if now >= self._next_tick and not self._closed:
                 self._tick(now)
+            if woken:
+                self._signalled = max(0, self._signalled - 1)
+                woken = False
             uid = next((uid for uid in self._pending if uid not in self._busy), None)
             if uid is not None:
                 self._busy.add(uid)
@@ -313,6 +339,7 @@ class PodReporter:
             if not self._wake.wait(max(0.0, self._next_tick - now)):
                 # Timed out (a notify racing the timeout may have uncounted it already: never below 0).
                 self._waiting_workers = max(0, self._waiting_workers - 1)
+            woken = True
 
     def _write(self, reports: _PodReports) -> None:
         for series in reports.events:
