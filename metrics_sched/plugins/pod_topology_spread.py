@@ -166,6 +166,8 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                 seen.add((c.topology_key, c.when_unsatisfiable))
 
     args: Args
+    # The last PreScore's work, for incremental_scores on the same cycle (pre_score).
+    _prepared: tuple[CycleState, _Prepared] | None = None
 
     def events_to_register(self) -> list[EventHint]:
         return [EventHint(ClusterEvent.NODE_ADDED), EventHint(ClusterEvent.NODE_LABELS),
@@ -274,49 +276,30 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
 
     # -- scoring ---------------------------------------------------------------------------------
     def pre_score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> Status:
+        # Read before the constraints are (incremental_scores: a workload event landing in between leaves an older
+        # generation kept, and the next rescore asks for the selector again).
+        generation = self.handle.cluster.workloads.generation
         try:
             constraints = self.constraints(pod, "ScheduleAnyway")
         except SelectorError as exc:
             return Status.error(f"parsing pod: {exc}")
         if not constraints or len(table) == 0:
             return Status(Code.SKIP)
-        size = table.capacity
-        own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
-        # Nodes must have every key unless the constraints are the system defaults: then a node without a
-        # zone label still gets hostname spreading.
-        require_all = own or self.args.defaulting_type != "System"
-        has_all = np.ones(size, dtype=bool)
-        for c in constraints:
-            has_all &= table.topology(c.topology_key).codes[:size] >= 0
+        prepared = _Prepared.of(self, pod, table, rows, constraints, generation)
         # Computed over every row (cheaper than gathering the candidates' at each step); only the candidates'
         # are read, and each is what the same operations give on the candidates alone.
-        scored = rows[has_all[rows]] if require_all else rows
-        masks: dict[str, BoolArray] = {}
-        per_selector: dict[LabelSelector, FloatArray] = {}  # the defaults share one selector
-        total = np.zeros(size, dtype=np.float64)
-        for c in constraints:
-            topology = table.topology(c.topology_key)
-            per_row = per_selector.get(c.selector)
-            if per_row is None:
-                per_row = per_selector[c.selector] = self._counts(pod, c.selector, size).astype(np.float64)
-            codes_all = topology.codes[:size]
-            if c.topology_key == HOSTNAME:
-                credit = per_row
-                weight = float(np.log(scored.shape[0] + 2))
+        total = np.zeros(table.capacity, dtype=np.float64)
+        for part in prepared.parts:
+            if part.sums is None:  # hostname: the node's own count
+                credit = prepared.per_row[part.selector]
             else:
-                # A node without the key stands in the "" domain here (upstream reads its value as ""),
-                # though it earns no credit for this constraint.
-                missing = topology.size
-                codes = np.where(codes_all >= 0, codes_all, missing)
-                domains = np.zeros(missing + 1, dtype=bool)
-                domains[codes[scored]] = True
-                counted = self._included(pod, table, c, masks) & domains[codes]
-                if require_all:
-                    counted &= has_all
-                sums = np.bincount(codes[counted], weights=per_row[counted], minlength=missing + 1)
-                credit = np.asarray(sums[codes], dtype=np.float64)
-                weight = float(np.log(int(domains.sum()) + 2))
-            total += np.where(codes_all >= 0, credit * weight + (c.max_skew - 1), 0.0)
+                assert part.codes is not None
+                credit = np.asarray(part.sums[part.codes], dtype=np.float64)
+            total += np.where(part.keyed, credit * part.weight + part.offset, 0.0)
+        require_all, has_all = prepared.require_all, prepared.has_all
+        # Kept for incremental_scores, which a batch being stored calls next with this cycle (one slot: the arrays
+        # of a cycle nobody stores are let go at the next PreScore).
+        self._prepared = (cycle, prepared)
         # int64(math.Round(score)): halves away from zero (scores are never negative).
         raw = np.floor(total + 0.5)
         if require_all:
@@ -328,18 +311,23 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                            rows: IntArray) -> IncrementalScores | None:
         """Opportunistic batching: the scores kept from per-row counts and per-domain sums (_SpreadScores)."""
         state = cycle.get(_SCORE)
+        slot, self._prepared = self._prepared, None
         if state is None:
             return None
-        # Read before the constraints are: a workload event (the watch thread, no state lock) landing in between
-        # then leaves an older generation stored, and the next rescore asks for the selector again.
-        generation = self.handle.cluster.workloads.generation
-        try:
-            constraints = self.constraints(pod, "ScheduleAnyway")
-        except SelectorError:
-            return None
-        if not constraints:
-            return None
-        kept = _SpreadScores(self, pod, table, rows, constraints, generation)
+        if slot is not None and slot[0] is cycle and np.array_equal(slot[1].rows, rows):
+            prepared = slot[1]  # what this cycle's pre_score computed: the counts, domains and sums
+        else:
+            # Read before the constraints are: a workload event (the watch thread, no state lock) landing in
+            # between then leaves an older generation stored, and the next rescore asks for the selector again.
+            generation = self.handle.cluster.workloads.generation
+            try:
+                constraints = self.constraints(pod, "ScheduleAnyway")
+            except SelectorError:
+                return None
+            if not constraints:
+                return None
+            prepared = _Prepared.of(self, pod, table, rows, constraints, generation)
+        kept = _SpreadScores(self, pod, table, prepared)
         # What pre_score computed, rebuilt from the counts: equal, or nothing is kept.
         return kept if np.array_equal(kept.raw(), state.at(rows)) else None
 
@@ -380,6 +368,86 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
 
 
 @dataclass
+class _Part:
+    """One constraint's pieces of pre_score's raw score, over every table row."""
+
+    selector: int  # index into _Prepared.selectors
+    codes_all: IntArray  # the row's domain code, -1 without the key
+    keyed: BoolArray  # codes_all >= 0
+    offset: float  # maxSkew - 1
+    weight: float  # log(domains + 2); hostname: log(scored rows + 2)
+    # Constraints on other keys (None for hostname): `missing` is the "" domain rows without the key stand in,
+    # `codes` the domain with it, `counted` the rows counted, `sums` the per-domain sums of their counts.
+    missing: int = 0
+    codes: IntArray | None = None
+    counted: BoolArray | None = None
+    sums: FloatArray | None = None
+
+
+@dataclass
+class _Prepared:
+    """What pre_score computes before it sums: the counts per selector and each constraint's part. A batch being
+    stored keeps its scores from these (_SpreadScores), so the full cycle's work is not done twice."""
+
+    constraints: list[Constraint]
+    generation: int  # the workloads' generation, read before the constraints were derived
+    rows: IntArray  # the candidates scored
+    require_all: bool  # nodes must have every key (not the system defaults)
+    has_all: BoolArray
+    selectors: list[LabelSelector]
+    counts: list[IntArray]  # per selector, as _counts gives them (never written to)
+    per_row: list[FloatArray]  # the same in floats
+    parts: list[_Part]
+
+    @classmethod
+    def of(cls, plugin: PodTopologySpread, pod: PodInfo, table: NodeTable, rows: IntArray,
+           constraints: list[Constraint], generation: int) -> _Prepared:
+        size = table.capacity
+        own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
+        # Nodes must have every key unless the constraints are the system defaults: then a node without a
+        # zone label still gets hostname spreading.
+        require_all = own or plugin.args.defaulting_type != "System"
+        has_all = np.ones(size, dtype=bool)
+        for c in constraints:
+            has_all &= table.topology(c.topology_key).codes[:size] >= 0
+        scored = rows[has_all[rows]] if require_all else rows
+        masks: dict[str, BoolArray] = {}
+        index_of: dict[LabelSelector, int] = {}  # the defaults share one selector
+        selectors: list[LabelSelector] = []
+        counts: list[IntArray] = []
+        per_row: list[FloatArray] = []
+        parts: list[_Part] = []
+        for c in constraints:
+            index = index_of.get(c.selector)
+            if index is None:
+                index = index_of[c.selector] = len(selectors)
+                selectors.append(c.selector)
+                counts.append(plugin._counts(pod, c.selector, size))
+                per_row.append(counts[index].astype(np.float64))
+            topology = table.topology(c.topology_key)
+            codes_all = topology.codes[:size]
+            keyed = codes_all >= 0
+            offset = float(c.max_skew - 1)
+            if c.topology_key == HOSTNAME:
+                parts.append(_Part(index, codes_all, keyed, offset, float(np.log(scored.shape[0] + 2))))
+                continue
+            # A node without the key stands in the "" domain here (upstream reads its value as ""), though it
+            # earns no credit for this constraint.
+            missing = topology.size
+            codes = np.where(keyed, codes_all, missing)
+            domains = np.zeros(missing + 1, dtype=bool)
+            domains[codes[scored]] = True
+            counted = plugin._included(pod, table, c, masks) & domains[codes]
+            if require_all:
+                counted &= has_all
+            sums = np.asarray(np.bincount(codes[counted], weights=per_row[index][counted], minlength=missing + 1),
+                              dtype=np.float64)
+            parts.append(_Part(index, codes_all, keyed, offset, float(np.log(int(domains.sum()) + 2)), missing,
+                               codes, counted, sums))
+        return cls(constraints, generation, rows, require_all, has_all, selectors, counts, per_row, parts)
+
+
+@dataclass
 class _Kept:
     """One constraint's share of the raw score over the batch's rows: its credit times its weight plus
     maxSkew - 1 (0 on rows without its key)."""
@@ -411,11 +479,10 @@ class _SpreadScores(IncrementalScores):
     order as pre_score's (a float64 product then a sum, rounded alike in numpy and in Python), so the scores are
     pre_score's bit for bit."""
 
-    def __init__(self, plugin: PodTopologySpread, pod: PodInfo, table: NodeTable, rows: IntArray,
-                 constraints: list[Constraint], generation: int) -> None:
+    def __init__(self, plugin: PodTopologySpread, pod: PodInfo, table: NodeTable, prepared: _Prepared) -> None:
         self.plugin = plugin
-        self.constraints = constraints
-        self.rows = rows
+        self.constraints = constraints = prepared.constraints
+        self.rows = rows = prepared.rows
         size = self.size = table.capacity
         # Per table row, its position among the batch's rows (-1: not a candidate).
         self.position: IntArray = np.full(size, -1, dtype=np.int64)
@@ -425,49 +492,31 @@ class _SpreadScores(IncrementalScores):
         # defaults are the configured ones with the workloads' selector for the pod, which may change: asked
         # again when the workloads or what the selector is built from (namespace, labels, controller) changed.
         self.selector = None if own else constraints[0].selector
-        # `generation`: the workloads' as read before `constraints` were derived (never a later one).
-        self.selected = (generation, _selected_by(pod))
-        require_all = own or plugin.args.defaulting_type != "System"
-        has_all = np.ones(size, dtype=bool)
-        for c in constraints:
-            has_all &= table.topology(c.topology_key).codes[:size] >= 0
+        # The workloads' generation as read before `constraints` were derived (never a later one).
+        self.selected = (prepared.generation, _selected_by(pod))
+        has_all = prepared.has_all
         # Rows scored _IGNORED (None: none is).
-        self.ignored: BoolArray | None = ~has_all[rows] if require_all and not has_all[rows].all() else None
-        scored = rows[has_all[rows]] if require_all else rows
-        masks: dict[str, BoolArray] = {}
-        selectors: dict[LabelSelector, int] = {}
-        self.queries: list[PodQuery | None] = []  # per selector: what _counts asks (None: it counts nothing)
-        self.counts: list[IntArray] = []
+        self.ignored: BoolArray | None = (~has_all[rows] if prepared.require_all and not has_all[rows].all()
+                                          else None)
+        # per selector: what _counts asks (None: it counts nothing), and the counts, kept up to date from here on
+        self.queries: list[PodQuery | None] = [
+            None if selector.empty or selector.nothing else
+            PodQuery((QueryTerm(frozenset({pod.namespace}), selector),), skip_terminating=True)
+            for selector in prepared.selectors]
+        self.counts: list[IntArray] = [counts.copy() for counts in prepared.counts]
         self.kept: list[_Kept] = []
-        for c in constraints:
-            index = selectors.get(c.selector)
-            if index is None:
-                index = selectors[c.selector] = len(self.queries)
-                self.queries.append(None if c.selector.empty or c.selector.nothing else PodQuery(
-                    (QueryTerm(frozenset({pod.namespace}), c.selector),), skip_terminating=True))
-                self.counts.append(plugin._counts(pod, c.selector, size).copy())
-            per_row = self.counts[index].astype(np.float64)
-            codes_all = table.topology(c.topology_key).codes[:size]
-            keyed = codes_all >= 0
-            offset = float(c.max_skew - 1)
-            if c.topology_key == HOSTNAME:
-                weight = float(np.log(scored.shape[0] + 2))
-                part = np.where(keyed[rows], per_row[rows] * weight + offset, 0.0)
-                self.kept.append(_Kept(index, weight, offset, keyed, part))
+        for part in prepared.parts:
+            if part.sums is None:
+                per_row = prepared.per_row[part.selector]
+                kept_part = np.where(part.keyed[rows], per_row[rows] * part.weight + part.offset, 0.0)
+                self.kept.append(_Kept(part.selector, part.weight, part.offset, part.keyed, kept_part))
                 continue
-            missing = table.topology(c.topology_key).size
-            codes = np.where(keyed, codes_all, missing)
-            domains = np.zeros(missing + 1, dtype=bool)
-            domains[codes[scored]] = True
-            counted = plugin._included(pod, table, c, masks) & domains[codes]
-            if require_all:
-                counted &= has_all
-            sums = np.asarray(np.bincount(codes[counted], weights=per_row[counted], minlength=missing + 1),
-                              dtype=np.float64)
-            weight = float(np.log(int(domains.sum()) + 2))
-            gather = np.where(keyed, codes_all, missing + 1)[rows]
-            shares = np.append(sums * weight + offset, 0.0)
-            self.kept.append(_Kept(index, weight, offset, keyed, np.zeros(0), codes, counted, sums, shares, gather))
+            assert part.codes is not None and part.counted is not None
+            sums = part.sums.copy()
+            gather = np.where(part.keyed, part.codes_all, part.missing + 1)[rows]
+            shares = np.append(sums * part.weight + part.offset, 0.0)
+            self.kept.append(_Kept(part.selector, part.weight, part.offset, part.keyed, np.zeros(0), part.codes,
+                                   part.counted, sums, shares, gather))
 
     def raw(self) -> FloatArray:
         """pre_score's raw scores of the batch's rows from the kept counts: a new array."""
