@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.core_bench import CORE_CONFIG, make_cluster, run
+from bench.core_bench import CORE_CONFIG, cycle_kinds, make_cluster, run
 from bench.scenario import build_scheduler
 from metrics_sched.plugins import BUILTIN
 
@@ -39,6 +39,9 @@ def test_core_bench_runs_at_a_tiny_size() -> None:
     assert row["cycle"]["decisions"] == 30 and row["cycle"]["unscheduled"] == 0
     assert "Score/GPUTemperature" in row["cycle"]["plugin_us_per_cycle"]
     assert row["decision"]["binds"] == 55  # warm-up included: every placed pod was handed to the binder
+    # Each measured decision counted as a full cycle or a batched one (20 templates among 50 pods: both kinds).
+    assert 0 < row["decision"]["full_cycles"] < 50 and "full_p50_ms" in row["decision"]
+    assert "batched_p99_ms" in row["decision"]
     default = result["default_profile"]  # the default profile alone, at profile_nodes
     assert default["nodes"] == 50 and default["decision"]["decisions"] == 50 and default["decision"]["unscheduled"] == 0
     assert "Score/CustomMetric" in row["cycle"]["plugin_us_per_cycle"]
@@ -48,3 +51,10 @@ def test_core_bench_runs_at_a_tiny_size() -> None:
     assert result["rss"]["pods_in_state"] >= 200 and result["rss"]["rss_mb"] > 0
     assert 0 < len(result["profile"]["top_cumulative"]) <= 15
     assert [r["ledger_entries"] for r in result["ledger_scaling"]] == [0, 200]
+
+
+def test_cycle_kinds_splits_full_and_batched_decisions() -> None:
+    split = cycle_kinds([0.001, 0.002, 0.003, 0.004], [True, False, True, False])
+    assert split["full_cycles"] == 2
+    assert split["full_p50_ms"] == 2.0 and split["batched_p50_ms"] == 3.0
+    assert cycle_kinds([0.001], [False]) == {"full_cycles": 0, "batched_p50_ms": 1.0, "batched_p99_ms": 1.0}
