@@ -72,6 +72,8 @@ __all__ = ["BatchStats", "Batcher"]
 MAX_TEMPLATES = 16
 # At most this many changed rows are compared and patched one by one with Python floats (fewer numpy calls).
 _FEW = 8
+# At most this many candidates leave a batch in one cycle (Batcher._drop); more: the full cycle.
+MAX_GONE = 4
 # A batch ends this long before a metric value it read goes stale (freshness is judged against `now` with a
 # subtraction; the margin covers its rounding).
 STALE_MARGIN = 1e-3
@@ -178,6 +180,7 @@ class BatchStats:
     totals_recomputed: int = 0  # batched cycles whose normalisation moved (every candidate's total computed)
     past_non_candidates: int = 0  # batched cycles after pods changed on rows that are not candidates (still not)
     many_changed: int = 0  # batched cycles with more than _FEW changed candidates (compared and patched in numpy)
+    dropped: int = 0  # candidates that left a batch because they no longer fit (Batcher._drop)
     refused: Counter[str] = field(default_factory=Counter)
 
 
@@ -285,11 +288,20 @@ class Batcher:
                 return None
         ledger = self._ledger_changes(batch) if batch.ledger else {}
         if dirty.size:
+            fits: BoolArray | None = None
             for plugin, pods, read in batch.recheck:
-                if ((pods or (ledger and not ledger.keys().isdisjoint(read)))
-                        and not plugin.filter_rows(cycle, pod, table, dirty).all()):
+                if pods or (ledger and not ledger.keys().isdisjoint(read)):
+                    verdict = np.asarray(plugin.filter_rows(cycle, pod, table, dirty), dtype=bool)
+                    if not verdict.all():
+                        fits = verdict if fits is None else fits & verdict
+            if fits is not None:
+                gone = dirty[~fits]
+                if gone.size > MAX_GONE or not self._drop(batch, result, table, gone, ledger):
                     refused["candidate no longer fits"] += 1
                     return None
+                self.stats.dropped += int(gone.size)
+                dirty, rows = dirty[fits], batch.rows
+                positions = batch.position[dirty]
 
         for pre in batch.cluster_pre_scores:
             started = clock()
@@ -324,6 +336,83 @@ class Batcher:
             self.stats.many_changed += 1
         framework.choose(result, table, rows)
         return result
+
+    def _drop(self, batch: _Batch, result: CycleResult, table: NodeTable, gone: IntArray,
+              ledger: dict[str, int]) -> bool:
+        """Candidates whose pods changed and that no longer fit (a node filled up) leave the batch as the full
+        cycle would find them: each counted under the reasons of the first filter that now turns it down, that
+        filter's trace no longer passing it, the candidates without it; every term is scored again over the
+        candidates left (a score may read them: a minmax scale, PodTopologySpread's weights), those kept
+        incrementally prepared and kept afresh, and the totals are recomputed: the full cycle without its
+        PreFilter, Filter and the batch's storing. In place, batch and result (its candidates and rejection
+        counts); False: not possible (nothing would be left, or a plugin's answer changed), the caller refuses
+        the batch."""
+        framework, pod, cycle = self.framework, result.pod, result.cycle
+        if gone.size >= batch.rows.size:
+            return False  # nothing left: the full cycle (and its PostFilter)
+        trace = list(batch.trace)
+        rejections: Counter[str] = Counter(batch.rejections)
+        rejected_by = set(batch.rejected_by)
+        for row in gone.tolist():
+            at = np.array([row], dtype=np.int64)
+            first = next((position for position, entry in enumerate(batch.moves)
+                          if entry is not None and (entry[1] or (ledger and not ledger.keys().isdisjoint(entry[2])))
+                          and not entry[0].filter_rows(cycle, pod, table, at).all()), None)
+            if first is None:
+                return False
+            plugin = batch.moves[first]
+            assert plugin is not None
+            verdict = plugin[0].filter(cycle, pod, table)
+            if verdict.feasible[row]:
+                return False  # its filter_rows and filter disagree: the full cycle's is the answer
+            for reason, turned_down in verdict.reasons.items():
+                if turned_down[row]:
+                    rejections[reason] += 1
+            rejected_by.add(plugin[0].name)
+            for position in range(first, len(trace)):
+                name, mask = trace[position]
+                mask = mask.copy()  # the stored cycle's result may still hold it
+                mask[row] = False
+                trace[position] = (name, mask)
+        keep = np.ones(batch.rows.size, dtype=bool)
+        keep[batch.position[gone]] = False
+        rows = batch.rows[keep]
+        pre_scores = {pre.name: pre for pre in framework.pre_scores}
+        for entry in batch.terms:
+            old, scorer = entry.term, entry.scorer
+            if entry.incremental is not None:
+                pre = pre_scores.get(scorer.name)
+                if pre is not None and not _same(pre.pre_score(cycle, pod, table, rows),
+                                                 scorer.name in batch.score_skipped):
+                    return False
+                assert isinstance(scorer, IncrementalScorer)
+                kept = scorer.incremental_scores(cycle, pod, table, rows)
+                raw = kept.rescore(cycle, pod, table, _NO_ROWS) if kept is not None else None
+                if kept is None or raw is None:
+                    return False
+                entry.incremental, evidence = kept, old.evidence
+            elif entry.cluster:
+                # Scored afresh over every candidate in this cycle anyway (_rescore), after its PreScore.
+                entry.term = ScoreTerm(old.plugin, old.weight, old.raw[keep], old.normalized[keep], old.evidence)
+                continue
+            else:
+                # Scored again over the candidates left: a score may read the candidates (a minmax scale).
+                scored = scorer.score(cycle, pod, table, rows)
+                detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
+                raw, evidence = np.asarray(detail.scores, dtype=np.float64), detail.evidence
+            given = entry.incremental.normalized() if entry.incremental is not None else None
+            normalized, gaps = normalize_scores(scorer, raw) if given is None else given
+            entry.gaps = entry.gaps or gaps
+            entry.term = ScoreTerm(old.plugin, old.weight, raw, normalized, evidence)
+        batch.rows, batch.position = rows, _positions(rows, batch.position.shape[0])
+        batch.stages = _stages(batch.terms)
+        batch.total = _staged_total(batch.stages)
+        batch.trace, batch.rejections, batch.rejected_by = trace, rejections, frozenset(rejected_by)
+        batch.prototype[0]["feasible_rows"] = rows
+        result.feasible_rows = rows
+        dict.update(result.rejections, rejections)
+        result.rejected_by = set(rejected_by)
+        return True
 
     def _still_turned_down(self, batch: _Batch, pod: PodInfo, table: NodeTable, rows: IntArray) -> bool:
         """Whether rows that were not candidates, and whose pods changed since, are still turned down by the same
@@ -697,7 +786,14 @@ def _restage(stages: _Stages, terms: Sequence[_Term], changed: Sequence[int], re
 def _staged_total(stages: _Stages) -> FloatArray:
     """WeightedMean's result (0 where no term has a weight) from the pieces: the same additions in the same
     order (one reduction down the matrix), divided by the same weights."""
-    total: FloatArray = np.add.reduce(stages.matrix, axis=0)
+    matrix = stages.matrix
+    if matrix.shape[1] > 1:
+        total: FloatArray = np.add.reduce(matrix, axis=0)
+    else:
+        # One candidate: down a single column numpy sums the (contiguous) values pairwise, not in order.
+        total = matrix[0].copy()
+        for part in matrix[1:]:
+            total += part
     weights = stages.weights
     if stages.positive:
         total /= weights
