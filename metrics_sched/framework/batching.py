@@ -17,8 +17,10 @@ rejection counts, and what it was computed against. What each plugin reads (sign
   inter-pod terms placed pods carry), nominated pods to hold room for, or sampling (percentage below 100);
 - the rows whose pods changed since (NodeTable.rows_changed_since: the last placement, forgets, pod events)
   are re-checked with the filters that read pods (or the ledger, when it took a placement for their metrics),
-  through `FilterPlugin.filter_rows`; a candidate that no longer fits ends the batch (candidates and rejection
-  counts would change: the full cycle recounts them). A changed row that is not a candidate keeps the batch
+  through `FilterPlugin.filter_rows`; a candidate that no longer fits (a node filled up) leaves the batch as the
+  full cycle would find it (Batcher._drop: counted under the first filter that now turns it down, and every term
+  scored again over the candidates left; more than MAX_GONE at once end the batch). A changed row that is not a
+  candidate keeps the batch
   while the filter that turned it down first (the stored cycle's filter trace: the one its rejection is counted
   under) cannot have moved (it reads neither pods nor a ledger metric that took a placement) and the filters
   before it that could have still let it through (filter_rows): it is turned down, and counted, as before;
