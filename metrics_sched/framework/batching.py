@@ -343,10 +343,10 @@ class Batcher:
               ledger: dict[str, int]) -> bool:
         """Candidates whose pods changed and that no longer fit (a node filled up) leave the batch as the full
         cycle would find them: each counted under the reasons of the first filter that now turns it down, that
-        filter's trace no longer passing it, the candidates without it; every term is scored again over the
-        candidates left (a score may read them: a minmax scale, PodTopologySpread's weights), those kept
-        incrementally prepared and kept afresh, and the totals are recomputed: the full cycle without its
-        PreFilter, Filter and the batch's storing. In place, batch and result (its candidates and rejection
+        filter's trace no longer passing it, the candidates without it; the terms lose its position (those
+        normalised over every candidate normalised again), those whose scores may read the candidates are scored
+        again (ScorePlugin.row_local_scores: a minmax scale), those kept incrementally are prepared and kept
+        afresh (PodTopologySpread's weights count the candidates), and the totals are recomputed. In place, batch and result (its candidates and rejection
         counts); False: not possible (nothing would be left, or a plugin's answer changed), the caller refuses
         the batch."""
         framework, pod, cycle = self.framework, result.pod, result.cycle
@@ -397,6 +397,11 @@ class Batcher:
                 # Scored afresh over every candidate in this cycle anyway (_rescore), after its PreScore.
                 entry.term = ScoreTerm(old.plugin, old.weight, old.raw[keep], old.normalized[keep], old.evidence)
                 continue
+            elif scorer.row_local_scores():
+                raw, evidence = old.raw[keep], old.evidence
+                if entry.per_node:  # each normalised value its own raw value's: they stay
+                    entry.term = ScoreTerm(old.plugin, old.weight, raw, old.normalized[keep], evidence)
+                    continue
             else:
                 # Scored again over the candidates left: a score may read the candidates (a minmax scale).
                 scored = scorer.score(cycle, pod, table, rows)

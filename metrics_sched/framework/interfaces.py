@@ -248,6 +248,12 @@ class ScorePlugin(Plugin):
     def normalize(self, scores: FloatArray) -> FloatArray:
         return np.clip(scores, 0.0, 100.0)
 
+    def row_local_scores(self) -> bool:
+        """Whether score() gives each row a value read from that row alone (its node, its pods, its telemetry),
+        never from the other rows scored (a minmax scale over them, a count over the candidates): a batch that
+        loses a candidate then keeps the others' raw scores. False re-scores them (the safe answer)."""
+        return False
+
 
 def unchanged(plugin: ScorePlugin, scores: FloatArray) -> FloatArray:
     """normalize() for a plugin whose scores are already on 0-100: each maps to itself (so opportunistic batching

@@ -247,6 +247,9 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         """Pods this plugin neither filters nor scores (e.g. CPU pods for a GPU metric) answer False."""
         return True
 
+    def row_local_scores(self) -> bool:
+        return self._pointwise  # a minmax scale reads the candidates' lowest and highest values
+
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """Opportunistic batching: reads its metrics (a refresh or a value going stale ends batches), the node's
         allocatable (per-resource terms) and, where the ledger applies, the in-flight entries on the node."""

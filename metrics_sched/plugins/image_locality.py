@@ -77,6 +77,9 @@ class ImageLocality(ScorePlugin):
         """Opportunistic batching: reads the node's images (and how many nodes hold each: any node change)."""
         return BatchScope(Reads.NODE)
 
+    def row_local_scores(self) -> bool:
+        return True  # the image's spread is over every node, not the candidates
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         images = pod_images(pod.raw)
         total_nodes = len(table)

@@ -86,6 +86,9 @@ class NodeAffinity(FilterPlugin, ScorePlugin):
         mask: BoolArray = self._cached("f", [pod.node_selector, required], table, compute)
         return Filtered.single(mask.copy(), "node(s) didn't match Pod's node affinity/selector")
 
+    def row_local_scores(self) -> bool:
+        return True  # the row's labels
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         preferred = (pod.affinity.get("nodeAffinity") or {}).get(
             "preferredDuringSchedulingIgnoredDuringExecution") or []

@@ -49,6 +49,9 @@ class NodeLabelScore(ScorePlugin):
         self.weights = self.args.label_weights
         self._cache: tuple[int, int, FloatArray] | None = None
 
+    def row_local_scores(self) -> bool:
+        return True  # the row's labels
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         if self._cache is None or self._cache[:2] != (table.labels_generation, table.capacity):
             total = np.zeros(table.capacity, dtype=np.float64)

@@ -92,6 +92,9 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
         cycle.write(_REQUESTS, requests)
         return SUCCESS
 
+    def row_local_scores(self) -> bool:
+        return True  # the row's allocatable and requests
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         requests = cycle.get(_REQUESTS)
         if requests is None:  # PreScore not enabled in this profile

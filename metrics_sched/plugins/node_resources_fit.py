@@ -133,6 +133,9 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
             fits &= free[col][rows] >= amount
         return fits
 
+    def row_local_scores(self) -> bool:
+        return True  # the row's allocatable and requests
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         # Elementwise in the row's resources and these numbers of the pod: kept per row, patched where pods changed.
         key = (pod.non_zero_requests.get(CPU, 0), pod.non_zero_requests.get(MEMORY, 0),

@@ -82,6 +82,9 @@ class TaintToleration(FilterPlugin, ScorePlugin):
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         return Filtered.single(tolerated_rows(pod, table), "node(s) had untolerated taint(s)")
 
+    def row_local_scores(self) -> bool:
+        return True  # the row's taints
+
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
         def compute() -> FloatArray:
             untolerated = np.array([

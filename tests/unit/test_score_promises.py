@@ -58,3 +58,36 @@ def test_builtin_score_plugins_keep_their_promise() -> None:
         assert seen == set(promises)
     finally:
         harness.stop()
+
+
+def test_row_local_scores_read_no_other_row() -> None:
+    """A plugin whose row_local_scores() is True gives a row the same raw score whichever other rows are scored
+    with it (opportunistic batching keeps the others' scores when a candidate leaves a batch on that word)."""
+    harness = cluster(200, seed=7)
+    rng = np.random.default_rng(5)
+    try:
+        framework, state = harness.framework, harness.scheduler.state
+        scorers = {scorer.name: scorer for scorer, _ in framework.scores}
+        local = {name for name, scorer in scorers.items() if scorer.row_local_scores()}
+        assert {"NodeResourcesFit", "TaintToleration", "GPUTemperature", "NodeLoad"} <= local, local
+        assert "Cost" not in local  # its default minmax scale reads the candidates' lowest and highest
+        for i in range(80):
+            info = parse_pod(_shaped(i))
+            with state.lock:
+                result = framework.schedule(info, state.table)
+                for term in result.terms:
+                    if term.plugin not in local or result.feasible_rows.size < 2:
+                        continue
+                    picked = np.sort(rng.choice(result.feasible_rows.size, size=result.feasible_rows.size // 2,
+                                                replace=False))
+                    scored = scorers[term.plugin].score(result.cycle, info, state.table,
+                                                        result.feasible_rows[picked])
+                    raw = np.asarray(getattr(scored, "scores", scored), dtype=np.float64)
+                    assert np.array_equal(raw, term.raw[picked], equal_nan=True), (term.plugin, info.name)
+                if result.node is not None:
+                    state.assume(info, result.node)
+            if result.node is not None:
+                for plugin in framework.reserves:
+                    plugin.reserve(result.cycle, info, result.node)
+    finally:
+        harness.stop()
