@@ -346,9 +346,9 @@ class Batcher:
         filter's trace no longer passing it, the candidates without it; the terms lose its position (those
         normalised over every candidate normalised again), those whose scores may read the candidates are scored
         again (ScorePlugin.row_local_scores: a minmax scale), those kept incrementally are prepared and kept
-        afresh (PodTopologySpread's weights count the candidates), and the totals are recomputed. In place, batch and result (its candidates and rejection
-        counts); False: not possible (nothing would be left, or a plugin's answer changed), the caller refuses
-        the batch."""
+        afresh (PodTopologySpread's weights count the candidates), and the totals are recomputed. In place, batch
+        and result (its candidates and rejection counts); False: not possible (nothing would be left, or a
+        plugin's answer changed), the caller refuses the batch."""
         framework, pod, cycle = self.framework, result.pod, result.cycle
         if gone.size >= batch.rows.size:
             return False  # nothing left: the full cycle (and its PostFilter)
