@@ -197,19 +197,7 @@ def test_candidates_that_fill_up_leave_the_batch_with_the_full_cycles_decisions(
         if not batching:
             framework.batcher = None
         framework.random.seed(5)
-        state = harness.scheduler.state
-        results = []
-        for i in range(170):
-            info = _gpu_pod(i)
-            with state.lock:
-                result = framework.schedule(info, state.table)
-                if result.node is not None:
-                    state.assume(info, result.node)
-            if result.node is not None:
-                for plugin in framework.reserves:
-                    plugin.reserve(result.cycle, info, result.node)
-            results.append(result)
-        runs.append((results, harness))
+        runs.append(([harness.place(_gpu_pod(i)) for i in range(170)], harness))
     (plain, plain_harness), (batched, harness) = runs
     try:
         for i, (a, b) in enumerate(zip(plain, batched, strict=True)):
