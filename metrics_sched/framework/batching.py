@@ -383,12 +383,14 @@ class Batcher:
         for entry in batch.terms:
             old, scorer = entry.term, entry.scorer
             if entry.incremental is not None:
-                pre = pre_scores.get(scorer.name)
-                if pre is not None and not _same(pre.pre_score(cycle, pod, table, rows),
-                                                 scorer.name in batch.score_skipped):
-                    return False
-                assert isinstance(scorer, IncrementalScorer)
-                kept = scorer.incremental_scores(cycle, pod, table, rows)
+                kept = entry.incremental.narrowed(table, keep)
+                if kept is None:  # prepared afresh over the candidates left, as the full cycle does
+                    pre = pre_scores.get(scorer.name)
+                    if pre is not None and not _same(pre.pre_score(cycle, pod, table, rows),
+                                                     scorer.name in batch.score_skipped):
+                        return False
+                    assert isinstance(scorer, IncrementalScorer)
+                    kept = scorer.incremental_scores(cycle, pod, table, rows)
                 raw = kept.rescore(cycle, pod, table, _NO_ROWS) if kept is not None else None
                 if kept is None or raw is None:
                     return False

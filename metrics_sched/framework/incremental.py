@@ -14,7 +14,7 @@ import abc
 
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 
 __all__ = ["IncrementalScorer", "IncrementalScores"]
 
@@ -29,6 +29,13 @@ class IncrementalScores(abc.ABC):
         pod's constraints): the batch is then not used. Called only while the batch's nodes are unchanged;
         `changed`: the rows whose pods changed since the scores were last kept (NodeTable.row_pod_stamp, which
         every placement, removal, relabelling and forget moves), ascending: no other row's counts moved."""
+
+    def narrowed(self, table: NodeTable, keep: BoolArray) -> IncrementalScores | None:
+        """The same scores over the batch's rows where `keep` (candidates left a batch: Batcher._drop), this
+        object's state handed over (it is not used again), when that is cheaper than preparing them afresh; None:
+        the batcher prepares them afresh (PreScore, incremental_scores). Counts of rows changed since the last
+        rescore are followed at the next one, as before."""
+        return None
 
     def normalized(self) -> tuple[FloatArray, bool] | None:
         """What normalize_scores (the plugin's normalize(), held to its promise) gives for the raw scores the last

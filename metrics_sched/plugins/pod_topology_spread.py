@@ -23,6 +23,8 @@ over the topology's integer codes; no loop over nodes or pods in a cycle.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -517,6 +519,36 @@ class _SpreadScores(IncrementalScores):
             shares = np.append(sums * part.weight + part.offset, 0.0)
             self.kept.append(_Kept(part.selector, part.weight, part.offset, part.keyed, np.zeros(0), part.codes,
                                    part.counted, sums, shares, gather))
+
+    def narrowed(self, table: NodeTable, keep: BoolArray) -> _SpreadScores | None:
+        """Over fewer candidates: the hostname weight counts the scored candidates (its parts computed again);
+        a domain constraint keeps its sums while every domain still has a scored candidate (its weight counts
+        them), else None (prepared afresh)."""
+        if table.capacity != self.size:
+            return None
+        rows = self.rows[keep]
+        ignored = self.ignored[keep] if self.ignored is not None else None
+        scored = rows if ignored is None else rows[~ignored]
+        gone = self.rows[~keep] if self.ignored is None else self.rows[~keep & ~self.ignored]
+        kept_now: list[_Kept] = []
+        for kept in self.kept:
+            if kept.sums is None:
+                weight = float(np.log(scored.shape[0] + 2))
+                per_row = self.counts[kept.selector][rows].astype(np.float64)
+                part = np.where(kept.keyed[rows], per_row * weight + kept.offset, 0.0)
+                kept_now.append(dataclasses.replace(kept, weight=weight, part=part))
+                continue
+            assert kept.codes is not None and kept.gather is not None
+            codes = kept.codes[scored]
+            if any(not (codes == kept.codes[row]).any() for row in gone.tolist()):
+                return None  # a domain lost its last scored candidate: fewer domains, another weight
+            kept_now.append(dataclasses.replace(kept, gather=kept.gather[keep]))
+        narrowed = copy.copy(self)
+        narrowed.rows, narrowed.kept = rows, kept_now
+        narrowed.ignored = ignored if ignored is not None and ignored.any() else None
+        narrowed.position = np.full(self.size, -1, dtype=np.int64)
+        narrowed.position[rows] = np.arange(rows.size, dtype=np.int64)
+        return narrowed
 
     def raw(self) -> FloatArray:
         """pre_score's raw scores of the batch's rows from the kept counts: a new array."""
