@@ -85,6 +85,8 @@ _CHANGES_ON_ROW = Reads.PODS | Reads.LEDGER
 # that overrides normalize() is normalised over every candidate again.
 _PER_NODE_NORMALIZE = frozenset({ScorePlugin.normalize, unchanged})
 _NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)  # never written to
+# A filter re-checked on changed rows: it reads pods; the ledger metrics it reads.
+_Recheck = tuple[FilterPlugin, bool, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -150,7 +152,7 @@ class _Batch:
     total: FloatArray
     rejections: Counter[str]
     rejected_by: frozenset[str]
-    recheck: list[tuple[FilterPlugin, bool, tuple[str, ...]]]  # the filters re-run on changed rows (as _Term)
+    recheck: list[_Recheck]  # the filters re-run on changed rows (as _Term)
     ledger: dict[str, int]  # InFlightLedgerStore.appended of the metrics read, when the batch was last used
     cluster_pre_filters: list[tuple[PreFilterPlugin, bool]]  # re-run each cycle: (plugin, it answered Skip)
     cluster_pre_scores: list[PreScorePlugin]
@@ -163,7 +165,7 @@ class _Batch:
     trace: list[tuple[str, BoolArray]]
     # Per trace position, a filter whose verdict a pod change on a row may move (it reads pods, or the ledger of
     # these metrics), else None.
-    moves: list[tuple[FilterPlugin, bool, tuple[str, ...]] | None]
+    moves: list[_Recheck | None]
     # The positions of the terms that may move (scored afresh, kept incrementally, or reading pods or the ledger):
     # the others keep their values for as long as the batch lives.
     active: list[int]
@@ -291,8 +293,9 @@ class Batcher:
         ledger = self._ledger_changes(batch) if batch.ledger else {}
         if dirty.size:
             fits: BoolArray | None = None
-            for plugin, pods, read in batch.recheck:
-                if pods or (ledger and not ledger.keys().isdisjoint(read)):
+            for check in batch.recheck:
+                plugin = _may_move(check, ledger)
+                if plugin is not None:
                     verdict = np.asarray(plugin.filter_rows(cycle, pod, table, dirty), dtype=bool)
                     if not verdict.all():
                         fits = verdict if fits is None else fits & verdict
@@ -357,20 +360,21 @@ class Batcher:
         rejected_by = set(batch.rejected_by)
         for row in gone.tolist():
             at = np.array([row], dtype=np.int64)
-            first = next((position for position, entry in enumerate(batch.moves)
-                          if entry is not None and (entry[1] or (ledger and not ledger.keys().isdisjoint(entry[2])))
-                          and not entry[0].filter_rows(cycle, pod, table, at).all()), None)
-            if first is None:
+            first, rejecter = 0, None  # the first filter that now turns it down, in the trace's order
+            for position, check in enumerate(batch.moves):
+                plugin = _may_move(check, ledger)
+                if plugin is not None and not plugin.filter_rows(cycle, pod, table, at).all():
+                    first, rejecter = position, plugin
+                    break
+            if rejecter is None:
                 return False
-            plugin = batch.moves[first]
-            assert plugin is not None
-            verdict = plugin[0].filter(cycle, pod, table)
+            verdict = rejecter.filter(cycle, pod, table)
             if verdict.feasible[row]:
                 return False  # its filter_rows and filter disagree: the full cycle's is the answer
             for reason, turned_down in verdict.reasons.items():
                 if turned_down[row]:
                     rejections[reason] += 1
-            rejected_by.add(plugin[0].name)
+            rejected_by.add(rejecter.name)
             for position in range(first, len(trace)):
                 name, mask = trace[position]
                 mask = mask.copy()  # the stored cycle's result may still hold it
@@ -429,21 +433,13 @@ class Batcher:
         reads neither pods nor a ledger metric that took a placement), and the filters before it whose verdict could
         have still let them through (filter_rows, as candidates are re-checked)."""
         ledger = self._ledger_changes(batch)
-
-        def may_move(position: int) -> FilterPlugin | None:
-            entry = batch.moves[position]
-            if entry is None:
-                return None
-            plugin, pods, metrics = entry
-            return plugin if pods or any(metric in ledger for metric in metrics) else None
-
         for row in rows.tolist():
             first = first_rejecter(batch.trace, row)
-            if first is None or may_move(first) is not None:
+            if first is None or _may_move(batch.moves[first], ledger) is not None:
                 return False
             at = np.array([row], dtype=np.int64)
             for position in range(first):
-                plugin = may_move(position)
+                plugin = _may_move(batch.moves[position], ledger)
                 if plugin is not None and not plugin.filter_rows(batch.cycle, pod, table, at).all():
                     return False
         return True
@@ -579,7 +575,7 @@ class Batcher:
             scopes[plugin.name] = scope
         framework = self.framework
         filter_skipped = result.filter_skipped
-        recheck: list[tuple[FilterPlugin, bool, tuple[str, ...]]] = []
+        recheck: list[_Recheck] = []
         ledger: dict[str, int] = {}
         appended = framework.handle.ledger.appended
         for plugin in framework.filters:
@@ -836,6 +832,15 @@ def _row_total(terms: Sequence[_Term], position: int) -> float:
             total += value * entry.term.weight
             weights += entry.term.weight
     return total / weights if weights > 0 else 0.0
+
+
+def _may_move(entry: _Recheck | None, ledger: dict[str, int]) -> FilterPlugin | None:
+    """The filter of a re-checked entry whose verdict on a row a pod change may have moved since the batch was last
+    used (it reads pods, or a ledger metric that took a placement: `ledger`), else None."""
+    if entry is None:
+        return None
+    plugin, pods, metrics = entry
+    return plugin if pods or (ledger and not ledger.keys().isdisjoint(metrics)) else None
 
 
 def _same(status: Status, skipped: bool) -> bool:

@@ -374,8 +374,7 @@ class _Part:
     """One constraint's pieces of pre_score's raw score, over every table row."""
 
     selector: int  # index into _Prepared.selectors
-    codes_all: IntArray  # the row's domain code, -1 without the key
-    keyed: BoolArray  # codes_all >= 0
+    keyed: BoolArray  # the row has the constraint's key
     offset: float  # maxSkew - 1
     weight: float  # log(domains + 2); hostname: log(scored rows + 2)
     # Constraints on other keys (None for hostname): `missing` is the "" domain rows without the key stand in,
@@ -431,7 +430,7 @@ class _Prepared:
             keyed = codes_all >= 0
             offset = float(c.max_skew - 1)
             if c.topology_key == HOSTNAME:
-                parts.append(_Part(index, codes_all, keyed, offset, float(np.log(scored.shape[0] + 2))))
+                parts.append(_Part(index, keyed, offset, float(np.log(scored.shape[0] + 2))))
                 continue
             # A node without the key stands in the "" domain here (upstream reads its value as ""), though it
             # earns no credit for this constraint.
@@ -444,7 +443,7 @@ class _Prepared:
                 counted &= has_all
             sums = np.asarray(np.bincount(codes[counted], weights=per_row[index][counted], minlength=missing + 1),
                               dtype=np.float64)
-            parts.append(_Part(index, codes_all, keyed, offset, float(np.log(int(domains.sum()) + 2)), missing,
+            parts.append(_Part(index, keyed, offset, float(np.log(int(domains.sum()) + 2)), missing,
                                codes, counted, sums))
         return cls(constraints, generation, rows, require_all, has_all, selectors, counts, per_row, parts)
 
@@ -486,9 +485,7 @@ class _SpreadScores(IncrementalScores):
         self.constraints = constraints = prepared.constraints
         self.rows = rows = prepared.rows
         size = self.size = table.capacity
-        # Per table row, its position among the batch's rows (-1: not a candidate).
-        self.position: IntArray = np.full(size, -1, dtype=np.int64)
-        self.position[rows] = np.arange(rows.size, dtype=np.int64)
+        self.position = _positions(rows, size)
         own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
         # The pod's own constraints are its template's (the batch's: the same for every pod it serves); the
         # defaults are the configured ones with the workloads' selector for the pod, which may change: asked
@@ -509,13 +506,13 @@ class _SpreadScores(IncrementalScores):
         self.kept: list[_Kept] = []
         for part in prepared.parts:
             if part.sums is None:
-                per_row = prepared.per_row[part.selector]
-                kept_part = np.where(part.keyed[rows], per_row[rows] * part.weight + part.offset, 0.0)
+                kept_part = _hostname_part(part.keyed, prepared.per_row[part.selector][rows], rows, part.weight,
+                                           part.offset)
                 self.kept.append(_Kept(part.selector, part.weight, part.offset, part.keyed, kept_part))
                 continue
             assert part.codes is not None and part.counted is not None
             sums = part.sums.copy()
-            gather = np.where(part.keyed, part.codes_all, part.missing + 1)[rows]
+            gather = np.where(part.keyed, part.codes, part.missing + 1)[rows]
             shares = np.append(sums * part.weight + part.offset, 0.0)
             self.kept.append(_Kept(part.selector, part.weight, part.offset, part.keyed, np.zeros(0), part.codes,
                                    part.counted, sums, shares, gather))
@@ -534,8 +531,8 @@ class _SpreadScores(IncrementalScores):
         for kept in self.kept:
             if kept.sums is None:
                 weight = float(np.log(scored.shape[0] + 2))
-                per_row = self.counts[kept.selector][rows].astype(np.float64)
-                part = np.where(kept.keyed[rows], per_row * weight + kept.offset, 0.0)
+                part = _hostname_part(kept.keyed, self.counts[kept.selector][rows].astype(np.float64), rows, weight,
+                                      kept.offset)
                 kept_now.append(dataclasses.replace(kept, weight=weight, part=part))
                 continue
             assert kept.codes is not None and kept.gather is not None
@@ -546,8 +543,7 @@ class _SpreadScores(IncrementalScores):
         narrowed = copy.copy(self)
         narrowed.rows, narrowed.kept = rows, kept_now
         narrowed.ignored = ignored if ignored is not None and ignored.any() else None
-        narrowed.position = np.full(self.size, -1, dtype=np.int64)
-        narrowed.position[rows] = np.arange(rows.size, dtype=np.int64)
+        narrowed.position = _positions(rows, self.size)
         return narrowed
 
     def raw(self) -> FloatArray:
@@ -648,6 +644,20 @@ class _SpreadScores(IncrementalScores):
                 counted = kept.counted[moved]
                 np.add.at(kept.sums, kept.codes[moved[counted]], delta[counted])
                 kept.shares[:-1] = kept.sums * kept.weight + kept.offset
+
+
+def _positions(rows: IntArray, size: int) -> IntArray:
+    """Per table row, its position among `rows` (-1: not a candidate)."""
+    position: IntArray = np.full(size, -1, dtype=np.int64)
+    position[rows] = np.arange(rows.size, dtype=np.int64)
+    return position
+
+
+def _hostname_part(keyed: BoolArray, counts: FloatArray, rows: IntArray, weight: float, offset: float) -> FloatArray:
+    """A hostname constraint's share of the raw score over `rows` (`counts`: theirs): each row's count times the
+    weight plus maxSkew - 1, 0 on rows without the key (pre_score's operations on those rows)."""
+    part: FloatArray = np.where(keyed[rows], counts * weight + offset, 0.0)
+    return part
 
 
 def _selected_by(pod: PodInfo) -> tuple[str, Any, Any]:

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,6 +12,7 @@ from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import HANDOFF_BATCH, HANDOFF_DELAY
+from tests.polling import poll
 from tests.unit.fakes import FakeAPI, node, pod
 
 pytestmark = pytest.mark.unit
@@ -41,15 +40,6 @@ def make(pods: int, config: dict[str, Any] | None = None) -> tuple[Scheduler, Fa
     return scheduler, api, clock
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
-
-
 def test_binds_wait_for_a_batch_while_pods_wait_and_all_go_when_none_is_left() -> None:
     extra = 3
     scheduler, api, _ = make(HANDOFF_BATCH + extra)
@@ -58,14 +48,14 @@ def test_binds_wait_for_a_batch_while_pods_wait_and_all_go_when_none_is_left() -
     assert scheduler.binder.in_flight() == HANDOFF_BATCH - 1
     assert api.binds == []  # held: never queued, so none can have run
     scheduler.schedule_one(timeout=0)  # the batch is full: handed over at once
-    assert wait_for(lambda: len(api.binds) == HANDOFF_BATCH)
+    poll(lambda: len(api.binds) == HANDOFF_BATCH, 10, "the first batch's binds", interval=0.002)
     for _ in range(extra - 1):
         scheduler.schedule_one(timeout=0)
     assert scheduler.queue.has_ready()
     assert len(api.binds) == HANDOFF_BATCH  # the next ones are held again
     scheduler.schedule_one(timeout=0)  # the last pod: nothing waits for the loop, so nothing is held
     assert not scheduler.queue.has_ready()
-    assert wait_for(lambda: len(api.binds) == HANDOFF_BATCH + extra)
+    poll(lambda: len(api.binds) == HANDOFF_BATCH + extra, 10, "every bind", interval=0.002)
     assert sorted(name for name, _ in api.binds) == [f"default/p{i:02d}" for i in range(HANDOFF_BATCH + extra)]
     assert scheduler.binder.drain(10)
     scheduler.stop()
@@ -78,7 +68,8 @@ def test_a_held_bind_waits_at_most_handoff_delay_measured_at_the_next_decision()
     assert api.binds == []
     clock.now += 2 * HANDOFF_DELAY
     scheduler.schedule_one(timeout=0)  # the two before it have waited long enough: handed over first
-    assert wait_for(lambda: scheduler.binder.in_flight() == 1)  # the third is held, its own wait just begun
+    # the third is held, its own wait just begun
+    poll(lambda: scheduler.binder.in_flight() == 1, 10, "the two handed over to finish", interval=0.002)
     assert len(api.binds) == 2
     scheduler.stop()
 
@@ -107,5 +98,5 @@ def test_fewer_bind_slots_than_a_batch_hold_nothing_back_forever() -> None:
     loop.start()
     loop.join(30)
     assert not loop.is_alive()
-    assert wait_for(lambda: len(api.binds) == pods)
+    poll(lambda: len(api.binds) == pods, 10, "every bind", interval=0.002)
     scheduler.stop()
