@@ -512,7 +512,7 @@ def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None =
         path.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
     say(f"dev cluster with {nodes} nodes")
-    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0,
+    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0,
                     with_controller_manager=False, node_heartbeats=HEARTBEATS, recording_rules=True) as cluster:
         report["versions"] = dict(cluster.endpoints.versions) if cluster.endpoints else {}
         longest = 0.0

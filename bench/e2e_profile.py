@@ -254,7 +254,7 @@ def main() -> None:
         ("-resources" if args.contender == "ms-resources" else "")
     contender = next(c for c in CONTENDERS if c.key == args.contender)
     name = contender.scheduler_name
-    with DevCluster(nodes=args.nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0,
+    with DevCluster(nodes=args.nodes, gpus_per_node=8, scrape_interval=5.0,
                     with_controller_manager=False) as cluster:
         if args.prebound:
             create_bound(cluster, args.prebound)

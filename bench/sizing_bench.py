@@ -70,7 +70,7 @@ def measure(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
     say(f"sizing: dev cluster with {nodes} nodes, {pods} pods")
     # As the e2e bench runs ms-all: the per-node recording rules (at 5,000 nodes the raw GPU presets have Prometheus
     # aggregate 40,000 series per refresh) and node heartbeats as kubelets send them (node updates on the watch).
-    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0, metrics_api_interval=15.0,
+    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0,
                     with_controller_manager=False, node_heartbeats=HEARTBEATS, recording_rules=True) as cluster, \
             cluster.api() as api:
         namespace = f"sizing-{secrets.token_hex(2)}"

@@ -288,10 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     say(f"dev cluster with {args.nodes} nodes")
     variants = {"raw": [False], "recorded": [True], "both": [False, True]}[args.queries]
-    # The shape e2e_bench measures in: no controller manager, 5 s scrapes, the metrics API every 15 s; the
+    # The shape e2e_bench measures in: no controller manager, 5 s scrapes; the
     # recording rules loaded only when measured (each evaluation costs Prometheus CPU the raw variant would share).
     with DevCluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, scrape_interval=5.0,
-                    metrics_api_interval=15.0, with_controller_manager=False,
+                    with_controller_manager=False,
                     recording_rules=args.queries != "raw") as cluster:
         report = {"recorded" if recorded else "raw": sources_cost(
             cluster, args.repetitions, prometheus_timeout=args.prometheus_timeout, recording_rules=recorded)

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
-from devcluster import custom_metrics_api, metrics_crd, pod_group_crd, prometheus
+from devcluster import custom_metrics_api, pod_group_crd, prometheus
 from devcluster.build import ControlPlaneBinaries, ensure_built
 from devcluster.certs import ClusterPKI, generate_pki
 from devcluster.heartbeats import NodeHeartbeats
@@ -130,7 +130,6 @@ class DevCluster:
         with_kube_scheduler: bool = False,
         with_controller_manager: bool = True,
         scrape_interval: float = 2.0,
-        metrics_api_interval: float = 5.0,
         detach: bool = False,
         quiet: bool = False,
         kubernetes: str | None = None,
@@ -149,7 +148,6 @@ class DevCluster:
         # kube-controller-manager, KWOK's node Leases and the test provisioner come and go together.
         self.with_controller_manager = with_controller_manager
         self.scrape_interval = scrape_interval
-        self.metrics_api_interval = metrics_api_interval
         self.progress = Progress("devcluster", quiet=quiet)
         self.quiet = quiet
         # One of the versions deploy/local/versions.toml lists; None: $METRICS_SCHED_KUBERNETES, else its default.
@@ -202,7 +200,7 @@ class DevCluster:
 
     def _start(self) -> Endpoints:
         self._bins = ensure_built(quiet=self.quiet, kubernetes=self.kubernetes)
-        # The emulator serves the Custom Metrics APIs with the same certificate, under its Service's name.
+        # The emulator serves metrics.k8s.io and the Custom Metrics APIs with the same certificate, under its Service's name.
         self._pki = pki = generate_pki(self.run_dir / "pki",
                                        hosts=("127.0.0.1", "localhost", custom_metrics_api.SERVICE_HOST))
         admin_token = secrets.token_urlsafe(32)
@@ -219,7 +217,6 @@ class DevCluster:
         self._start_apiserver(apiserver_port, f"http://127.0.0.1:{etcd_client}", pki, tokens_csv)
         kubeconfig = self._write_kubeconfig(apiserver, pki.ca_cert, admin_token)
         with self.api() as api:
-            metrics_crd.install(api)
             pod_group_crd.install(api)  # gangs: scheduler-plugins' PodGroup (Coscheduling)
         self._start_kwok(kubeconfig, kwok_port)
 
@@ -418,8 +415,7 @@ class DevCluster:
         token_file.write_text(secrets.token_hex(20))
         token_file.chmod(0o600)
         argv = [sys.executable, "-m", "devcluster.emulator", "--host", "127.0.0.1",
-                "--port", str(port), "--seed", str(self.seed), "--kubeconfig", str(kubeconfig),
-                "--metrics-api-interval", str(self.metrics_api_interval),
+                "--port", str(port), "--seed", str(self.seed),
                 "--cmdb-token-file", str(token_file), "--tls-port", str(tls_port),
                 "--tls-cert-file", str(self._pki.serving_cert), "--tls-key-file", str(self._pki.serving_key)]
         self.progress("starting telemetry emulator")
@@ -431,7 +427,7 @@ class DevCluster:
         self.endpoints.cmdb = f"{url}/api/dcim/devices/"
         self.endpoints.cmdb_token_file = str(token_file)
         self.endpoints.emulator_tls = f"https://127.0.0.1:{tls_port}"
-        self.progress("registering the Custom Metrics APIServices")
+        self.progress("registering the metrics.k8s.io and Custom Metrics APIServices")
         with self.api() as api:
             custom_metrics_api.install(api, tls_port, self._pki.ca_cert)
 

@@ -1,7 +1,9 @@
-"""Registers the emulator as the Custom Metrics APIs' backend in the apiserver's aggregation layer.
+"""Registers the emulator as the backend of metrics.k8s.io and the Custom Metrics APIs in the apiserver's
+aggregation layer.
 
-Three APIServices (custom.metrics.k8s.io v1beta2 and v1beta1, external.metrics.k8s.io v1beta1), as
-prometheus-adapter's chart installs them, point at one Service. The apiserver refuses loopback addresses in
+Four APIServices point at one Service: v1beta1.metrics.k8s.io, as metrics-server's manifest installs it, and
+custom.metrics.k8s.io v1beta2 and v1beta1 and external.metrics.k8s.io v1beta1, as prometheus-adapter's chart
+installs them. The apiserver refuses loopback addresses in
 Endpoints and EndpointSlices ("may not be in the loopback range (127.0.0.0/8, ::1/128)"), and the emulator
 listens on loopback only, so the Service is an ExternalName one naming 127.0.0.1: with
 `--enable-aggregator-routing=true` the aggregator dials an ExternalName service's name at the APIService's
@@ -21,8 +23,8 @@ from devcluster.kubeapi import KubeAPI, KubeAPIError
 NAMESPACE = "kube-system"
 SERVICE = "custom-metrics-emulator"
 SERVICE_HOST = f"{SERVICE}.{NAMESPACE}.svc"  # the serving certificate must carry it
-GROUP_VERSIONS = (("custom.metrics.k8s.io", "v1beta2", 200), ("custom.metrics.k8s.io", "v1beta1", 100),
-                  ("external.metrics.k8s.io", "v1beta1", 100))
+GROUP_VERSIONS = (("metrics.k8s.io", "v1beta1", 100), ("custom.metrics.k8s.io", "v1beta2", 200),
+                  ("custom.metrics.k8s.io", "v1beta1", 100), ("external.metrics.k8s.io", "v1beta1", 100))
 
 
 def _api_service(group: str, version: str, priority: int, port: int, ca_bundle: str) -> dict[str, Any]:

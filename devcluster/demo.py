@@ -118,7 +118,7 @@ def _demo(args: argparse.Namespace) -> int:
     from devcluster.cluster import wait_until
     from devcluster.nodes import fleet
 
-    cluster = DevCluster(args.dir, nodes=0, seed=args.seed, scrape_interval=2.0, metrics_api_interval=2.0)
+    cluster = DevCluster(args.dir, nodes=0, seed=args.seed, scrape_interval=2.0)
     try:
         endpoints = cluster.start()
         specs = fleet(args.nodes, gpus_per_node=8, seed=args.seed, prefix="gpu-node")

@@ -21,17 +21,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stderr)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kubeconfig", type=Path, help="enables the metrics.k8s.io NodeMetrics sync")
-    parser.add_argument("--metrics-api-interval", type=float, default=5.0,
-                        help="seconds between NodeMetrics syncs; "
-                             "0 syncs only on POST /control/metrics-api/sync")
     parser.add_argument("--cmdb-token-file", type=Path,
                         help="file holding the CMDB API token; without it the CMDB accepts any request")
     parser.add_argument("--node-exporter-instance", choices=("ip", "name"), default="ip",
                         help='instance label: "<node ip>:9100" (default) or "<node name>:9100"')
     parser.add_argument("--dcgm-hostname-label", choices=("hostname", "Hostname"), default="hostname")
     parser.add_argument("--tls-port", type=int,
-                        help="also serve HTTPS here (the Custom Metrics APIs behind the apiserver's aggregation)")
+                        help="also serve HTTPS here (metrics.k8s.io and the Custom Metrics APIs, behind the "
+                             "apiserver's aggregation)")
     parser.add_argument("--tls-cert-file", type=Path, help="serving certificate for --tls-port")
     parser.add_argument("--tls-key-file", type=Path, help="its private key")
     parser.add_argument("--log-level", default="INFO")
@@ -44,23 +41,17 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--tls-port needs --tls-cert-file and --tls-key-file")
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: thousands of NodeMetrics PATCHes per interval.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     token = args.cmdb_token_file.read_text().strip() if args.cmdb_token_file else None
     if token == "":
         raise SystemExit(f"{args.cmdb_token_file} is empty")
     options = RenderOptions(dcgm_hostname_label=args.dcgm_hostname_label,
                             node_exporter_instance=args.node_exporter_instance)
-    server = serve(args.host, args.port, seed=args.seed, cmdb_token=token, options=options,
-                   kubeconfig=args.kubeconfig, metrics_api_interval=args.metrics_api_interval)
+    server = serve(args.host, args.port, seed=args.seed, cmdb_token=token, options=options)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    if server.emulator.metrics_sync is not None:
-        server.emulator.metrics_sync.start()
     log = logging.getLogger("devcluster.emulator")
     log.info("listening on %s (seed %d)", server.url, args.seed)
     tls_server: EmulatorServer | None = None
@@ -75,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tls_server is not None:
             tls_server.close()
-        if server.emulator.metrics_sync is not None:
-            server.emulator.metrics_sync.stop()
         server.server_close()
     return 0
 

@@ -105,17 +105,12 @@ class EmulatorControl:
 
     # -- state -------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """Node count, faults, per-route request counters and the NodeMetrics sync status."""
+        """Node count, faults and per-route request counters."""
         result: dict[str, Any] = self._call("GET", "/control/state")
         return result
 
     def reset_counters(self) -> None:
         self._call("POST", "/control/counters/reset")
-
-    def sync_metrics_api(self) -> dict[str, Any]:
-        """One full NodeMetrics pass, returning when it is done (counts of created/updated/deleted/errors)."""
-        result: dict[str, Any] = self._call("POST", "/control/metrics-api/sync")
-        return result
 
     def healthy(self) -> bool:
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from devcluster.emulator.errors import RequestError
 from devcluster.emulator.routing import Request, Response, route
 
 if TYPE_CHECKING:
@@ -65,13 +64,6 @@ def reset_counters(emulator: Emulator, request: Request) -> Response:
     return Response.json(emulator.state())
 
 
-def sync_metrics_api(emulator: Emulator, request: Request) -> Response:
-    if emulator.metrics_sync is None:
-        raise RequestError("the metrics-api sync is not configured (start the emulator with --kubeconfig)",
-                           status=409)
-    return Response.json(emulator.metrics_sync.sync())
-
-
 ROUTES = [
     route("GET", "/control/nodes", "control", list_nodes),
     route("POST", "/control/nodes", "control", register_nodes),
@@ -86,5 +78,4 @@ ROUTES = [
     route("DELETE", "/control/faults/{endpoint}", "control", delete_fault),
     route("GET", "/control/state", "control", get_state),
     route("POST", "/control/counters/reset", "control", reset_counters),
-    route("POST", "/control/metrics-api/sync", "control", sync_metrics_api),
 ]

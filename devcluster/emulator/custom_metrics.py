@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from devcluster.emulator import metrics_api
+from devcluster.emulator.discovery import api_group, not_found, resource_list
 from devcluster.emulator.errors import RequestError
 from devcluster.emulator.routing import Request, Response, route
 
@@ -146,28 +148,24 @@ def _selector(request: Request) -> dict[str, str]:
 
 
 # -- discovery -----------------------------------------------------------------------------------------
-def _group(name: str, versions: tuple[str, ...]) -> dict[str, Any]:
-    listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-    return {"name": name, "versions": listed, "preferredVersion": listed[0]}
-
-
 def api_groups(emulator: Emulator, request: Request) -> Response:
+    """Every group the emulator serves behind the aggregation layer (metrics_api's too)."""
+    groups = [api_group(CUSTOM, CUSTOM_VERSIONS), api_group(EXTERNAL, ("v1beta1",)),
+              api_group(metrics_api.GROUP, (metrics_api.VERSION,))]
     return Response.json({"kind": "APIGroupList", "apiVersion": "v1",
-                          "groups": [_group(CUSTOM, CUSTOM_VERSIONS), _group(EXTERNAL, ("v1beta1",))]})
+                          "groups": [{k: v for k, v in g.items() if k not in ("kind", "apiVersion")} for g in groups]})
 
 
 def custom_group(emulator: Emulator, request: Request) -> Response:
-    return Response.json({"kind": "APIGroup", "apiVersion": "v1", **_group(CUSTOM, CUSTOM_VERSIONS)})
+    return Response.json(api_group(CUSTOM, CUSTOM_VERSIONS))
 
 
 def external_group(emulator: Emulator, request: Request) -> Response:
-    return Response.json({"kind": "APIGroup", "apiVersion": "v1", **_group(EXTERNAL, ("v1beta1",))})
+    return Response.json(api_group(EXTERNAL, ("v1beta1",)))
 
 
 def _resources(group_version: str, names: list[str], namespaced: bool, kind: str) -> Response:
-    return Response.json({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
-                          "resources": [{"name": n, "singularName": "", "namespaced": namespaced, "kind": kind,
-                                         "verbs": ["get"]} for n in names]})
+    return Response.json(resource_list(group_version, names, namespaced, kind, ["get"]))
 
 
 def custom_resources(emulator: Emulator, request: Request) -> Response:
@@ -206,9 +204,9 @@ def node_metric(emulator: Emulator, request: Request) -> Response:
     _selector(request)  # validated; node series carry no labels here
     values = store.node_values(metric, name)
     if not values and metric not in store.node_metrics():
-        return _not_found(f"the server could not find the metric {metric} for nodes")
+        return not_found(f"the server could not find the metric {metric} for nodes")
     if not values:
-        return _not_found(f"the server could not find the metric {metric} for nodes {name}")
+        return not_found(f"the server could not find the metric {metric} for nodes {name}")
     now = store.clock()
     items = []
     for node, value in values:
@@ -236,11 +234,6 @@ def external_metric(emulator: Emulator, request: Request) -> Response:
               "windowSeconds": WINDOW_SECONDS} for v in values]
     return Response.json({"kind": "ExternalMetricValueList", "apiVersion": f"{EXTERNAL}/v1beta1", "metadata": {},
                           "items": items})
-
-
-def _not_found(message: str) -> Response:
-    return Response.json({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                          "reason": "NotFound", "code": 404}, 404)
 
 
 # -- control -------------------------------------------------------------------------------------------

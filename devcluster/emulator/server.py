@@ -19,16 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
-
-from devcluster.emulator import control_routes, custom_metrics, data_routes
+from devcluster.emulator import control_routes, custom_metrics, data_routes, metrics_api
 from devcluster.emulator.errors import RequestError
 from devcluster.emulator.exposition import RenderOptions
-from devcluster.emulator.metrics_api import NodeMetricsSync, client_from_kubeconfig
 from devcluster.emulator.routing import Request, Response, resolve
 from devcluster.emulator.state import Emulator
 
-ROUTES = data_routes.ROUTES + control_routes.ROUTES + custom_metrics.ROUTES
+ROUTES = data_routes.ROUTES + control_routes.ROUTES + custom_metrics.ROUTES + metrics_api.ROUTES
 MAX_BODY_BYTES = 64 * 2**20
 log = logging.getLogger(__name__)
 
@@ -125,18 +122,14 @@ class EmulatorServer(ThreadingHTTPServer):
         return f"{self.scheme}://{host if isinstance(host, str) else host.decode()}:{port}"
 
     def start(self) -> EmulatorServer:
-        """serve_forever() on a daemon thread, plus the NodeMetrics loop if configured."""
+        """serve_forever() on a daemon thread."""
         # A short poll interval only makes shutdown() (and so close()) prompt.
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="emulator-http", daemon=True)
         self._thread.start()
-        if self.emulator.metrics_sync is not None and self.scheme == "http":
-            self.emulator.metrics_sync.start()
         return self
 
     def close(self) -> None:
-        if self.emulator.metrics_sync is not None and self.scheme == "http":
-            self.emulator.metrics_sync.stop()
         if self._thread is not None:
             self.shutdown()
             self._thread.join(timeout=10)
@@ -157,30 +150,16 @@ def serve(
     seed: int = 0,
     cmdb_token: str | None = None,
     options: RenderOptions | None = None,
-    kubeconfig: Path | None = None,
-    metrics_api_client: httpx.Client | None = None,
-    metrics_api_interval: float = 5.0,
     clock: Callable[[], float] = time.time,
 ) -> EmulatorServer:
-    """Builds the server (bound, not yet serving). cmdb_token=None leaves the CMDB unauthenticated.
-
-    The NodeMetrics sync exists when `kubeconfig` or `metrics_api_client` is given (an injected client is
-    not closed by the server); it loops every `metrics_api_interval` s once started, or only on
-    `POST /control/metrics-api/sync` when the interval is 0.
-    """
+    """Builds the server (bound, not yet serving). cmdb_token=None leaves the CMDB unauthenticated."""
     emulator = Emulator(seed, options=options, cmdb_token=cmdb_token, clock=clock)
-    client, owned = metrics_api_client, False
-    if client is None and kubeconfig is not None:
-        client, owned = client_from_kubeconfig(kubeconfig), True
-    if client is not None:
-        emulator.metrics_sync = NodeMetricsSync(
-            client, emulator.metrics_usages, interval=metrics_api_interval, close_client=owned)
     return EmulatorServer((host, port), emulator)
 
 
 def serve_tls(emulator: Emulator, host: str, port: int, cert_file: Path, key_file: Path) -> EmulatorServer:
     """A second, HTTPS listener on the same state (bound, not yet serving): what the apiserver's aggregation
-    layer proxies the Custom Metrics APIs to (it only speaks TLS to an APIService's backend)."""
+    layer proxies the Custom Metrics APIs and metrics.k8s.io to (it only speaks TLS to an APIService's backend)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_file, key_file)
     return EmulatorServer((host, port), emulator, tls=context)

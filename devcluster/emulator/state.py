@@ -28,7 +28,7 @@ from devcluster.emulator.exposition import (
 )
 from devcluster.emulator.faults import Fault, check_endpoint, garble_text, parse_fault
 from devcluster.emulator.fleet import Fleet, FleetValues, compute
-from devcluster.emulator.metrics_api import NodeMetricsSync, NodeUsage
+from devcluster.emulator.metrics_api import NodeUsage
 from devcluster.emulator.overrides import OverrideValue
 from devcluster.emulator.scenario import Scenario
 
@@ -61,7 +61,6 @@ class Emulator:
         self.clock = clock
         self.lock = threading.RLock()
         self.scenario = Scenario(seed)
-        self.metrics_sync: NodeMetricsSync | None = None
         self.custom_metrics = CustomMetricsStore(clock)
         self._faults: dict[str, Fault] = {}
         self._frozen: dict[str, Frozen] = {}
@@ -96,8 +95,6 @@ class Emulator:
             if not self.scenario.remove(name):
                 raise RequestError(f"unknown node {name!r}", status=404)
             self._changed()
-        if self.metrics_sync is not None:
-            self.metrics_sync.wake()  # its NodeMetrics object should go now, not at the next tick
 
     def names(self) -> list[str]:
         with self.lock:
@@ -187,7 +184,6 @@ class Emulator:
                 "nodes": len(self.scenario),
                 "faults": self.faults(),
                 "requests": dict(sorted(self._requests.items())),
-                "metrics_api": self.metrics_sync.status() if self.metrics_sync else {"enabled": False},
             }
 
     # -- what endpoints serve ----------------------------------------------------------------------
@@ -256,8 +252,9 @@ class Emulator:
             nodes = [self.scenario.view(view.values, i) for i in view.nodes]
         return assets.assets(nodes, minutes, t, fault.value_override())
 
-    def metrics_usages(self) -> list[NodeUsage]:
-        view, _, t = self.view("metrics-api")
+    def metrics_usages(self, names: list[str] | None = None) -> list[NodeUsage]:
+        """What metrics.k8s.io serves now: every node's (or those of `names`), missing_nodes left out."""
+        view, _, t = self.view("metrics-api", names)
         fleet, node = view.values.fleet, view.values.node
         return [
             NodeUsage(

@@ -24,8 +24,7 @@ E2E_GPUS = 8
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     run_dir = Path(tmp_path_factory.mktemp("devcluster"))
-    dev = DevCluster(run_dir, nodes=E2E_NODES, gpus_per_node=E2E_GPUS, seed=7, scrape_interval=2.0,
-                     metrics_api_interval=2.0)
+    dev = DevCluster(run_dir, nodes=E2E_NODES, gpus_per_node=E2E_GPUS, seed=7, scrape_interval=2.0)
     try:
         dev.start()
     except Exception as exc:  # noqa: BLE001 - any start failure fails every e2e test with its reason

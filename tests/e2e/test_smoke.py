@@ -100,14 +100,16 @@ def test_cmdb_paginates_and_rejects_a_bad_token(cluster: DevCluster) -> None:
 
 
 def test_metrics_api_lists_every_node(cluster: DevCluster, api: KubeAPI) -> None:
-    with cluster.emulator() as emulator:
-        emulator.sync_metrics_api()
+    """metrics.k8s.io through the apiserver's aggregation layer (the emulator behind v1beta1.metrics.k8s.io)."""
+    service = api.get("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io")
+    assert service["spec"]["service"]["name"] == "custom-metrics-emulator"
     body = api.get("/apis/metrics.k8s.io/v1beta1/nodes")
     assert body["kind"] == "NodeMetricsList"
     items = {item["metadata"]["name"]: item for item in body["items"]}
     assert set(items) == {n.name for n in cluster.nodes}
+    one = api.get(f"/apis/metrics.k8s.io/v1beta1/nodes/{cluster.nodes[0].name}")
+    assert one["kind"] == "NodeMetrics" and one["metadata"]["name"] == cluster.nodes[0].name
     for item in items.values():
-        assert item["kind"] == "NodeMetrics"
         assert item["window"] == "30s"
         assert item["usage"]["cpu"].endswith("n") and item["usage"]["cpu"][:-1].isdigit()
         assert item["usage"]["memory"].endswith("Ki") and item["usage"]["memory"][:-2].isdigit()

@@ -404,7 +404,7 @@ def test_state_counts_requests_per_endpoint(server: EmulatorServer, ctl: Emulato
     get(server, "/opencost/model/assets")
     get(server, "/nowhere")
     state = ctl.state()
-    assert state["nodes"] == 2 and state["faults"] == {} and state["metrics_api"] == {"enabled": False}
+    assert state["nodes"] == 2 and state["faults"] == {}
     assert state["requests"] == {"dcgm": 3, "opencost": 1, "cmdb": 1, "opencost-assets": 1, "unrouted": 1,
                                  "control": 1}  # the state request itself
 
@@ -480,118 +480,67 @@ def test_opencost_assets_shape(server: EmulatorServer, ctl: EmulatorControl) -> 
     assert get(server, "/opencost/model/assets?window=soon").status_code == 400
 
 
-# -- NodeMetrics sync ------------------------------------------------------------------------------------
-class FakeApiserver:
-    """Just enough of the apiserver's custom-object semantics for NodeMetrics."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.requests: list[tuple[str, str, str, Any]] = []
-        self.fail: set[str] = set()
-        self.lock = threading.Lock()
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        body: Any = json.loads(request.content) if request.content else None
-        path = request.url.path
-        name = path.rsplit("/", 1)[-1]
-        with self.lock:
-            self.requests.append((request.method, path, request.headers.get("content-type", ""), body))
-            assert request.headers["authorization"] == "Bearer t0ken"
-            if name in self.fail or (body and body.get("metadata", {}).get("name") in self.fail):
-                raise httpx.ConnectError("boom", request=request)
-            if request.method == "POST":
-                assert path == "/apis/metrics.k8s.io/v1beta1/nodes"
-                if body["metadata"]["name"] in self.objects:
-                    return httpx.Response(409, json={"message": "already exists"})
-                self.objects[body["metadata"]["name"]] = body
-                return httpx.Response(201, json=body)
-            if request.method == "PATCH":
-                if name not in self.objects:
-                    return httpx.Response(404, json={"message": "not found"})
-                self.objects[name].update(body)
-                return httpx.Response(200, json=self.objects[name])
-            if request.method == "DELETE":
-                existed = self.objects.pop(name, None)
-                return httpx.Response(200 if existed else 404, json={})
-        return httpx.Response(405)
-
-    def take(self) -> list[tuple[str, str, str, Any]]:
-        with self.lock:
-            taken, self.requests = self.requests, []
-            return taken
+# -- metrics.k8s.io -------------------------------------------------------------------------------------
+NODE_METRICS = "/apis/metrics.k8s.io/v1beta1/nodes"
 
 
-@pytest.fixture
-def apiserver() -> FakeApiserver:
-    return FakeApiserver()
-
-
-@pytest.fixture
-def synced(start_server: StartServer, apiserver: FakeApiserver, clock: Clock) -> Iterator[EmulatorControl]:
-    client = httpx.Client(transport=httpx.MockTransport(apiserver), base_url="https://127.0.0.1:6443",
-                          headers={"Authorization": "Bearer t0ken"})
-    server = start_server(clock=clock, metrics_api_client=client, metrics_api_interval=0)
-    with EmulatorControl(server.url) as control:
-        control.register_nodes([GPU_NODE, {"name": "cpu-1", "ip": "10.240.0.6", "cpu": 16}])
-        yield control
-    client.close()
-
-
-def test_node_metrics_create_then_merge_patch(synced: EmulatorControl, apiserver: FakeApiserver,
-                                              clock: Clock) -> None:
-    synced.set_values("gpu-1", cpu_util=0.5, memory_used_bytes=1e9)
-    report = synced.sync_metrics_api()
-    assert report["created"] == 2 and report["errors"] == 0
-    posts = {body["metadata"]["name"]: body for method, _, _, body in apiserver.take() if method == "POST"}
-    assert posts["gpu-1"] == {
-        "apiVersion": "metrics.k8s.io/v1beta1", "kind": "NodeMetrics", "metadata": {"name": "gpu-1"},
+def test_node_metrics_are_served_as_metrics_server_lists_them(server: EmulatorServer, ctl: EmulatorControl,
+                                                                clock: Clock) -> None:
+    ctl.set_values("gpu-1", cpu_util=0.5, memory_used_bytes=1e9)
+    body = get(server, NODE_METRICS).json()
+    assert body["kind"] == "NodeMetricsList" and body["apiVersion"] == "metrics.k8s.io/v1beta1"
+    items = {item["metadata"]["name"]: item for item in body["items"]}
+    assert sorted(items) == ["cpu-1", "gpu-1"]
+    assert items["gpu-1"] == {
+        "metadata": {"name": "gpu-1", "creationTimestamp": "2025-11-30T10:53:20Z"},
         "timestamp": "2025-11-30T10:53:20Z", "window": "30s",
         "usage": {"cpu": "16000000000n", "memory": "976562Ki"},
     }
-    assert re.fullmatch(r"\d+n", posts["cpu-1"]["usage"]["cpu"])
+    assert re.fullmatch(r"\d+n", items["cpu-1"]["usage"]["cpu"])
     clock.t += 5
-    synced.set_values("gpu-1", cpu_util=0.25)
-    assert synced.sync_metrics_api()["updated"] == 2
-    patches = {path.rsplit("/", 1)[-1]: (ctype, body) for method, path, ctype, body in apiserver.take()}
-    ctype, body = patches["gpu-1"]
-    assert ctype == "application/merge-patch+json"
-    assert body == {"timestamp": "2025-11-30T10:53:25Z", "window": "30s",
-                    "usage": {"cpu": "8000000000n", "memory": "976562Ki"}}
-    assert synced.state()["metrics_api"]["objects"] == 2
+    ctl.set_values("gpu-1", cpu_util=0.25)
+    one = get(server, f"{NODE_METRICS}/gpu-1").json()
+    assert one["kind"] == "NodeMetrics" and one["timestamp"] == "2025-11-30T10:53:25Z"
+    assert one["usage"] == {"cpu": "8000000000n", "memory": "976562Ki"}
+    missing = get(server, f"{NODE_METRICS}/nowhere")
+    assert missing.status_code == 404 and missing.json()["reason"] == "NotFound"
+    refused = get(server, f"{NODE_METRICS}?labelSelector=zone%3Da")
+    assert refused.status_code == 400 and "labelSelector" in refused.text
+    assert get(server, f"{NODE_METRICS}?labelSelector=").status_code == 200
 
 
-def test_node_metrics_existing_removed_missing_frozen_and_errors(
-    synced: EmulatorControl, apiserver: FakeApiserver, clock: Clock
-) -> None:
-    apiserver.objects["gpu-1"] = {"metadata": {"name": "gpu-1"}, "timestamp": "old"}  # left by an earlier run
-    assert synced.sync_metrics_api()["errors"] == 0
-    calls = [(method, path) for method, path, _, _ in apiserver.take()]
-    assert ("PATCH", "/apis/metrics.k8s.io/v1beta1/nodes/gpu-1") in calls  # after POST's 409
-    assert apiserver.objects["gpu-1"]["timestamp"] == "2025-11-30T10:53:20Z"
-    synced.remove_node("cpu-1")
-    synced.sync_metrics_api()
-    assert "cpu-1" not in apiserver.objects
-    synced.set_fault("metrics-api", missing_nodes=["gpu-1"])
-    assert synced.sync_metrics_api()["deleted"] == 1 and apiserver.objects == {}
-    synced.set_fault("metrics-api", frozen=True)
-    synced.sync_metrics_api()
+def test_node_metrics_discovery(server: EmulatorServer) -> None:
+    groups = {g["name"] for g in get(server, "/apis").json()["groups"]}
+    assert "metrics.k8s.io" in groups
+    assert get(server, "/apis/metrics.k8s.io").json()["preferredVersion"]["version"] == "v1beta1"
+    resources = get(server, "/apis/metrics.k8s.io/v1beta1").json()["resources"]
+    assert resources == [{"name": "nodes", "singularName": "", "namespaced": False, "kind": "NodeMetrics",
+                          "verbs": ["get", "list"]}]
+
+
+def test_node_metrics_faults(server: EmulatorServer, ctl: EmulatorControl, clock: Clock) -> None:
+    def names() -> list[str]:
+        return [item["metadata"]["name"] for item in get(server, NODE_METRICS).json()["items"]]
+
+    ctl.set_fault("metrics-api", missing_nodes=["gpu-1"])
+    assert names() == ["cpu-1"]
+    assert get(server, f"{NODE_METRICS}/gpu-1").status_code == 404
+    ctl.set_fault("metrics-api", frozen=True)
+    before = get(server, f"{NODE_METRICS}/gpu-1").json()
     clock.t += 60
-    synced.set_values("gpu-1", cpu_util=1.0)
-    synced.sync_metrics_api()
-    assert apiserver.objects["gpu-1"]["timestamp"] == "2025-11-30T10:53:20Z"
-    assert apiserver.objects["gpu-1"]["usage"]["cpu"] != "32000000000n"
-    synced.clear_faults("metrics-api")
-    synced.register_nodes([{"name": "flaky"}])
-    apiserver.fail.add("flaky")
-    report = synced.sync_metrics_api()
-    assert report["errors"] == 1 and report["updated"] == 1
-    assert apiserver.objects["gpu-1"]["usage"]["cpu"] == "32000000000n"
-
-
-def test_metrics_api_sync_needs_configuration(ctl: EmulatorControl) -> None:
-    with pytest.raises(EmulatorError) as err:
-        ctl.sync_metrics_api()
-    assert err.value.status == 409 and "--kubeconfig" in err.value.message
+    ctl.set_values("gpu-1", cpu_util=1.0)
+    after = get(server, f"{NODE_METRICS}/gpu-1").json()
+    assert after["timestamp"] == before["timestamp"] == "2025-11-30T10:53:20Z" and after["usage"] == before["usage"]
+    ctl.clear_faults("metrics-api")
+    assert get(server, f"{NODE_METRICS}/gpu-1").json()["usage"]["cpu"] == "32000000000n"
+    ctl.set_fault("metrics-api", status=503)
+    assert get(server, NODE_METRICS).status_code == 503
+    ctl.set_fault("metrics-api", malformed=True)
+    with pytest.raises(ValueError):
+        json.loads(get(server, NODE_METRICS).text)
+    ctl.remove_node("cpu-1")
+    ctl.clear_faults("metrics-api")
+    assert names() == ["gpu-1"]
 
 
 # -- scale -----------------------------------------------------------------------------------------------
