@@ -61,6 +61,20 @@ def test_binds_wait_for_a_batch_while_pods_wait_and_all_go_when_none_is_left() -
     scheduler.stop()
 
 
+def test_the_loop_lets_go_of_the_gil_once_per_batch_handed_over_while_pods_wait() -> None:
+    scheduler, api, _ = make(2 * HANDOFF_BATCH + 1)
+    yields: list[int] = []
+    scheduler.binder.yield_gil = lambda: yields.append(len(scheduler.binder.pool._held))
+    for _ in range(2 * HANDOFF_BATCH):
+        scheduler.schedule_one(timeout=0)
+    assert yields == [0, 0]  # once per batch, right after it was handed over (nothing held then)
+    scheduler.schedule_one(timeout=0)  # the last: handed over with no pod left waiting, and no yield
+    assert len(yields) == 2
+    assert scheduler.binder.drain(10)
+    assert len(api.binds) == 2 * HANDOFF_BATCH + 1
+    scheduler.stop()
+
+
 def test_a_held_bind_waits_at_most_handoff_delay_measured_at_the_next_decision() -> None:
     scheduler, api, clock = make(6)
     scheduler.schedule_one(timeout=0)
