@@ -109,6 +109,9 @@ class CycleResult:
     # which filter turned a row down first, for opportunistic batching's check of a changed row that was not a
     # candidate.
     filter_trace: list[tuple[str, BoolArray]] = field(default_factory=list)
+    # Per trace entry, that filter's reasons (FilterVerdict.reasons, references too): what a row it turned down
+    # first is counted under, so batching can tell that such a row, changed since, is still counted the same.
+    filter_reasons: list[dict[str, BoolArray]] = field(default_factory=list)
 
     def release_arrays(self) -> None:
         """Drops the per-node arrays once the decision record holds what the audit needs: a result waiting
@@ -117,6 +120,7 @@ class CycleResult:
         self.total = np.zeros(0)
         self.feasible_rows = np.zeros(0, dtype=np.int64)
         self.filter_trace = []
+        self.filter_reasons = []
 
     def first_rejecter(self, row: int) -> int | None:
         """first_rejecter() in this cycle's filter_trace (None once the trace is released)."""
@@ -317,6 +321,7 @@ class Framework:
                 result.timings.append((plugin.name, "Filter", clock() - started,
                                        "Unschedulable" if rejected else "Success"))
                 result.filter_trace.append((plugin.name, feasible))
+                result.filter_reasons.append(verdict.reasons)
             if not count:
                 break
         return Filtered(feasible, reasons)

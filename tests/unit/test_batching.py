@@ -209,7 +209,51 @@ def test_candidates_that_fill_up_leave_the_batch_with_the_full_cycles_decisions(
         assert stats.batched > 100, stats
         assert stats.refused["totals not reproduced"] == 0, stats  # one candidate left: summed in order too
         assert any(r.rejections.get("Insufficient nvidia.com/gpu") for r in batched)
+        # Nodes full for the 3-GPU template that 1-GPU pods still land on: still turned down, for the same reasons.
+        assert stats.past_non_candidates >= 10, stats
+        assert stats.refused["changed row not a candidate"] == 0, stats
         assert plain[-1].node is None  # filled: the last ones fit nowhere
+    finally:
+        plain_harness.stop()
+        harness.stop()
+
+
+def test_a_changed_node_that_was_not_a_candidate_keeps_the_batch_while_counted_the_same() -> None:
+    """A node full for a template changes (other pods land on it): the batch goes on while the filter that turned
+    it down still does for the same reasons; a node now turned down for another reason too (its memory filled as
+    well) sends the pod to the full cycle, whose counts then differ. Both runs give the same results throughout."""
+    def big(i: int) -> PodInfo:
+        return parse_pod(pod_object(f"big-{i}", cpu="1", memory="1Gi", gpus=8))
+
+    def run(batching: bool) -> tuple[list[CycleResult], Harness]:
+        harness = build_scheduler({})
+        for i in range(4):
+            harness.scheduler.handlers.on_node_event("ADDED", node_object(f"n{i}", cpu=64, memory_gib=64, gpus=8))
+        if not batching:
+            harness.framework.batcher = None
+        state = harness.scheduler.state
+        results = [harness.place(big(0)), harness.place(big(1))]  # two nodes full of GPUs; the batch is kept
+        full = [r.node for r in results]
+        assert None not in full
+        with state.lock:  # a pod without GPUs lands on the first full node: still only short of GPUs
+            state.assume(parse_pod(pod_object("small", cpu="1", memory="1Gi")), str(full[0]))
+        results.append(harness.place(big(2)))
+        with state.lock:  # the second fills up on memory too: now short of both
+            state.assume(parse_pod(pod_object("hog", cpu="1", memory="63Gi")), str(full[1]))
+        results.append(harness.place(big(3)))
+        return results, harness
+
+    (plain, plain_harness), (batched, harness) = run(False), run(True)
+    try:
+        for a, b in zip(plain, batched, strict=True):
+            assert _decision(a) == _decision(b)
+            assert a.rejections == b.rejections
+        assert batched[2].rejections == {"Insufficient nvidia.com/gpu": 2}
+        assert batched[3].rejections == {"Insufficient nvidia.com/gpu": 3, "Insufficient memory": 1}
+        batcher = harness.framework.batcher
+        assert isinstance(batcher, Batcher)
+        assert batcher.stats.past_non_candidates == 1 and batcher.stats.batched == 1, batcher.stats
+        assert batcher.stats.refused["changed row not a candidate"] == 1, batcher.stats
     finally:
         plain_harness.stop()
         harness.stop()
