@@ -200,7 +200,8 @@ class DevCluster:
 
     def _start(self) -> Endpoints:
         self._bins = ensure_built(quiet=self.quiet, kubernetes=self.kubernetes)
-        # The emulator serves metrics.k8s.io and the Custom Metrics APIs with the same certificate, under its Service's name.
+        # The emulator serves metrics.k8s.io and the Custom Metrics APIs with the same certificate, under its
+        # Service's name.
         self._pki = pki = generate_pki(self.run_dir / "pki",
                                        hosts=("127.0.0.1", "localhost", custom_metrics_api.SERVICE_HOST))
         admin_token = secrets.token_urlsafe(32)
