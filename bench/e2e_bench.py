@@ -39,6 +39,13 @@ Method:
   every 5 min (nodeStatusReportFrequency: ~17 node updates/s at 5,000 nodes, which every contender's node
   watch receives). No controller manager: nothing here needs controllers, and node lifecycle would only add
   a reader of those Leases.
+- Prometheus scrapes every SCRAPE_INTERVAL (15 s: dcgm-exporter's chart and most ServiceMonitors set it, and DCGM
+  itself collects every 30 s) and evaluates the recording rules as often. It shares the 2 cores with every
+  contender: at 5,000 nodes the DCGM exporter's page is ~49 MB (40,000 GPUs), and scraping it every 5 s, as the
+  bench did until 2026-12-04, kept most of a core busy ingesting for all contenders (load average 5-6).
+- metrics.k8s.io is the emulator's, behind the API server's aggregation layer as metrics-server is (until
+  2026-12-04 it PATCHed one NodeMetrics object per node every 15 s through a test CRD: ~300 writes/s at 5,000
+  nodes on the API server and etcd during every contender's runs; devcluster/emulator/metrics_api.py).
 - Each size writes its own JSON (`<out>/e2e-<nodes>.json`) after every run (`complete: false`) and when the
   size is done (`complete: true`); bench.run assembles latest.json from the sizes of one run.
 
@@ -92,6 +99,7 @@ REPS = 3
 CREATION_RATE = 500.0  # pods/s, see the docstring
 CREATION_BOUND = 0.9  # a contender reaching this share of the creation rate is limited by the creator
 HEARTBEATS = NodeHeartbeats(lease_duration_seconds=40, status_report_seconds=300.0)
+SCRAPE_INTERVAL = 15.0  # seconds, Prometheus' scrapes and rule evaluations: see the docstring
 # The figures aggregated over repetitions (median, min, max); for each, whether lower is better.
 FIGURES = {"cpu_ms_per_pod": True, "pods_per_second": False, "latency_p50_ms": True, "latency_p99_ms": True,
            "peak_rss_mb": True}
@@ -512,7 +520,7 @@ def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None =
         path.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
     say(f"dev cluster with {nodes} nodes")
-    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0,
+    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=SCRAPE_INTERVAL,
                     with_controller_manager=False, node_heartbeats=HEARTBEATS, recording_rules=True) as cluster:
         report["versions"] = dict(cluster.endpoints.versions) if cluster.endpoints else {}
         longest = 0.0

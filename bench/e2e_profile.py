@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.e2e_bench import CONTENDERS, metrics_sched_config
+from bench.e2e_bench import CONTENDERS, SCRAPE_INTERVAL, metrics_sched_config
 from devcluster import DevCluster
 from devcluster.cluster import wait_until
 from devcluster.kubeapi import Credentials, tls_context
@@ -254,7 +254,7 @@ def main() -> None:
         ("-resources" if args.contender == "ms-resources" else "")
     contender = next(c for c in CONTENDERS if c.key == args.contender)
     name = contender.scheduler_name
-    with DevCluster(nodes=args.nodes, gpus_per_node=8, scrape_interval=5.0,
+    with DevCluster(nodes=args.nodes, gpus_per_node=8, scrape_interval=SCRAPE_INTERVAL,
                     with_controller_manager=False) as cluster:
         if args.prebound:
             create_bound(cluster, args.prebound)

@@ -25,7 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.e2e_bench import CONTENDERS, HEARTBEATS, PodWatch, proc_stats, say, start_contender
+from bench.e2e_bench import (
+    CONTENDERS,
+    HEARTBEATS,
+    SCRAPE_INTERVAL,
+    PodWatch,
+    proc_stats,
+    say,
+    start_contender,
+)
 from devcluster import DevCluster
 from devcluster.kubeapi import Credentials
 
@@ -70,7 +78,7 @@ def measure(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
     say(f"sizing: dev cluster with {nodes} nodes, {pods} pods")
     # As the e2e bench runs ms-all: the per-node recording rules (at 5,000 nodes the raw GPU presets have Prometheus
     # aggregate 40,000 series per refresh) and node heartbeats as kubelets send them (node updates on the watch).
-    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=5.0,
+    with DevCluster(nodes=nodes, gpus_per_node=8, scrape_interval=SCRAPE_INTERVAL,
                     with_controller_manager=False, node_heartbeats=HEARTBEATS, recording_rules=True) as cluster, \
             cluster.api() as api:
         namespace = f"sizing-{secrets.token_hex(2)}"

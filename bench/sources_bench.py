@@ -288,9 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     say(f"dev cluster with {args.nodes} nodes")
     variants = {"raw": [False], "recorded": [True], "both": [False, True]}[args.queries]
-    # The shape e2e_bench measures in: no controller manager, 5 s scrapes; the
+    from bench.e2e_bench import SCRAPE_INTERVAL
+
+    # The shape e2e_bench measures in: no controller manager, its scrape interval; the
     # recording rules loaded only when measured (each evaluation costs Prometheus CPU the raw variant would share).
-    with DevCluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, scrape_interval=5.0,
+    with DevCluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, scrape_interval=SCRAPE_INTERVAL,
                     with_controller_manager=False,
                     recording_rules=args.queries != "raw") as cluster:
         report = {"recorded" if recorded else "raw": sources_cost(
