@@ -389,8 +389,7 @@ class Batcher:
         keep[batch.position[gone]] = False
         rows = batch.rows[keep]
         pre_scores = {pre.name: pre for pre in framework.pre_scores}
-        moved: list[int] = []  # the terms normalised again (their totals' pieces written afresh)
-        for index, entry in enumerate(batch.terms):
+        for entry in batch.terms:
             old, scorer = entry.term, entry.scorer
             if entry.incremental is not None:
                 kept = entry.incremental.narrowed(table, keep)
@@ -423,9 +422,8 @@ class Batcher:
             normalized, gaps = normalize_scores(scorer, raw) if given is None else given
             entry.gaps = entry.gaps or gaps
             entry.term = ScoreTerm(old.plugin, old.weight, raw, normalized, evidence)
-            moved.append(index)
         batch.rows, batch.position = rows, _positions(rows, batch.position.shape[0])
-        batch.stages = _narrowed(batch.stages, batch.terms, keep, moved)
+        batch.stages = _stages(batch.terms)
         batch.total = _staged_total(batch.stages)
         batch.trace, batch.reasons, batch.rejections, batch.rejected_by = (trace, reasons, rejections,
                                                                           frozenset(rejected_by))
@@ -723,32 +721,6 @@ def _stages(terms: Sequence[_Term]) -> _Stages:
     stages = _Stages(first, matrix, weights)
     stages.weighed()
     return stages
-
-
-def _narrowed(stages: _Stages, terms: Sequence[_Term], keep: BoolArray, moved: Sequence[int]) -> _Stages:
-    """_stages(terms) over the candidates `keep` leaves, from the pieces over all of them (_drop): every piece is a
-    function of its own column's values, so the columns left are what _stages computes, but for the terms in `moved`
-    (normalised again): their parts are written afresh, the prefix summed again when one of them is in it, the
-    weights when one has gaps (a term without gaps adds its plain weight to every row, before and after)."""
-    first = stages.first
-    matrix: FloatArray = stages.matrix.compress(keep, axis=1)  # C-contiguous (m[:, keep] is not): rows add in order
-    if moved and moved[0] < first:
-        prefix = matrix[0]
-        prefix.fill(0.0)
-        for entry in terms[:first]:
-            prefix += _part(entry)
-    for index in moved:
-        if index >= first:
-            _write_part(terms[index], matrix[1 + index - first])
-    if any(terms[index].gaps for index in moved):
-        weights: FloatArray = np.zeros(matrix.shape[1], dtype=np.float64)
-        for entry in terms:
-            weights += _weight(entry)
-    else:
-        weights = stages.weights[keep]
-    narrowed = _Stages(first, matrix, weights)
-    narrowed.weighed()
-    return narrowed
 
 
 def _part(entry: _Term) -> FloatArray:
