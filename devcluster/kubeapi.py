@@ -1,4 +1,4 @@
-"""A small JSON client for the dev cluster's own set-up calls (nodes, CRDs, NodeMetrics, RBAC).
+"""A small JSON client for the dev cluster's own set-up calls (nodes, CRDs, APIServices, RBAC).
 
 It is deliberately tiny and separate from adapters/kubernetes: the dev cluster must work the same
 whatever state the scheduler's adapter is in.

@@ -1,4 +1,4 @@
-"""The test-only control API under /control: nodes, value overrides, faults, state, NodeMetrics sync."""
+"""The test-only control API under /control: nodes, value overrides, faults, state."""
 
 from __future__ import annotations
 
