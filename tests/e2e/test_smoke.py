@@ -7,9 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from devcluster import DevCluster
-from devcluster.kubeapi import KubeAPI
+from devcluster.kubeapi import KubeAPI, KubeAPIError
 from tests.e2e import kube, prom
 from tests.e2e.conftest import E2E_GPUS
 from tests.e2e.kube_scheduler import kube_scheduler
@@ -114,3 +115,12 @@ def test_metrics_api_lists_every_node(cluster: DevCluster, api: KubeAPI) -> None
         assert item["usage"]["cpu"].endswith("n") and item["usage"]["cpu"][:-1].isdigit()
         assert item["usage"]["memory"].endswith("Ki") and item["usage"]["memory"][:-2].isdigit()
         assert item["timestamp"].endswith("Z")
+    with cluster.emulator() as emulator:  # the backend's own answer comes through the aggregator as it is
+        emulator.set_fault("metrics-api", status=503)
+        try:
+            with pytest.raises(KubeAPIError) as refused:
+                api.get("/apis/metrics.k8s.io/v1beta1/nodes")
+            assert refused.value.status == 503
+        finally:
+            emulator.clear_faults("metrics-api")
+    assert api.get("/apis/metrics.k8s.io/v1beta1/nodes")["items"]
