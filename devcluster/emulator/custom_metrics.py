@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from devcluster.emulator import metrics_api
-from devcluster.emulator.discovery import api_group, not_found, resource_list
+from devcluster.emulator.discovery import api_group, group_entry, not_found, resource_list
 from devcluster.emulator.errors import RequestError
 from devcluster.emulator.routing import Request, Response, route
 
@@ -150,10 +150,9 @@ def _selector(request: Request) -> dict[str, str]:
 # -- discovery -----------------------------------------------------------------------------------------
 def api_groups(emulator: Emulator, request: Request) -> Response:
     """Every group the emulator serves behind the aggregation layer (metrics_api's too)."""
-    groups = [api_group(CUSTOM, CUSTOM_VERSIONS), api_group(EXTERNAL, ("v1beta1",)),
-              api_group(metrics_api.GROUP, (metrics_api.VERSION,))]
-    return Response.json({"kind": "APIGroupList", "apiVersion": "v1",
-                          "groups": [{k: v for k, v in g.items() if k not in ("kind", "apiVersion")} for g in groups]})
+    groups = [group_entry(CUSTOM, CUSTOM_VERSIONS), group_entry(EXTERNAL, ("v1beta1",)),
+              group_entry(metrics_api.GROUP, (metrics_api.VERSION,))]
+    return Response.json({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
 
 def custom_group(emulator: Emulator, request: Request) -> Response:

@@ -7,13 +7,18 @@ from typing import Any
 
 from devcluster.emulator.routing import Response
 
-__all__ = ["api_group", "not_found", "resource_list"]
+__all__ = ["api_group", "group_entry", "not_found", "resource_list"]
+
+
+def group_entry(name: str, versions: tuple[str, ...]) -> dict[str, Any]:
+    """A group as an APIGroupList lists it; the first version is the preferred one."""
+    listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": listed, "preferredVersion": listed[0]}
 
 
 def api_group(name: str, versions: tuple[str, ...]) -> dict[str, Any]:
-    """The APIGroup document; the first version is the preferred one."""
-    listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": listed, "preferredVersion": listed[0]}
+    """The APIGroup document (`/apis/<group>`)."""
+    return {"kind": "APIGroup", "apiVersion": "v1", **group_entry(name, versions)}
 
 
 def resource_list(group_version: str, names: list[str], namespaced: bool, kind: str,

@@ -20,10 +20,10 @@ rejection counts, and what it was computed against. What each plugin reads (sign
   through `FilterPlugin.filter_rows`; a candidate that no longer fits (a node filled up) leaves the batch as the
   full cycle would find it (Batcher._drop: counted under the first filter that now turns it down, and every term
   scored again over the candidates left; more than MAX_GONE at once end the batch). A changed row that is not a
-  candidate keeps the batch
-  while the filter that turned it down first (the stored cycle's filter trace: the one its rejection is counted
-  under) cannot have moved (it reads neither pods nor a ledger metric that took a placement) and the filters
-  before it that could have still let it through (filter_rows): it is turned down, and counted, as before;
+  candidate keeps the batch while the filters before the one that turned it down first (the stored cycle's filter
+  trace: the one its rejection is counted under) still let it through (filter_rows) and that one still turns it
+  down for the same reasons (asked again only when its verdict could have moved: it reads pods, or a ledger
+  metric that took a placement): it is turned down, and counted, as before;
 - plugins reading other nodes (Reads.CLUSTER: PodTopologySpread with constraints, ZoneSpread, inter-pod
   terms of the pod's own) re-run PreFilter, PreScore and Score in full, over every candidate; a Filter of
   theirs that is not skipped makes the pod unbatchable. Those whose scores are per-row counts summed per
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from metrics_sched.framework.cycle_state import CycleState
-from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores
+from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
 from metrics_sched.framework.interfaces import (
     Filtered,
     FilterPlugin,
@@ -62,7 +62,14 @@ from metrics_sched.framework.interfaces import (
     ScorePlugin,
     unchanged,
 )
-from metrics_sched.framework.runtime import CycleResult, Framework, ScoreTerm, first_rejecter, normalize_scores
+from metrics_sched.framework.runtime import (
+    CycleResult,
+    FilterStep,
+    Framework,
+    ScoreTerm,
+    first_rejecter,
+    normalize_scores,
+)
 from metrics_sched.framework.signature import MAX_DIRTY, BatchScope, Reads, template_of
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
@@ -159,14 +166,10 @@ class _Batch:
     cluster_pre_scores: list[PreScorePlugin]
     tokens: list[tuple[Callable[[], Hashable], Hashable]]  # BatchScope.token, and what it was
     stages: _Stages
-    # The stored cycle's filters with the feasible mask after each (CycleResult.filter_trace), and the position of
-    # the first that reads what a pod change moves (pods, the ledger): a changed row that is not a candidate keeps
-    # the batch while the filter that turned it down comes before that one (it is turned down, and counted, as
-    # before).
-    trace: list[tuple[str, BoolArray]]
-    # Per trace position, that filter's reasons (CycleResult.filter_reasons): the reasons a row it turned down first
-    # is counted under (a row that left the batch: those of the filter that turned it down then).
-    reasons: list[dict[str, BoolArray]]
+    # The stored cycle's filters (CycleResult.filter_trace): the feasible mask after each and its reasons, so a
+    # changed row that is not a candidate can be told to be turned down, and counted, as before
+    # (_still_turned_down); a row that left the batch, as the filter that turned it down then does.
+    trace: list[FilterStep]
     # Per trace position, a filter whose verdict a pod change on a row may move (it reads pods, or the ledger of
     # these metrics), else None.
     moves: list[_Recheck | None]
@@ -359,7 +362,7 @@ class Batcher:
         framework, pod, cycle = self.framework, result.pod, result.cycle
         if gone.size >= batch.rows.size:
             return False  # nothing left: the full cycle (and its PostFilter)
-        trace, reasons = list(batch.trace), list(batch.reasons)
+        trace = list(batch.trace)
         rejections: Counter[str] = Counter(batch.rejections)
         rejected_by = set(batch.rejected_by)
         for row in gone.tolist():
@@ -379,12 +382,12 @@ class Batcher:
                 if turned_down[row]:
                     rejections[reason] += 1
             rejected_by.add(rejecter.name)
-            reasons[first] = _with_row(reasons[first], verdict.reasons, row)
+            trace[first] = trace[first]._replace(reasons=_with_row(trace[first].reasons, verdict.reasons, row))
             for position in range(first, len(trace)):
-                name, mask = trace[position]
-                mask = mask.copy()  # the stored cycle's result may still hold it
+                step = trace[position]
+                mask = step.feasible.copy()  # the stored cycle's result may still hold it
                 mask[row] = False
-                trace[position] = (name, mask)
+                trace[position] = step._replace(feasible=mask)
         keep = np.ones(batch.rows.size, dtype=bool)
         keep[batch.position[gone]] = False
         rows = batch.rows[keep]
@@ -422,11 +425,10 @@ class Batcher:
             normalized, gaps = normalize_scores(scorer, raw) if given is None else given
             entry.gaps = entry.gaps or gaps
             entry.term = ScoreTerm(old.plugin, old.weight, raw, normalized, evidence)
-        batch.rows, batch.position = rows, _positions(rows, batch.position.shape[0])
+        batch.rows, batch.position = rows, row_positions(rows, batch.position.shape[0])
         batch.stages = _stages(batch.terms)
         batch.total = _staged_total(batch.stages)
-        batch.trace, batch.reasons, batch.rejections, batch.rejected_by = (trace, reasons, rejections,
-                                                                          frozenset(rejected_by))
+        batch.trace, batch.rejections, batch.rejected_by = trace, rejections, frozenset(rejected_by)
         batch.prototype[0]["feasible_rows"] = rows
         result.feasible_rows = rows
         dict.update(result.rejections, rejections)
@@ -457,7 +459,8 @@ class Batcher:
             verdict = asked.get(first)
             if verdict is None:
                 verdict = asked[first] = rejecter.filter(batch.cycle, pod, table)
-            if verdict.feasible[row] or _row_reasons(verdict.reasons, row) != _row_reasons(batch.reasons[first], row):
+            if verdict.feasible[row] or _row_reasons(verdict.reasons, row) != _row_reasons(
+                    batch.trace[first].reasons, row):
                 return False  # a candidate again, or counted otherwise: the full cycle says how
         return True
 
@@ -633,21 +636,20 @@ class Batcher:
         kept = {entry.term.plugin for entry in terms if entry.incremental is not None}
         on_row = {entry[0].name: entry for entry in recheck}
         trace = result.filter_trace
-        moves = [on_row.get(name) for name, _ in trace]
+        moves = [on_row.get(step.name) for step in trace]
         active = [index for index, entry in enumerate(terms)
                   if entry.incremental is not None or entry.cluster or entry.pods or entry.ledger]
         prototype = _prototype(framework.name, result)
         self._batches.append(_Batch(
             template=template, validity=self._validity(table), deadline=deadline, stamp=stamp,
             cycle=result.cycle.clone(), filter_skipped=filter_skipped, score_skipped=frozenset(result.skipped),
-            rows=result.feasible_rows, position=_positions(result.feasible_rows, table.capacity), terms=terms,
+            rows=result.feasible_rows, position=row_positions(result.feasible_rows, table.capacity), terms=terms,
             total=result.total, rejections=Counter(result.rejections),
             rejected_by=frozenset(result.rejected_by), recheck=recheck, ledger=ledger,
             cluster_pre_filters=[(p, p.name in filter_skipped) for p in framework.pre_filters if p.name in cluster],
             cluster_pre_scores=[p for p in framework.pre_scores if p.name in cluster and p.name not in kept],
             tokens=[(scope.token, scope.token()) for scope in scopes.values() if scope.token is not None],
-            stages=stages, trace=trace, reasons=result.filter_reasons, moves=moves, active=active,
-            prototype=prototype))
+            stages=stages, trace=trace, moves=moves, active=active, prototype=prototype))
         if len(self._batches) > MAX_TEMPLATES:
             del self._batches[0]
         self.stats.stored += 1
@@ -664,7 +666,7 @@ class Batcher:
 
 # CycleResult's fields each batched cycle sets afresh (all its mutable ones, today): never the prototype's.
 _OWN_FIELDS = ("pod", "nodes_total", "cycle", "timings", "terms", "rejections", "rejected_by", "skipped",
-               "filter_trace", "filter_reasons")
+               "filter_trace")
 
 
 def _prototype(profile: str, stored: CycleResult) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -693,16 +695,9 @@ def _light_result(batch: _Batch, pod: PodInfo, nodes_total: int) -> CycleResult:
     dict.update(rejections, batch.rejections)
     fields.update(pod=pod, nodes_total=nodes_total, cycle=batch.cycle.clone(), timings=[], terms=[],
                   rejections=rejections, rejected_by=set(batch.rejected_by), skipped=set(batch.score_skipped),
-                  filter_trace=[], filter_reasons=[])
+                  filter_trace=[])
     result.__dict__ = fields
     return result
-
-
-def _positions(rows: IntArray, capacity: int) -> IntArray:
-    """Per table row, its position among `rows` (-1: not among them)."""
-    position: IntArray = np.full(capacity, -1, dtype=np.int64)
-    position[rows] = np.arange(rows.size, dtype=np.int64)
-    return position
 
 
 def _stages(terms: Sequence[_Term]) -> _Stages:

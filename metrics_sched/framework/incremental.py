@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import abc
 
+import numpy as np
+
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 
-__all__ = ["IncrementalScorer", "IncrementalScores"]
+__all__ = ["IncrementalScorer", "IncrementalScores", "row_positions"]
+
+
+def row_positions(rows: IntArray, size: int) -> IntArray:
+    """Per table row (`size` of them), its position among a batch's candidate `rows` (-1: not a candidate)."""
+    position: IntArray = np.full(size, -1, dtype=np.int64)
+    position[rows] = np.arange(rows.size, dtype=np.int64)
+    return position
 
 
 class IncrementalScores(abc.ABC):

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -65,7 +65,7 @@ from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, Node
 if TYPE_CHECKING:
     from metrics_sched.framework.batching import Batcher
 
-__all__ = ["CycleResult", "Framework", "ScoreTerm", "WhatIf", "normalize_scores"]
+__all__ = ["CycleResult", "FilterStep", "Framework", "ScoreTerm", "WhatIf", "normalize_scores"]
 
 log = logging.getLogger(__name__)
 P = TypeVar("P", bound=Plugin)
@@ -78,6 +78,16 @@ class ScoreTerm:
     raw: FloatArray  # over the feasible rows
     normalized: FloatArray
     evidence: tuple[MetricEvidence, ...] = ()
+
+
+class FilterStep(NamedTuple):
+    """One filter that ran in a cycle (CycleResult.filter_trace), its arrays kept as references (the cycle computes
+    them anyway): its name, the feasible mask after it, and its reasons (Filtered.reasons: what a row it turned down
+    first is counted under)."""
+
+    name: str
+    feasible: BoolArray
+    reasons: dict[str, BoolArray]
 
 
 @dataclass
@@ -105,13 +115,9 @@ class CycleResult:
     filter_skipped: frozenset[str] = frozenset()  # those whose PreFilter said Skip (set when scoring begins)
     bind_retries: int = 0  # binding cycles rerun because the bind's outcome was unknown
     summary: str = ""  # set by the audit: the Scheduled event's text
-    # Each filter that ran and the feasible mask after it (the cycle computes these anyway; kept as references):
-    # which filter turned a row down first, for opportunistic batching's check of a changed row that was not a
-    # candidate.
-    filter_trace: list[tuple[str, BoolArray]] = field(default_factory=list)
-    # Per trace entry, that filter's reasons (FilterVerdict.reasons, references too): what a row it turned down
-    # first is counted under, so batching can tell that such a row, changed since, is still counted the same.
-    filter_reasons: list[dict[str, BoolArray]] = field(default_factory=list)
+    # Each filter that ran: which filter turned a row down first and under which reasons, for opportunistic
+    # batching's check of a changed row that was not a candidate.
+    filter_trace: list[FilterStep] = field(default_factory=list)
 
     def release_arrays(self) -> None:
         """Drops the per-node arrays once the decision record holds what the audit needs: a result waiting
@@ -120,7 +126,6 @@ class CycleResult:
         self.total = np.zeros(0)
         self.feasible_rows = np.zeros(0, dtype=np.int64)
         self.filter_trace = []
-        self.filter_reasons = []
 
     def first_rejecter(self, row: int) -> int | None:
         """first_rejecter() in this cycle's filter_trace (None once the trace is released)."""
@@ -161,11 +166,11 @@ _PERMIT = frozenset({Code.SUCCESS, Code.SKIP, Code.WAIT, Code.ERROR}) | _REJECTI
 _BIND = frozenset({Code.SUCCESS, Code.SKIP, Code.PENDING, Code.ERROR}) | _REJECTIONS
 
 
-def first_rejecter(trace: Sequence[tuple[str, BoolArray]], row: int) -> int | None:
+def first_rejecter(trace: Sequence[FilterStep], row: int) -> int | None:
     """The position in a filter trace (CycleResult.filter_trace) of the filter that turned `row` down first (the one
     its rejection is counted under), or None when none did."""
-    for position, (_, feasible) in enumerate(trace):
-        if not feasible[row]:
+    for position, step in enumerate(trace):
+        if not step.feasible[row]:
             return position
     return None
 
@@ -320,8 +325,7 @@ class Framework:
                             result.rejections[reason] += rejected_here
                 result.timings.append((plugin.name, "Filter", clock() - started,
                                        "Unschedulable" if rejected else "Success"))
-                result.filter_trace.append((plugin.name, feasible))
-                result.filter_reasons.append(verdict.reasons)
+                result.filter_trace.append(FilterStep(plugin.name, feasible, verdict.reasons))
             if not count:
                 break
         return Filtered(feasible, reasons)

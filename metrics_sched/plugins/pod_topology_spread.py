@@ -50,7 +50,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
-from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores
+from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
 from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.selectors import LabelSelector, Requirement, SelectorError
 from metrics_sched.plugins.node_selector import pod_required_affinity_mask
@@ -485,7 +485,7 @@ class _SpreadScores(IncrementalScores):
         self.constraints = constraints = prepared.constraints
         self.rows = rows = prepared.rows
         size = self.size = table.capacity
-        self.position = _positions(rows, size)
+        self.position = row_positions(rows, size)
         own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
         # The pod's own constraints are its template's (the batch's: the same for every pod it serves); the
         # defaults are the configured ones with the workloads' selector for the pod, which may change: asked
@@ -543,7 +543,7 @@ class _SpreadScores(IncrementalScores):
         narrowed = copy.copy(self)
         narrowed.rows, narrowed.kept = rows, kept_now
         narrowed.ignored = ignored if ignored is not None and ignored.any() else None
-        narrowed.position = _positions(rows, self.size)
+        narrowed.position = row_positions(rows, self.size)
         return narrowed
 
     def raw(self) -> FloatArray:
@@ -644,13 +644,6 @@ class _SpreadScores(IncrementalScores):
                 counted = kept.counted[moved]
                 np.add.at(kept.sums, kept.codes[moved[counted]], delta[counted])
                 kept.shares[:-1] = kept.sums * kept.weight + kept.offset
-
-
-def _positions(rows: IntArray, size: int) -> IntArray:
-    """Per table row, its position among `rows` (-1: not a candidate)."""
-    position: IntArray = np.full(size, -1, dtype=np.int64)
-    position[rows] = np.arange(rows.size, dtype=np.int64)
-    return position
 
 
 def _hostname_part(keyed: BoolArray, counts: FloatArray, rows: IntArray, weight: float, offset: float) -> FloatArray:

@@ -18,7 +18,7 @@ def test_first_rejecter_is_the_filter_the_rejection_is_counted_under() -> None:
         table = harness.scheduler.state.table
         pod = parse_pod(make_pod(5))  # nodeSelector disk-type=ssd
         result = harness.place(pod)
-        names = [name for name, _ in result.filter_trace]
+        names = [step.name for step in result.filter_trace]
         assert names and len(set(names)) == len(names)
         feasible = set(result.feasible_rows.tolist())
         counted: dict[str, int] = {}
