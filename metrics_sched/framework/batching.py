@@ -45,6 +45,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,6 @@ import numpy as np
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
 from metrics_sched.framework.interfaces import (
-    Filtered,
     FilterPlugin,
     Normalized,
     Plugin,
@@ -60,6 +60,7 @@ from metrics_sched.framework.interfaces import (
     PreScorePlugin,
     ScoreDetail,
     ScorePlugin,
+    top_score,
     unchanged,
 )
 from metrics_sched.framework.runtime import (
@@ -165,6 +166,8 @@ class _Batch:
     cluster_pre_filters: list[tuple[PreFilterPlugin, bool]]  # re-run each cycle: (plugin, it answered Skip)
     cluster_pre_scores: list[PreScorePlugin]
     tokens: list[tuple[Callable[[], Hashable], Hashable]]  # BatchScope.token, and what it was
+    # Kept up to date while a term may move everywhere (stages.first < len(terms)); else the stored cycle's,
+    # never read again (the totals are patched per row) unless a candidate's leaving moves a term (_drop).
     stages: _Stages
     # The stored cycle's filters (CycleResult.filter_trace): the feasible mask after each and its reasons, so a
     # changed row that is not a candidate can be told to be turned down, and counted, as before
@@ -192,6 +195,9 @@ class BatchStats:
     past_non_candidates: int = 0  # batched cycles after pods changed on rows that are not candidates (still not)
     many_changed: int = 0  # batched cycles with more than _FEW changed candidates (compared and patched in numpy)
     dropped: int = 0  # candidates that left a batch because they no longer fit (Batcher._drop)
+    # Per plugin: the times its term was normalised (or scored) again when candidates left a batch (the others keep
+    # their values: each normalised alone, the highest or the extremes stayed)
+    renormalised: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
 
 
@@ -353,12 +359,16 @@ class Batcher:
               ledger: dict[str, int]) -> bool:
         """Candidates whose pods changed and that no longer fit (a node filled up) leave the batch as the full
         cycle would find them: each counted under the reasons of the first filter that now turns it down, that
-        filter's trace no longer passing it, the candidates without it; the terms lose its position (those
-        normalised over every candidate normalised again), those whose scores may read the candidates are scored
-        again (ScorePlugin.row_local_scores: a minmax scale), those kept incrementally are prepared and kept
-        afresh (PodTopologySpread's weights count the candidates), and the totals are recomputed. In place, batch
-        and result (its candidates and rejection counts); False: not possible (nothing would be left, or a
-        plugin's answer changed), the caller refuses the batch."""
+        filter's trace no longer passing it, the candidates without it. The terms lose its position: a term's
+        normalised values are kept (the others') when its normalize() maps each value alone, or with the highest
+        that stays (normalize_by_top), else normalised again over the candidates left; its raw scores are kept
+        unless they may read the candidates (ScorePlugin.row_local_scores, scores_kept_without: a minmax scale
+        whose extremes left), then scored again. Those kept incrementally are narrowed (or prepared afresh:
+        PodTopologySpread's weights count the candidates), and, as every term read from the cluster, scored over
+        every candidate by _rescore in this cycle: here their values are only kept in place. The totals' pieces
+        lose the position too, those that moved written again (_narrowed_stages). In place, batch and result (its
+        candidates and rejection counts); False: not possible (nothing would be left, or a plugin's answer
+        changed), the caller refuses the batch."""
         framework, pod, cycle = self.framework, result.pod, result.cycle
         if gone.size >= batch.rows.size:
             return False  # nothing left: the full cycle (and its PostFilter)
@@ -375,14 +385,14 @@ class Batcher:
                     break
             if rejecter is None:
                 return False
-            verdict = rejecter.filter(cycle, pod, table)
-            if verdict.feasible[row]:
+            reasons = rejecter.reasons_on_row(cycle, pod, table, row)
+            if reasons is None:
                 return False  # its filter_rows and filter disagree: the full cycle's is the answer
-            for reason, turned_down in verdict.reasons.items():
-                if turned_down[row]:
-                    rejections[reason] += 1
+            for reason in reasons:
+                rejections[reason] += 1
             rejected_by.add(rejecter.name)
-            trace[first] = trace[first]._replace(reasons=_with_row(trace[first].reasons, verdict.reasons, row))
+            step = trace[first]
+            trace[first] = step._replace(reasons=_with_row(step.reasons, reasons, row, step.feasible.shape[0]))
             for position in range(first, len(trace)):
                 step = trace[position]
                 mask = step.feasible.copy()  # the stored cycle's result may still hold it
@@ -391,11 +401,13 @@ class Batcher:
         keep = np.ones(batch.rows.size, dtype=bool)
         keep[batch.position[gone]] = False
         rows = batch.rows[keep]
+        positions = row_positions(rows, batch.position.shape[0])
         pre_scores = {pre.name: pre for pre in framework.pre_scores}
-        for entry in batch.terms:
+        moved: list[int] = []  # the terms whose normalised values are not the old ones without the rows gone
+        for index, entry in enumerate(batch.terms):
             old, scorer = entry.term, entry.scorer
             if entry.incremental is not None:
-                kept = entry.incremental.narrowed(table, keep)
+                kept = entry.incremental.narrowed(table, keep, rows, positions)
                 if kept is None:  # prepared afresh over the candidates left, as the full cycle does
                     pre = pre_scores.get(scorer.name)
                     if pre is not None and not _same(pre.pre_score(cycle, pod, table, rows),
@@ -403,17 +415,17 @@ class Batcher:
                         return False
                     assert isinstance(scorer, IncrementalScorer)
                     kept = scorer.incremental_scores(cycle, pod, table, rows)
-                raw = kept.rescore(cycle, pod, table, _NO_ROWS) if kept is not None else None
-                if kept is None or raw is None:
-                    return False
-                entry.incremental, evidence = kept, old.evidence
-            elif entry.cluster:
-                # Scored afresh over every candidate in this cycle anyway (_rescore), after its PreScore.
+                    if kept is None:
+                        return False
+                entry.incremental = kept
+            if entry.cluster:
+                # Scored afresh over every candidate in this cycle anyway (_rescore): kept in place until then.
                 entry.term = ScoreTerm(old.plugin, old.weight, old.raw[keep], old.normalized[keep], old.evidence)
                 continue
-            elif scorer.row_local_scores():
+            if scorer.row_local_scores() or scorer.scores_kept_without(table, batch.rows, gone):
                 raw, evidence = old.raw[keep], old.evidence
-                if entry.per_node:  # each normalised value its own raw value's: they stay
+                if entry.per_node or (scorer.normalize_by_top and top_score(raw) == top_score(old.raw)):
+                    # each normalised value its own raw value's (and the highest's, which stays): they stay
                     entry.term = ScoreTerm(old.plugin, old.weight, raw, old.normalized[keep], evidence)
                     continue
             else:
@@ -421,13 +433,23 @@ class Batcher:
                 scored = scorer.score(cycle, pod, table, rows)
                 detail = scored if isinstance(scored, ScoreDetail) else ScoreDetail(scored)
                 raw, evidence = np.asarray(detail.scores, dtype=np.float64), detail.evidence
-            given = entry.incremental.normalized() if entry.incremental is not None else None
-            normalized, gaps = normalize_scores(scorer, raw) if given is None else given
+            normalized, gaps = normalize_scores(scorer, raw)
             entry.gaps = entry.gaps or gaps
             entry.term = ScoreTerm(old.plugin, old.weight, raw, normalized, evidence)
-        batch.rows, batch.position = rows, row_positions(rows, batch.position.shape[0])
-        batch.stages = _stages(batch.terms)
-        batch.total = _staged_total(batch.stages)
+            moved.append(index)
+            self.stats.renormalised[old.plugin] += 1
+        terms = batch.terms
+        if batch.stages.first < len(terms):
+            batch.stages = _narrowed_stages(batch.stages, terms, keep, np.sort(batch.position[gone]), moved)
+        elif moved:
+            batch.stages = _stages(terms)  # not kept up to date while no term moves everywhere (_Batch.stages)
+        if moved and not any(entry.cluster for entry in terms):
+            batch.total = _staged_total(batch.stages)
+        else:
+            # Each candidate's total as it was (its normalised values are), or computed again over every candidate
+            # by this cycle's _rescore (a term read from the cluster moves everywhere).
+            batch.total = batch.total[keep]
+        batch.rows, batch.position = rows, positions
         batch.trace, batch.rejections, batch.rejected_by = trace, rejections, frozenset(rejected_by)
         batch.prototype[0]["feasible_rows"] = rows
         result.feasible_rows = rows
@@ -440,10 +462,9 @@ class Batcher:
         filter for the same reasons (so not candidates, and counted as before): the filters before it whose verdict
         could have moved still let them through (filter_rows, as candidates are re-checked), and that filter, when its
         verdict could have moved (it reads pods, or a ledger metric that took a placement: a node that filled up for
-        this template while smaller pods still land on it), still turns each down under the same reasons (its
-        filter, once per cycle: ~50 µs at 5,000 nodes against a full cycle's ~1.5 ms)."""
+        this template while smaller pods still land on it), still turns each down under the same reasons
+        (FilterPlugin.reasons_on_row)."""
         ledger = self._ledger_changes(batch)
-        asked: dict[int, Filtered] = {}
         for row in rows.tolist():
             first = first_rejecter(batch.trace, row)
             if first is None:
@@ -456,11 +477,8 @@ class Batcher:
             rejecter = _may_move(batch.moves[first], ledger)
             if rejecter is None:
                 continue
-            verdict = asked.get(first)
-            if verdict is None:
-                verdict = asked[first] = rejecter.filter(batch.cycle, pod, table)
-            if verdict.feasible[row] or _row_reasons(verdict.reasons, row) != _row_reasons(
-                    batch.trace[first].reasons, row):
+            now = rejecter.reasons_on_row(batch.cycle, pod, table, row)
+            if now is None or now != _row_reasons(batch.trace[first].reasons, row):
                 return False  # a candidate again, or counted otherwise: the full cycle says how
         return True
 
@@ -718,6 +736,36 @@ def _stages(terms: Sequence[_Term]) -> _Stages:
     return stages
 
 
+def _narrowed_stages(stages: _Stages, terms: Sequence[_Term], keep: BoolArray, gone: IntArray,
+                     moved: Sequence[int]) -> _Stages:
+    """The pieces of `stages` over the candidates where `keep` (not at the positions `gone`, ascending), for the
+    terms now (moved: those whose normalised values are not the old ones where `keep`): what _stages gives for
+    them, each piece computed per row in the same order, so a piece no moved term feeds is the old one where
+    `keep`."""
+    first = stages.first
+    # The columns between those gone, joined: C-ordered (the sum runs down its rows), and a few copies of
+    # contiguous blocks where a boolean mask over the columns costs ten times as much.
+    bounds = [-1, *gone.tolist(), stages.matrix.shape[1]]
+    matrix: FloatArray = np.concatenate([stages.matrix[:, start + 1:end] for start, end in pairwise(bounds)], axis=1)
+    if any(index < first for index in moved):
+        prefix = matrix[0]
+        prefix.fill(0.0)
+        for entry in terms[:first]:
+            prefix += _part(entry)
+    for index in moved:
+        if index >= first:
+            _write_part(terms[index], matrix[1 + index - first])
+    if any(terms[index].gaps for index in moved):
+        weights: FloatArray = np.zeros(matrix.shape[1], dtype=np.float64)
+        for entry in terms:
+            weights += _weight(entry)
+    else:
+        weights = stages.weights[keep]
+    narrowed = _Stages(first, matrix, weights)
+    narrowed.weighed()
+    return narrowed
+
+
 def _part(entry: _Term) -> FloatArray:
     """What WeightedMean adds to the totals for the term (a NaN adds nothing; normalized * 1.0 is normalized)."""
     normalized, weight = entry.term.normalized, entry.term.weight
@@ -861,16 +909,13 @@ def _row_reasons(reasons: dict[str, BoolArray], row: int) -> set[str]:
     return {reason for reason, rows in reasons.items() if rows[row]}
 
 
-def _with_row(reasons: dict[str, BoolArray], now: dict[str, BoolArray], row: int) -> dict[str, BoolArray]:
-    """`reasons` (a filter's, kept by a batch) with `row`'s taken from `now` (that filter asked again): copies, the
-    stored cycle's result may still hold the originals."""
-    shape = next(iter(reasons.values()), next(iter(now.values()), None))
-    if shape is None:
-        return reasons
+def _with_row(reasons: dict[str, BoolArray], now: frozenset[str], row: int, size: int) -> dict[str, BoolArray]:
+    """`reasons` (a filter's over `size` rows, kept by a batch) with `row` listed under the reasons `now` (that
+    filter asked again) alone: copies, the stored cycle's result may still hold the originals."""
     out: dict[str, BoolArray] = {}
-    for reason in reasons.keys() | now.keys():
-        rows = reasons[reason].copy() if reason in reasons else np.zeros(shape.shape, dtype=bool)
-        rows[row] = reason in now and bool(now[reason][row])
+    for reason in reasons.keys() | now:
+        rows = reasons[reason].copy() if reason in reasons else np.zeros(size, dtype=bool)
+        rows[row] = reason in now
         out[reason] = rows
     return out
 

@@ -39,10 +39,12 @@ class IncrementalScores(abc.ABC):
         `changed`: the rows whose pods changed since the scores were last kept (NodeTable.row_pod_stamp, which
         every placement, removal, relabelling and forget moves), ascending: no other row's counts moved."""
 
-    def narrowed(self, table: NodeTable, keep: BoolArray) -> IncrementalScores | None:
-        """The same scores over the batch's rows where `keep` (candidates left a batch: Batcher._drop), this
-        object's state handed over (it is not used again), when that is cheaper than preparing them afresh; None:
-        the batcher prepares them afresh (PreScore, incremental_scores). Counts of rows changed since the last
+    def narrowed(self, table: NodeTable, keep: BoolArray, rows: IntArray,
+                 position: IntArray) -> IncrementalScores | None:
+        """The same scores over the batch's rows where `keep` (candidates left a batch: Batcher._drop): `rows`, with
+        their row_positions `position` (shared with the batch, read-only); this object's state handed over (it is
+        not used again: it may be changed in place and returned), when that is cheaper than preparing them afresh;
+        None: the batcher prepares them afresh (PreScore, incremental_scores). Counts of rows changed since the last
         rescore are followed at the next one, as before."""
         return None
 

@@ -59,6 +59,7 @@ __all__ = [
     "ScoreDetail",
     "ScorePlugin",
     "max_normalize",
+    "top_score",
     "unchanged",
 ]
 
@@ -200,6 +201,15 @@ class FilterPlugin(Plugin):
         plugin can answer for a few rows without a pass over the table."""
         return np.asarray(self.filter(cycle, pod, table).feasible[rows], dtype=bool)
 
+    def reasons_on_row(self, cycle: CycleState, pod: PodInfo, table: NodeTable, row: int) -> frozenset[str] | None:
+        """filter()'s verdict on one row: None when it lets the row through, else the reasons it lists the row
+        under (a batched cycle counts a node that filled up, Batcher._drop); override when a plugin can answer
+        for one row without a pass over the table."""
+        verdict = self.filter(cycle, pod, table)
+        if verdict.feasible[row]:
+            return None
+        return frozenset(reason for reason, rows in verdict.reasons.items() if rows[row])
+
 
 class PlacementPlugin(Plugin):
     """After Score, before the pick: narrows where the pod may go among its scored `rows` (`total` are their
@@ -241,6 +251,10 @@ class ScorePlugin(Plugin):
     to 0-100 (NaN = no value: the term drops out for that node and the others are re-weighted)."""
 
     normalized: ClassVar[Normalized] = Normalized.UNCHECKED
+    # normalize() maps each raw value with the highest of them alone (top_score: max_normalize's scale), so
+    # candidates that leave a batch move no other normalised value while the highest stays (Batcher._drop).
+    # tests/unit/test_score_promises.py holds every built-in plugin that says so to it.
+    normalize_by_top: ClassVar[bool] = False
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | ScoreDetail:
         raise NotImplementedError
@@ -252,6 +266,13 @@ class ScorePlugin(Plugin):
         """Whether score() gives each row a value read from that row alone (its node, its pods, its telemetry),
         never from the other rows scored (a minmax scale over them, a count over the candidates): a batch that
         loses a candidate then keeps the others' raw scores. False re-scores them (the safe answer)."""
+        return False
+
+    def scores_kept_without(self, table: NodeTable, rows: IntArray, gone: IntArray) -> bool:
+        """For a plugin whose scores read the candidates (row_local_scores False) and whose score() over the
+        candidate `rows` gave a batch its raw scores (nothing it reads has changed since): whether score() over
+        the candidates left when the rows `gone` leave gives the others the same raw scores (e.g. a minmax scale
+        whose lowest and highest values are elsewhere). False re-scores them (the safe answer)."""
         return False
 
 
@@ -310,13 +331,22 @@ EXTENSION_POINTS: dict[str, type[Plugin]] = {
 }
 
 
-def max_normalize(scores: FloatArray, reverse: bool = False) -> FloatArray:
-    """kube-scheduler's DefaultNormalizeScore: scale so the best is 100 (reverse: the lowest is best)."""
+def top_score(scores: FloatArray) -> float:
+    """The highest of `scores` max_normalize scales by: NaN (no score) aside, 0 when none has one."""
     if scores.size == 0:
-        return scores
+        return 0.0
     top = float(scores.max())
     if np.isnan(top):  # some row has no score: the best of the others
         top = float(np.nanmax(scores)) if not np.all(np.isnan(scores)) else 0.0
+    return top
+
+
+def max_normalize(scores: FloatArray, reverse: bool = False) -> FloatArray:
+    """kube-scheduler's DefaultNormalizeScore: scale so the best is 100 (reverse: the lowest is best); each value
+    with top_score alone (ScorePlugin.normalize_by_top)."""
+    if scores.size == 0:
+        return scores
+    top = top_score(scores)
     if top <= 0:
         return np.full_like(scores, 0.0 if not reverse else 100.0)
     normalized = scores * (100.0 / top)

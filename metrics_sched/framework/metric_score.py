@@ -250,6 +250,22 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
     def row_local_scores(self) -> bool:
         return self._pointwise  # a minmax scale reads the candidates' lowest and highest values
 
+    def scores_kept_without(self, table: NodeTable, rows: IntArray, gone: IntArray) -> bool:
+        """A minmax term scores the candidates over all rows when the lowest and highest values are candidates
+        (_term_scores): while those stay, the others' scores are the same gather. Every other term (pointwise) maps
+        each value alone; the weighted mean is per row."""
+        for term in self._terms:
+            if term.scale.pointwise:
+                continue
+            if term.per_resource or term.ledger:
+                return False  # scaled among the candidates' own values / the memo moves with every placement
+            memo = self._memos.get((term.metric, False))
+            if memo is None or memo.column is not self.handle.metrics.column(term.metric, table) \
+                    or not self._extremes_among(memo, rows) or memo.extremes is None \
+                    or not set(memo.extremes.tolist()).isdisjoint(gone.tolist()):
+                return False
+        return True
+
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """Opportunistic batching: reads its metrics (a refresh or a value going stale ends batches), the node's
         allocatable (per-resource terms) and, where the ledger applies, the in-flight entries on the node."""

@@ -36,6 +36,7 @@ _CACHE_SIZE = 256
 class NodeAffinity(FilterPlugin, ScorePlugin):
     name = "NodeAffinity"
     normalized = Normalized.COMPLETE  # max_normalize of non-negative weight sums
+    normalize_by_top = True  # max_normalize
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

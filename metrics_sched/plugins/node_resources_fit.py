@@ -114,15 +114,20 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
             fits &= ~short
         return Filtered(fits, reasons)
 
-    def filter_rows(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> BoolArray:
-        """filter() on a few rows (a batched cycle re-checks the nodes whose pods changed)."""
+    def _needs(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> list[tuple[int, int]]:
+        """The requested columns with their amounts."""
         request = self._requests(cycle, pod, table)
-        free = table.free_by_resource
         seen = self._needed  # held here: the vector it names is never freed, so never another at its address
         needed = seen[1] if seen[0] is request else None
         if needed is None:  # per request vector (a batch's cycle state holds the same one for every pod it serves)
             needed = [(col, int(request[col])) for col in np.flatnonzero(request).tolist()]
             self._needed = (request, needed)
+        return needed
+
+    def filter_rows(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> BoolArray:
+        """filter() on a few rows (a batched cycle re-checks the nodes whose pods changed)."""
+        needed = self._needs(cycle, pod, table)
+        free = table.free_by_resource
         if rows.size <= _FEW:  # a placement's row or two: Python ints, not a dozen numpy calls on a 1xN block
             return np.array([all(int(free[col, row]) >= amount for col, amount in needed) for row in rows.tolist()],
                             dtype=bool)
@@ -132,6 +137,13 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         for col, amount in needed:
             fits &= free[col][rows] >= amount
         return fits
+
+    def reasons_on_row(self, cycle: CycleState, pod: PodInfo, table: NodeTable, row: int) -> frozenset[str] | None:
+        """filter()'s reasons for one row, from its free amounts alone."""
+        free, resources = table.free_by_resource, table.resources
+        short = frozenset("Too many pods" if resources[col] == PODS else f"Insufficient {resources[col]}"
+                          for col, amount in self._needs(cycle, pod, table) if int(free[col, row]) < amount)
+        return short or None
 
     def row_local_scores(self) -> bool:
         return True  # the row's allocatable and requests

@@ -23,8 +23,6 @@ over the topology's integer codes; no loop over nodes or pods in a cycle.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -467,6 +465,7 @@ class _Kept:
     sums: FloatArray | None = None
     shares: FloatArray | None = None
     gather: IntArray | None = None
+    candidates: IntArray | None = None  # per domain: the scored candidates in it (the weight counts the domains)
 
 
 # At most this many changed rows are followed one by one (Python floats on each); more: the same in numpy.
@@ -514,37 +513,37 @@ class _SpreadScores(IncrementalScores):
             sums = part.sums.copy()
             gather = np.where(part.keyed, part.codes, part.missing + 1)[rows]
             shares = np.append(sums * part.weight + part.offset, 0.0)
+            scored = rows if self.ignored is None else rows[~self.ignored]
+            candidates = np.bincount(part.codes[scored], minlength=part.missing + 1)
             self.kept.append(_Kept(part.selector, part.weight, part.offset, part.keyed, np.zeros(0), part.codes,
-                                   part.counted, sums, shares, gather))
+                                   part.counted, sums, shares, gather, candidates))
 
-    def narrowed(self, table: NodeTable, keep: BoolArray) -> _SpreadScores | None:
-        """Over fewer candidates: the hostname weight counts the scored candidates (its parts computed again);
-        a domain constraint keeps its sums while every domain still has a scored candidate (its weight counts
-        them), else None (prepared afresh)."""
+    def narrowed(self, table: NodeTable, keep: BoolArray, rows: IntArray,
+                 position: IntArray) -> _SpreadScores | None:
+        """Over fewer candidates, in place: the hostname weight counts the scored candidates (its parts computed
+        again); a domain constraint keeps its sums while every domain still has a scored candidate (its weight
+        counts them), else None (prepared afresh)."""
         if table.capacity != self.size:
             return None
-        rows = self.rows[keep]
         ignored = self.ignored[keep] if self.ignored is not None else None
-        scored = rows if ignored is None else rows[~ignored]
-        gone = self.rows[~keep] if self.ignored is None else self.rows[~keep & ~self.ignored]
-        kept_now: list[_Kept] = []
+        gone = (self.rows[~keep] if self.ignored is None else self.rows[~keep & ~self.ignored]).tolist()
+        scored = rows.shape[0] - (int(np.count_nonzero(ignored)) if ignored is not None else 0)
         for kept in self.kept:
             if kept.sums is None:
-                weight = float(np.log(scored.shape[0] + 2))
-                part = _hostname_part(kept.keyed, self.counts[kept.selector][rows].astype(np.float64), rows, weight,
-                                      kept.offset)
-                kept_now.append(dataclasses.replace(kept, weight=weight, part=part))
+                kept.weight = float(np.log(scored + 2))
+                kept.part = _hostname_part(kept.keyed, self.counts[kept.selector][rows].astype(np.float64), rows,
+                                           kept.weight, kept.offset)
                 continue
-            assert kept.codes is not None and kept.gather is not None
-            codes = kept.codes[scored]
-            if any(not (codes == kept.codes[row]).any() for row in gone.tolist()):
-                return None  # a domain lost its last scored candidate: fewer domains, another weight
-            kept_now.append(dataclasses.replace(kept, gather=kept.gather[keep]))
-        narrowed = copy.copy(self)
-        narrowed.rows, narrowed.kept = rows, kept_now
-        narrowed.ignored = ignored if ignored is not None and ignored.any() else None
-        narrowed.position = row_positions(rows, self.size)
-        return narrowed
+            assert kept.codes is not None and kept.gather is not None and kept.candidates is not None
+            for row in gone:
+                domain = int(kept.codes[row])
+                kept.candidates[domain] -= 1
+                if kept.candidates[domain] <= 0:
+                    return None  # a domain lost its last scored candidate: fewer domains, another weight
+            kept.gather = kept.gather[keep]
+        self.rows, self.position = rows, position
+        self.ignored = ignored if ignored is not None and ignored.any() else None
+        return self
 
     def raw(self) -> FloatArray:
         """pre_score's raw scores of the batch's rows from the kept counts: a new array."""

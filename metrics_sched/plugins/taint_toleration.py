@@ -73,6 +73,7 @@ def tolerated_rows(pod: PodInfo, table: NodeTable) -> BoolArray:
 class TaintToleration(FilterPlugin, ScorePlugin):
     name = "TaintToleration"
     normalized = Normalized.COMPLETE  # max_normalize (reversed) of taint counts
+    normalize_by_top = True  # max_normalize
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_TAINTS})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

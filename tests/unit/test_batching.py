@@ -186,13 +186,15 @@ def _gpu_pod(i: int) -> PodInfo:
     return parse_pod(pod_object(f"g-{i:04d}", cpu="1", memory="4Gi", gpus=gpus))
 
 
-def test_candidates_that_fill_up_leave_the_batch_with_the_full_cycles_decisions() -> None:
+@pytest.mark.parametrize("profile", ["core", "default"])
+def test_candidates_that_fill_up_leave_the_batch_with_the_full_cycles_decisions(profile: str) -> None:
     """Nodes of 8 GPUs filled by GPU pods: each full node leaves the batches that had it as a candidate (counted
     under NodeResourcesFit's reasons, the spreading terms prepared afresh over the candidates left), and every
-    decision is the full cycle's, bit for bit, until no node is left."""
+    decision is the full cycle's, bit for bit, until no node is left. The core bench's profile and the default
+    one (where no term of the owner-less template moves everywhere: its totals are patched per row)."""
     runs = []
     for batching in (False, True):
-        harness = cluster(30, seed=0)
+        harness = cluster(30, seed=0, config=None if profile == "core" else {})
         framework = harness.framework
         if not batching:
             framework.batcher = None
@@ -213,6 +215,47 @@ def test_candidates_that_fill_up_leave_the_batch_with_the_full_cycles_decisions(
         assert stats.past_non_candidates >= 10, stats
         assert stats.refused["changed row not a candidate"] == 0, stats
         assert plain[-1].node is None  # filled: the last ones fit nowhere
+    finally:
+        plain_harness.stop()
+        harness.stop()
+
+
+def _special_gpu_pod(i: int) -> PodInfo:
+    """1-GPU pods that prefer the few `role: special` nodes (and tolerate their taint): those fill up first, the
+    last of them taking NodeAffinity's highest score with it; every 5th asks for 4 GPUs."""
+    special = {"matchExpressions": [{"key": "role", "operator": "In", "values": ["special"]}]}
+    affinity = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 20, "preference": special}]}}
+    return parse_pod(pod_object(f"s-{i:04d}", cpu="1", memory="4Gi", gpus=4 if i % 5 == 0 else 1, affinity=affinity,
+                                tolerations=[{"key": "dedicated", "operator": "Equal", "value": "special",
+                                              "effect": "NoSchedule"}]))
+
+
+@pytest.mark.parametrize("profile", ["core", "default"])
+def test_candidates_that_leave_keep_the_others_scores_only_while_the_highest_and_extremes_stay(profile: str) -> None:
+    """When candidates leave a batch, a term normalised by its highest value (NodeAffinity) keeps the others'
+    values until the last preferred node fills up, and a minmax term (Cost) keeps them until its cheapest or
+    dearest node leaves: both paths run, and every decision is the full cycle's, bit for bit."""
+    runs = []
+    for batching in (False, True):
+        harness = cluster(40, seed=2, config=None if profile == "core" else {})
+        framework = harness.framework
+        if not batching:
+            framework.batcher = None
+        framework.random.seed(3)
+        runs.append(([harness.place(_special_gpu_pod(i)) for i in range(200)], harness))
+    (plain, plain_harness), (batched, harness) = runs
+    try:
+        for i, (a, b) in enumerate(zip(plain, batched, strict=True)):
+            assert _decision(a) == _decision(b), f"cycle {i} differs: {a.node} vs {b.node}"
+        batcher = harness.framework.batcher
+        assert isinstance(batcher, Batcher)
+        stats = batcher.stats
+        assert stats.dropped >= 10, stats
+        renormalised = stats.renormalised
+        assert 0 < renormalised["NodeAffinity"] < stats.dropped, stats  # the highest moved, then stayed
+        assert 0 < renormalised["Cost"] < stats.dropped, stats  # an extreme left, then others did not
+        assert renormalised["NodeResourcesFit"] == 0, stats  # each value its own
     finally:
         plain_harness.stop()
         harness.stop()

@@ -13,6 +13,7 @@ import pytest
 from bench.core_bench import cluster, make_pod
 from bench.scenario import pod_object
 from metrics_sched.framework import Normalized
+from metrics_sched.framework.interfaces import top_score
 from metrics_sched.model.podinfo import parse_pod
 
 pytestmark = pytest.mark.unit
@@ -89,5 +90,71 @@ def test_row_local_scores_read_no_other_row() -> None:
             if result.node is not None:
                 for plugin in framework.reserves:
                     plugin.reserve(result.cycle, info, result.node)
+    finally:
+        harness.stop()
+
+
+def test_normalize_by_top_maps_each_value_with_the_highest_alone() -> None:
+    """A plugin whose normalize_by_top is True gives a value the same normalised value among any candidates with
+    the same highest raw score (top_score): a batch that loses candidates keeps the others' on that word."""
+    harness = cluster(50, seed=3)
+    rng = np.random.default_rng(9)
+    try:
+        by_top = {scorer.name: scorer for scorer, _ in harness.framework.scores if scorer.normalize_by_top}
+        assert set(by_top) == {"NodeAffinity", "TaintToleration"}, by_top
+        checked = 0
+        for scorer in by_top.values():
+            for case in range(200):
+                raw = rng.integers(0, 4, size=30).astype(np.float64) * float(rng.choice([1.0, 0.5, 7.0]))
+                if case % 4 == 0:
+                    raw[:] = 0.0  # no preference anywhere: the highest is 0
+                keep = rng.random(30) < 0.7
+                if not keep.any() or top_score(raw[keep]) != top_score(raw):
+                    continue
+                checked += 1
+                whole = np.asarray(scorer.normalize(raw), dtype=np.float64)
+                assert np.array_equal(whole[keep], scorer.normalize(raw[keep]), equal_nan=True), scorer.name
+        assert checked > 200
+    finally:
+        harness.stop()
+
+
+def test_scores_kept_without_holds_the_others_scores() -> None:
+    """A plugin whose scores read the candidates and that answers True to scores_kept_without gives the other
+    candidates the same raw scores once the rows `gone` are left out (checked with the cheapest candidates gone
+    too, where a minmax scale must answer False)."""
+    harness = cluster(200, seed=7)
+    rng = np.random.default_rng(4)
+    answers: set[bool] = set()
+    try:
+        framework, state = harness.framework, harness.scheduler.state
+        scorers = {scorer.name: scorer for scorer, _ in framework.scores}
+        for i in range(60):
+            info = parse_pod(_shaped(i))
+            with state.lock:
+                result = framework.schedule(info, state.table)
+                rows = result.feasible_rows
+                for term in result.terms:
+                    scorer = scorers[term.plugin]
+                    if scorer.row_local_scores() or rows.size < 4:
+                        continue
+                    finite = np.where(np.isnan(term.raw), -np.inf, term.raw)
+                    picked = ([int(np.argmax(finite))] if i % 2 else
+                              rng.choice(rows.size, size=2, replace=False).tolist())
+                    gone = np.sort(rows[picked])
+                    kept = np.ones(rows.size, dtype=bool)
+                    kept[picked] = False
+                    answer = scorer.scores_kept_without(state.table, rows, gone)
+                    answers.add(answer)
+                    if answer:
+                        scored = scorer.score(result.cycle, info, state.table, rows[kept])
+                        raw = np.asarray(getattr(scored, "scores", scored), dtype=np.float64)
+                        assert np.array_equal(raw, term.raw[kept], equal_nan=True), (term.plugin, info.name)
+                if result.node is not None:
+                    state.assume(info, result.node)
+            if result.node is not None:
+                for plugin in framework.reserves:
+                    plugin.reserve(result.cycle, info, result.node)
+        assert answers == {True, False}, answers
     finally:
         harness.stop()
