@@ -194,8 +194,8 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         if memo is not None and memo.column is column and memo.in_flight is not in_flight \
                 and memo.in_flight is not None and in_flight is not None and memo.read.measured is not None:
             step = self.handle.ledger.last_step(metric)
-            changed = (step[2] if step is not None and step[0] is in_flight and step[1] is memo.in_flight
-                       else np.flatnonzero(in_flight != memo.in_flight))
+            changed = (np.array(step[2], dtype=np.int64) if step is not None and step[0] is in_flight
+                       and step[1] is memo.in_flight else np.flatnonzero(in_flight != memo.in_flight))
             # Patched in place: the memo's arrays are its own (evidence holds `measured` and the ledger's array,
             # never these), and the memo patched from is dropped here.
             values, measured = memo.read.values, memo.read.measured

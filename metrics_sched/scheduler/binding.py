@@ -62,10 +62,12 @@ class _Workers:
     reports outcomes itself and never waits on a call, and those cost ~12 µs of CPU per pod on the scheduling loop's
     interpreter (bench: a bind a decision)."""
 
-    def __init__(self, workers: int, name: str, supervisor: Supervisor) -> None:
+    def __init__(self, workers: int, name: str, supervisor: Supervisor,
+                 idle: Callable[[], None] | None = None) -> None:
         self.size = workers
         self.name = name
         self.supervisor = supervisor
+        self.idle = idle  # called by a worker that finds no call waiting after its own
         self._calls: SimpleQueue[Callable[[], object] | None] = SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -122,6 +124,11 @@ class _Workers:
             # Let go of it before waiting for the next: an idle worker's last call holds its pod's CycleResult
             # (whole-table score and evidence arrays, ~0.5 MB at 5,000 nodes), and 64 idle workers held 64.
             del call
+            if self.idle is not None and calls.empty():
+                try:
+                    self.idle()
+                except Exception as exc:  # noqa: BLE001 - as a call's
+                    self.supervisor.failed(Worker.BINDER, exc)
 
     def shutdown(self) -> None:
         """Runs what is queued, then stops the threads (one end marker each, after the queued calls)."""
@@ -154,7 +161,8 @@ class Binder:
         self.reporter = reporter
         self.is_leader = is_leader
         self.on_outcome = on_outcome
-        self.pool = _Workers(workers, "bind", self.supervisor)
+        # The Scheduled events of a batch of binds wake one writer once the batch is bound (PodReporter.wake).
+        self.pool = _Workers(workers, "bind", self.supervisor, idle=reporter.wake)
         self.yield_gil: Callable[[], None] = lambda: time.sleep(0)  # releases the GIL, and takes it back
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -270,7 +278,7 @@ class Binder:
         assert node is not None
         if kind in (BindOutcomeKind.BOUND, BindOutcomeKind.ALREADY_BOUND):
             self.queue.done(pod.uid)
-            self.reporter.scheduled(pod, node, result.summary)
+            self.reporter.scheduled(pod, node, result.summary, wake=False)
             return
         if kind == BindOutcomeKind.UNKNOWN:
             self._retry_later(framework, result)

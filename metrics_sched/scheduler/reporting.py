@@ -121,17 +121,30 @@ class PodReporter:
         self._threads: list[threading.Thread] = []
         self._waiting_workers = 0
         self._signalled = 0  # workers woken that have not taken their first pod yet
+        self._gathered = False  # reports wait for wake() (scheduled(wake=False)) with no writer awake
         self._next_tick = 0.0
         self._closed = False
         self._abandon = threading.Event()  # shutdown without waiting: stop retrying at once
         self._stats = ReportStats()
 
     # -- what the scheduler reports ----------------------------------------------------------------
-    def scheduled(self, pod: PodInfo, node: str, summary: str = "") -> None:
+    def scheduled(self, pod: PodInfo, node: str, summary: str = "", *, wake: bool = True) -> None:
+        """The pod's Scheduled event. With wake=False (the binder, binding a batch) no writer is woken for it while
+        none is awake and fewer than PODS_PER_WORKER pods wait: the caller calls wake() when its batch is done, so
+        one writer wakes for the batch's events instead of contending for the GIL with the binds still to come."""
         note = f"Successfully assigned {pod.key} to {node}" + (f": {summary}" if summary else "")
         with self._lock:
             self._settle(pod.uid)
-            self._event(pod, "Normal", SCHEDULED, "Binding", note)
+            self._event(pod, "Normal", SCHEDULED, "Binding", note, wake=wake)
+
+    def wake(self) -> None:
+        """Wakes a writer for the reports gathered by scheduled(wake=False), if any wait and none is awake."""
+        if not self._gathered:  # read without the lock: set under it before the caller's own call returned
+            return
+        with self._lock:
+            self._gathered = False
+            if self._pending:
+                self._signal()
 
     def failed(self, pod: PodInfo, message: str, *, reason: Literal["Unschedulable", "SchedulerError"]) -> None:
         with self._lock:
@@ -172,6 +185,7 @@ class PodReporter:
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Waits until every queued report has been written (tests, shutdown). Series counts that are only
         written when the series ends are not waited for."""
+        self.wake()
         with self._lock:
             return self._idle.wait_for(lambda: not self._pending and not self._busy, timeout)
 
@@ -196,16 +210,16 @@ class PodReporter:
 
     # -- queueing (under the lock) -----------------------------------------------------------------
     def _event(self, pod: PodInfo, type_: Literal["Normal", "Warning"], reason: str, action: str,
-               note: str) -> _PodReports | None:
+               note: str, *, wake: bool = True) -> _PodReports | None:
         """Counts the event into its series and queues what needs writing; the pod's reports, or None once
-        the reporter is closed."""
+        the reporter is closed. `wake`: scheduled()'s."""
         if self._closed:
             return None
         now = self.clock()
         by_key = self._series.setdefault(pod.uid, {})
         key = (type_, action, reason)
         series = by_key.get(key)
-        reports = self._reports(pod)
+        reports = self._reports(pod, wake)
         if series is None:
             event = SchedulingEvent(namespace=pod.namespace, pod_name=pod.name, pod_uid=pod.uid, type=type_,
                                     reason=reason, action=action, note=note, reporting_controller=self.controller,
@@ -220,13 +234,16 @@ class PodReporter:
                 reports.events.append(series)
         return reports
 
-    def _reports(self, pod: PodInfo) -> _PodReports:
+    def _reports(self, pod: PodInfo, wake: bool = True) -> _PodReports:
         reports = self._pending.get(pod.uid)
         if reports is None:
             reports = self._pending[pod.uid] = _PodReports(pod.namespace, pod.name, pod.uid)
         self._pending.move_to_end(pod.uid)
         self._trim()
-        self._signal()
+        if wake or len(self._busy) + self._signalled or len(self._pending) >= PODS_PER_WORKER:
+            self._signal()
+        else:
+            self._gathered = True  # wake() wakes a writer for them
         return reports
 
     def _trim(self) -> None:

@@ -43,7 +43,7 @@ class _Column:
     dense_observed: FloatArray | None = None
     # The last step: (the adjustment after it, the one before it, the rows it changed), so a reader holding the
     # older one patches those rows instead of comparing every row (InFlightLedgerStore.last_step).
-    step: tuple[FloatArray, FloatArray, IntArray] | None = None
+    step: tuple[FloatArray, FloatArray, tuple[int, ...]] | None = None
     # Placements added to `dense` on its next read, as (row, delta) in order: a copy of the whole adjustment per
     # read, not per placement (a metric no cycle reads in between, e.g. a GPU metric between CPU pods, is copied
     # once for all of them).
@@ -63,8 +63,8 @@ class _Column:
         for row, delta in pending:
             updated[row] += delta
         updated.flags.writeable = False
-        changed = np.array(sorted({row for row, _ in pending}), dtype=np.int64)
-        changed.flags.writeable = False
+        # Ascending; an array only for the reader that patches from it (most batched cycles read none).
+        changed = (pending[0][0],) if len(pending) == 1 else tuple(sorted({row for row, _ in pending}))
         pending.clear()
         self.dense = updated
         self.step = (updated, dense, changed)
@@ -220,8 +220,9 @@ class InFlightLedgerStore:
                 counts[placement.node] = counts.get(placement.node, 0) + 1
             return counts
 
-    def last_step(self, metric: str) -> tuple[FloatArray, FloatArray, IntArray] | None:
-        """The metric's last step as (the adjustment after it, the adjustment before it, the rows it changed): the
+    def last_step(self, metric: str) -> tuple[FloatArray, FloatArray, tuple[int, ...]] | None:
+        """The metric's last step as (the adjustment after it, the adjustment before it, the rows it changed,
+        ascending): the
         placements since the adjustment was last read. None after anything else (a removal, new samples, rows
         moving). One attribute read: no lock."""
         column = self._columns.get(metric)

@@ -6,6 +6,8 @@ as the backlog grows)."""
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -92,3 +94,57 @@ def test_a_burst_of_reports_is_taken_by_the_awake_writer_until_it_has_pods_per_w
         release.set()
         reporter.shutdown(wait=False)
 
+
+
+def test_scheduled_events_gathered_for_a_batch_wake_one_writer_when_asked() -> None:
+    """The binder's Scheduled events (wake=False) wake no writer while fewer than PODS_PER_WORKER pods wait and
+    none is awake: wake() (the bind pool, its batch done) wakes one for all of them; PODS_PER_WORKER waiting wake
+    one at once; any other report wakes one as before."""
+    api = FakeAPI()
+    reporter = PodReporter(api, "metrics-sched", workers=3)
+    try:
+        for i in range(PODS_PER_WORKER - 1):
+            reporter.scheduled(parse_pod(api.add_pod(pod(f"g{i}"))), "n0", wake=False)
+        assert reporter.workers() == 0 and not api.events
+        reporter.wake()
+        assert reporter.wait_idle(15)
+        assert reporter.workers() == 1
+        assert len([e for e in api.events if e.reason == "Scheduled"]) == PODS_PER_WORKER - 1
+        reporter.wake()  # nothing gathered: nothing to do
+        for i in range(PODS_PER_WORKER):
+            reporter.scheduled(parse_pod(api.add_pod(pod(f"h{i}"))), "n0", wake=False)
+        # The PODS_PER_WORKER-th woke the idle writer without wake().
+        assert _eventually(lambda: len([e for e in api.events if e.reason == "Scheduled"]) == 2 * PODS_PER_WORKER - 1)
+        reporter.failed(parse_pod(api.add_pod(pod("unplaced"))), "0/1 nodes are available", reason="Unschedulable")
+        assert _eventually(lambda: any(e.reason == "FailedScheduling" for e in api.events))
+    finally:
+        reporter.shutdown(wait=False)
+
+
+def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Polls `check` every millisecond until it holds (True) or `timeout` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_the_bind_pool_wakes_a_writer_for_its_batch_once_it_is_bound() -> None:
+    """Scheduled events of binds handed over in a batch are written once the batch is bound, with no wait_idle()
+    to push them: the pool's worker, finding no bind waiting, wakes a writer."""
+    registry = Registry.default(third_party=False)
+    api = FakeAPI()
+    scheduler = Scheduler(parse_config({"bindWorkers": 4}, registry.catalog()), registry.plugins, api)
+    api.watchers.append(scheduler.handlers)
+    try:
+        scheduler.handlers.on_node_event("ADDED", node("n0", cpu="64", memory="64Gi"))
+        for i in range(5):
+            api.add_pod(pod(f"p{i}", cpu="100m", memory="100Mi"))
+        while scheduler.schedule_one(timeout=0.01) is not None:
+            pass
+        assert _eventually(lambda: sorted(e.pod_name for e in api.events if e.reason == "Scheduled")
+                           == [f"p{i}" for i in range(5)])
+    finally:
+        scheduler.stop(drain_timeout=5)
