@@ -98,6 +98,10 @@ class _Workers:
         held = len(self._held)  # read without the lock: only the holding thread adds to it
         return held >= HANDOFF_BATCH or (held > 0 and self.clock() - self._held_since >= HANDOFF_DELAY)
 
+    def has_calls(self) -> bool:
+        """Whether a queued call waits for a worker."""
+        return not self._calls.empty()
+
     def flush(self) -> None:
         """Queues the held calls, in the order they were submitted."""
         if not self._held:
@@ -161,8 +165,9 @@ class Binder:
         self.reporter = reporter
         self.is_leader = is_leader
         self.on_outcome = on_outcome
-        # The Scheduled events of a batch of binds wake one writer once the batch is bound (PodReporter.wake).
-        self.pool = _Workers(workers, "bind", self.supervisor, idle=reporter.wake)
+        # The Scheduled events of a batch of binds are written by a worker of the pool once the batch is bound,
+        # while no bind waits for it (PodReporter.write_gathered): no writer woken for them.
+        self.pool = _Workers(workers, "bind", self.supervisor, idle=self._between_batches)
         self.yield_gil: Callable[[], None] = lambda: time.sleep(0)  # releases the GIL, and takes it back
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -197,6 +202,10 @@ class Binder:
         elif self.pool.due():
             self.pool.flush()
             self.yield_gil()  # the loop goes on at once: let the workers just woken run first (module docstring)
+
+    def _between_batches(self) -> None:
+        """A worker found no bind waiting after its own: it writes the Scheduled events gathered meanwhile."""
+        self.reporter.write_gathered(self.pool.has_calls)
 
     def in_flight(self) -> int:
         with self._lock:

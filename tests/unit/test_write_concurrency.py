@@ -148,3 +148,45 @@ def test_the_bind_pool_wakes_a_writer_for_its_batch_once_it_is_bound() -> None:
                            == [f"p{i}" for i in range(5)])
     finally:
         scheduler.stop(drain_timeout=5)
+
+
+def test_a_bind_worker_writes_the_gathered_events_itself_while_no_bind_waits() -> None:
+    """write_gathered writes the gathered reports on the calling thread (no writer started) while stop() is False;
+    once it is True a writer is woken for the rest; a second caller while one is lent leaves them to it."""
+    api = FakeAPI()
+    reporter = PodReporter(api, "metrics-sched", workers=3)
+    scheduled = lambda: sorted(e.pod_name for e in api.events if e.reason == "Scheduled")  # noqa: E731
+    try:
+        for name in ("a0", "a1", "a2"):
+            reporter.scheduled(parse_pod(api.add_pod(pod(name))), "n0", wake=False)
+        reporter.write_gathered(lambda: False)
+        assert scheduled() == ["a0", "a1", "a2"] and reporter.workers() == 0
+
+        for name in ("b0", "b1", "b2"):
+            reporter.scheduled(parse_pod(api.add_pod(pod(name))), "n0", wake=False)
+        answers = iter([False, True])  # a bind arrives after the first pod
+        reporter.write_gathered(lambda: next(answers))
+        assert scheduled() == ["a0", "a1", "a2", "b0"]
+        assert _eventually(lambda: scheduled() == ["a0", "a1", "a2", "b0", "b1", "b2"])
+        assert reporter.workers() == 1  # woken for the rest
+
+        writing, release = threading.Event(), threading.Event()
+
+        def hold(kind: str) -> None:
+            writing.set()
+            release.wait(10)
+
+        api.before_write = hold
+        reporter.scheduled(parse_pod(api.add_pod(pod("c0"))), "n0", wake=False)
+        lent = threading.Thread(target=reporter.write_gathered, args=(lambda: False,))
+        lent.start()
+        assert writing.wait(5)  # the lent worker is writing c0
+        reporter.scheduled(parse_pod(api.add_pod(pod("c1"))), "n0", wake=False)
+        reporter.write_gathered(lambda: False)  # returns at once: c1 is the lent worker's
+        release.set()
+        lent.join(10)
+        assert scheduled()[-2:] == ["c0", "c1"]
+        assert reporter.workers() == 1
+    finally:
+        release.set()
+        reporter.shutdown(wait=False)
