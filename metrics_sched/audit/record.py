@@ -170,7 +170,7 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
             columns += (term.normalized[order], term.raw[order])
             for e in term.evidence:
                 columns += (e.values[chosen], now - e.observed_at[chosen],
-                            e.in_flight[chosen] if e.in_flight is not None else missing)
+                            e.in_flight.take(chosen) if e.in_flight is not None else missing)
         # One row per candidate: its total, then every column, as computed: StoredDecision rounds them when they
         # are read (most records are never read). np.array stacks the columns in C (np.vstack's Python-level
         # atleast_2d pass over ~30 columns was a fifth of the record's cost); tobytes() writes the transpose in

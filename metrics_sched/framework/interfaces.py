@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -41,6 +41,7 @@ __all__ = [
     "BindStatus",
     "FilterPlugin",
     "Filtered",
+    "InFlightValues",
     "MetricAwarePlugin",
     "MetricEvidence",
     "Normalized",
@@ -86,6 +87,14 @@ class Filtered:
         return cls(np.ones(table.capacity, dtype=bool))
 
 
+class InFlightValues(Protocol):
+    """Per-row values read by row (a FloatArray, or the in-flight ledger's view of one: InFlightView)."""
+
+    def take(self, rows: IntArray) -> FloatArray: ...
+
+    def item(self, row: int) -> float: ...
+
+
 @dataclass(frozen=True)
 class MetricEvidence:
     """The raw telemetry behind a score term, for the decision record. Over ALL the table's rows (index by
@@ -93,7 +102,7 @@ class MetricEvidence:
 
     metric: str
     values: FloatArray  # the sample as measured (without the in-flight part), NaN where none is fresh
-    in_flight: FloatArray | None  # what the in-flight ledger added
+    in_flight: InFlightValues | None  # what the in-flight ledger added (take() the rows to read)
     observed_at: FloatArray  # unix seconds, -inf when no sample
     sources: tuple[str, ...]
 

@@ -355,11 +355,11 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             if memo is None or memo.column is not column or memo.read.measured is None:
                 return None
             measured, missing = memo.read.measured, memo.read.missing
-            in_flight = ledger.adjustment(term.metric, table, column.observed_at) if term.ledger and placed else None
+            in_flight = ledger.view(term.metric, table, column.observed_at) if term.ledger and placed else None
             evidence.append(MetricEvidence(column.metric, measured, in_flight, column.observed_at,
                                            tuple(column.sources)))
             if many:
-                gathered = measured[rows] if in_flight is None else measured[rows] + in_flight[rows]
+                gathered = measured[rows] if in_flight is None else measured[rows] + in_flight.take(rows)
                 parts.append(self._scaled(term, gathered, missing[rows], column.contract))
                 continue
             lowest = column.contract.on_missing == OnMissing.LOWEST

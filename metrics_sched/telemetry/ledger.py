@@ -51,7 +51,7 @@ class _Column:
 
     def forget_dense(self) -> None:
         self.dense = self.dense_observed = self.step = None
-        self.pending.clear()
+        self.pending = []  # a new list: views (InFlightView) read the one they were given
 
     def settle(self) -> None:
         """Adds the pending placements to a copy of `dense`, in order: the doubles the full computation gives
@@ -65,7 +65,7 @@ class _Column:
         updated.flags.writeable = False
         # Ascending; an array only for the reader that patches from it (most batched cycles read none).
         changed = (pending[0][0],) if len(pending) == 1 else tuple(sorted({row for row, _ in pending}))
-        pending.clear()
+        self.pending = []
         self.dense = updated
         self.step = (updated, dense, changed)
 
@@ -81,6 +81,50 @@ class _Column:
         self.rows[index], self.times[index], self.deltas[index], self.alive[index] = row, at, delta, True
         self.size += 1
         return index
+
+
+class InFlightView:
+    """One metric's adjustment as it was when taken, without copying it: the last settled adjustment (read-only)
+    and the placements added since (the column's pending list, append-only, and how many of them counted then).
+    A row's value adds them in order to the settled one: the doubles settle() gives (the same additions in the
+    same order). What a batched cycle reads (a few rows, and its evidence): a copy of the whole adjustment per
+    placement was the largest part of re-scoring a placement's row."""
+
+    __slots__ = ("base", "log", "size")
+
+    def __init__(self, base: FloatArray, log: list[tuple[int, float]], size: int) -> None:
+        self.base, self.log, self.size = base, log, size
+
+    def item(self, row: int) -> float:
+        value: float = self.base.item(row)
+        log = self.log
+        for at in range(self.size):
+            placed, delta = log[at]
+            if placed == row:
+                value += delta
+        return value
+
+    def take(self, rows: IntArray) -> FloatArray:
+        values: FloatArray = self.base.take(rows)
+        if self.size:
+            where: dict[int, list[int]] = {}
+            for position, row in enumerate(rows.tolist()):
+                where.setdefault(row, []).append(position)
+            log = self.log
+            for at in range(self.size):
+                placed, delta = log[at]
+                for position in where.get(placed, ()):
+                    values[position] += delta
+        return values
+
+    def __getitem__(self, rows: IntArray | int) -> FloatArray | float:
+        if isinstance(rows, int | np.integer):
+            return self.item(int(rows))
+        return self.take(np.asarray(rows, dtype=np.int64))
+
+
+# Placements a view adds to its settled adjustment at most; beyond, the adjustment is settled first (a copy).
+_VIEW_LOG = 32
 
 
 @dataclass(frozen=True, slots=True)  # one per pod placed within the horizon (tens of thousands): no __dict__
@@ -228,6 +272,17 @@ class InFlightLedgerStore:
         column = self._columns.get(metric)
         return column.step if column is not None else None
 
+    def view(self, metric: str, table: NodeTable, observed_at: FloatArray) -> InFlightView:
+        """adjustment() as an InFlightView: the placements since it was last settled are not added to a copy of it
+        (up to _VIEW_LOG of them), so reading a few rows costs a few additions."""
+        with self._lock:
+            column = self._columns.get(metric)
+            if (column is not None and column.dense is not None and self._table is table
+                    and column.rows_generation == table.rows_generation and column.dense_observed is observed_at
+                    and column.dense.shape[0] == table.capacity and len(column.pending) <= _VIEW_LOG):
+                return InFlightView(column.dense, column.pending, len(column.pending))
+        return InFlightView(self.adjustment(metric, table, observed_at), [], 0)
+
     def adjustment(self, metric: str, table: NodeTable, observed_at: FloatArray) -> FloatArray:
         """Per row: the summed deltas of placements made after that row's sample was measured (read-only;
         the same array until a placement, a removal or new samples change it)."""
@@ -264,5 +319,5 @@ class InFlightLedgerStore:
                     : table.capacity].astype(np.float64)
             adjusted.flags.writeable = False
             column.dense, column.dense_observed = adjusted, observed_at
-            column.pending.clear()  # counted in the sums above
+            column.pending = []  # counted in the sums above
             return adjusted

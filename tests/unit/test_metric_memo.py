@@ -9,6 +9,7 @@ import pytest
 from bench.core_bench import cluster, make_pod
 from metrics_sched.framework.metric_score import _FEW_SCORED, MetricScorePlugin
 from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.telemetry.ledger import InFlightView
 
 pytestmark = pytest.mark.unit
 
@@ -81,7 +82,7 @@ def test_a_few_rows_scored_without_the_memos_equal_the_memo_path() -> None:
         assert len(plugins) >= 2
         table = harness.scheduler.state.table
         every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
-        fast = 0
+        fast = viewed = 0
         for i in range(90):
             result = harness.place(parse_pod(make_pod(i)))
             assert result.node is not None
@@ -103,7 +104,15 @@ def test_a_few_rows_scored_without_the_memos_equal_the_memo_path() -> None:
                 assert len(small.evidence) == len(whole.evidence)
                 for a, b in zip(small.evidence, whole.evidence, strict=True):
                     assert (a.metric, a.sources) == (b.metric, b.sources)
-                    assert a.values is b.values and a.in_flight is b.in_flight and a.observed_at is b.observed_at
+                    assert a.values is b.values and a.observed_at is b.observed_at
+                    # The ledger's part: a view of the settled adjustment plus the placements since (no copy), whose
+                    # rows are the memo path's settled array's, bit for bit.
+                    assert (a.in_flight is None) == (b.in_flight is None)
+                    if a.in_flight is not None and b.in_flight is not None:
+                        viewed += isinstance(a.in_flight, InFlightView) and a.in_flight.size > 0
+                        assert a.in_flight.take(every).tobytes() == b.in_flight.take(every).tobytes()
+                        assert [a.in_flight.item(row) for row in few.tolist()] == b.in_flight.take(few).tolist()
         assert fast > 100
+        assert viewed > 20  # views with placements added since the adjustment was settled
     finally:
         harness.stop()
