@@ -27,6 +27,22 @@ import numpy as np
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 
 
+@dataclass(slots=True)
+class _Log:
+    """Placements added to a settled adjustment, as (row, delta) in order: append-only (a view reads the prefix it was
+    given), with the index of each row's first entry (a view's row without one reads the settled value alone)."""
+
+    entries: list[tuple[int, float]] = field(default_factory=list)
+    first: dict[int, int] = field(default_factory=dict)
+
+    def add(self, row: int, delta: float) -> None:
+        self.first.setdefault(row, len(self.entries))
+        self.entries.append((row, delta))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 @dataclass
 class _Column:
     nodes: list[str] = field(default_factory=list)
@@ -47,11 +63,11 @@ class _Column:
     # Placements added to `dense` on its next read, as (row, delta) in order: a copy of the whole adjustment per
     # read, not per placement (a metric no cycle reads in between, e.g. a GPU metric between CPU pods, is copied
     # once for all of them).
-    pending: list[tuple[int, float]] = field(default_factory=list)
+    pending: _Log = field(default_factory=_Log)
 
     def forget_dense(self) -> None:
         self.dense = self.dense_observed = self.step = None
-        self.pending = []  # a new list: views (InFlightView) read the one they were given
+        self.pending = _Log()  # a new log: views (InFlightView) read the one they were given
 
     def settle(self) -> None:
         """Adds the pending placements to a copy of `dense`, in order: the doubles the full computation gives
@@ -60,12 +76,12 @@ class _Column:
         if dense is None or not pending:
             return
         updated = dense.copy()
-        for row, delta in pending:
+        for row, delta in pending.entries:
             updated[row] += delta
         updated.flags.writeable = False
         # Ascending; an array only for the reader that patches from it (most batched cycles read none).
-        changed = (pending[0][0],) if len(pending) == 1 else tuple(sorted({row for row, _ in pending}))
-        self.pending = []
+        changed = tuple(sorted(pending.first))
+        self.pending = _Log()
         self.dense = updated
         self.step = (updated, dense, changed)
 
@@ -85,36 +101,43 @@ class _Column:
 
 class InFlightView:
     """One metric's adjustment as it was when taken, without copying it: the last settled adjustment (read-only)
-    and the placements added since (the column's pending list, append-only, and how many of them counted then).
+    and the placements added since (the column's log, append-only, and how many of its entries counted then).
     A row's value adds them in order to the settled one: the doubles settle() gives (the same additions in the
     same order). What a batched cycle reads (a few rows, and its evidence): a copy of the whole adjustment per
     placement was the largest part of re-scoring a placement's row."""
 
     __slots__ = ("base", "log", "size")
 
-    def __init__(self, base: FloatArray, log: list[tuple[int, float]], size: int) -> None:
+    def __init__(self, base: FloatArray, log: _Log, size: int) -> None:
         self.base, self.log, self.size = base, log, size
 
     def item(self, row: int) -> float:
         value: float = self.base.item(row)
-        log = self.log
-        for at in range(self.size):
-            placed, delta = log[at]
+        start = self.log.first.get(row, self.size)
+        entries = self.log.entries
+        for at in range(start, self.size):
+            placed, delta = entries[at]
             if placed == row:
                 value += delta
         return value
 
     def take(self, rows: IntArray) -> FloatArray:
         values: FloatArray = self.base.take(rows)
-        if self.size:
-            where: dict[int, list[int]] = {}
-            for position, row in enumerate(rows.tolist()):
+        size, first = self.size, self.log.first
+        if not size:
+            return values
+        where: dict[int, list[int]] = {}
+        start = size
+        for position, row in enumerate(rows.tolist()):
+            at = first.get(row, size)
+            if at < size:
                 where.setdefault(row, []).append(position)
-            log = self.log
-            for at in range(self.size):
-                placed, delta = log[at]
-                for position in where.get(placed, ()):
-                    values[position] += delta
+                start = min(start, at)
+        entries = self.log.entries
+        for at in range(start, size):
+            placed, delta = entries[at]
+            for position in where.get(placed, ()):
+                values[position] += delta
         return values
 
     def __getitem__(self, rows: IntArray | int) -> FloatArray | float:
@@ -181,7 +204,7 @@ class InFlightLedgerStore:
             return
         if row < 0 or when < observed[row]:
             return  # not a node, or already covered by its sample
-        column.pending.append((row, delta))
+        column.pending.add(row, delta)
 
     def _remove(self, uid: str) -> None:
         placement = self._placements.pop(uid, None)
@@ -281,7 +304,7 @@ class InFlightLedgerStore:
                     and column.rows_generation == table.rows_generation and column.dense_observed is observed_at
                     and column.dense.shape[0] == table.capacity and len(column.pending) <= _VIEW_LOG):
                 return InFlightView(column.dense, column.pending, len(column.pending))
-        return InFlightView(self.adjustment(metric, table, observed_at), [], 0)
+        return InFlightView(self.adjustment(metric, table, observed_at), _Log(), 0)
 
     def adjustment(self, metric: str, table: NodeTable, observed_at: FloatArray) -> FloatArray:
         """Per row: the summed deltas of placements made after that row's sample was measured (read-only;
@@ -319,5 +342,5 @@ class InFlightLedgerStore:
                     : table.capacity].astype(np.float64)
             adjusted.flags.writeable = False
             column.dense, column.dense_observed = adjusted, observed_at
-            column.pending = []  # counted in the sums above
+            column.pending = _Log()  # counted in the sums above
             return adjusted
