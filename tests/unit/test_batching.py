@@ -21,7 +21,7 @@ from bench.core_bench import CORE_CONFIG, cluster, make_cluster
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
 from metrics_sched.config import parse_config
 from metrics_sched.config.errors import ConfigError
-from metrics_sched.framework.batching import Batcher
+from metrics_sched.framework.batching import Batcher, BatchStats
 from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.signature import template_of
@@ -140,7 +140,7 @@ def _run(batching: bool, count: int, config: dict[str, Any] | None = None) -> tu
 def _decision(result: CycleResult) -> tuple[Any, ...]:
     terms = tuple((t.plugin, t.weight, t.raw.tobytes(), t.normalized.tobytes(),
                    tuple((e.metric, e.values[result.feasible_rows].tobytes(),
-                          None if e.in_flight is None else e.in_flight[result.feasible_rows].tobytes())
+                          None if e.in_flight is None else e.in_flight.take(result.feasible_rows).tobytes())
                          for e in t.evidence))
                   for t in result.terms)
     return (result.node, result.row, result.status.code, result.total.tobytes(), result.feasible_rows.tobytes(),
@@ -186,38 +186,43 @@ def _gpu_pod(i: int) -> PodInfo:
     return parse_pod(pod_object(f"g-{i:04d}", cpu="1", memory="4Gi", gpus=gpus))
 
 
+def _both_ways(nodes: int, seed: int, profile: str, pods: Callable[[int], PodInfo], count: int,
+               tie_seed: int) -> tuple[list[CycleResult], list[CycleResult], BatchStats]:
+    """The pods placed on a fresh cluster (the core bench's profile, or the default one) with batching off, then on,
+    the random tie-break seeded alike: every decision must be the same, bit for bit. Both runs' results and the
+    batched one's stats."""
+    runs: list[tuple[list[CycleResult], Batcher | None]] = []
+    for batching in (False, True):
+        harness = cluster(nodes, seed=seed, config=None if profile == "core" else {})
+        try:
+            if not batching:
+                harness.framework.batcher = None
+            harness.framework.random.seed(tie_seed)
+            runs.append(([harness.place(pods(i)) for i in range(count)], harness.framework.batcher))
+        finally:
+            harness.stop()
+    (plain, _), (batched, batcher) = runs
+    for i, (a, b) in enumerate(zip(plain, batched, strict=True)):
+        assert _decision(a) == _decision(b), f"cycle {i} differs: {a.node} vs {b.node}"
+    assert isinstance(batcher, Batcher)
+    return plain, batched, batcher.stats
+
+
 @pytest.mark.parametrize("profile", ["core", "default"])
 def test_candidates_that_fill_up_leave_the_batch_with_the_full_cycles_decisions(profile: str) -> None:
     """Nodes of 8 GPUs filled by GPU pods: each full node leaves the batches that had it as a candidate (counted
     under NodeResourcesFit's reasons, the spreading terms prepared afresh over the candidates left), and every
     decision is the full cycle's, bit for bit, until no node is left. The core bench's profile and the default
     one (where no term of the owner-less template moves everywhere: its totals are patched per row)."""
-    runs = []
-    for batching in (False, True):
-        harness = cluster(30, seed=0, config=None if profile == "core" else {})
-        framework = harness.framework
-        if not batching:
-            framework.batcher = None
-        framework.random.seed(5)
-        runs.append(([harness.place(_gpu_pod(i)) for i in range(170)], harness))
-    (plain, plain_harness), (batched, harness) = runs
-    try:
-        for i, (a, b) in enumerate(zip(plain, batched, strict=True)):
-            assert _decision(a) == _decision(b), f"cycle {i} differs: {a.node} vs {b.node}"
-        batcher = harness.framework.batcher
-        assert isinstance(batcher, Batcher)
-        stats = batcher.stats
-        assert stats.dropped >= 10, stats
-        assert stats.batched > 100, stats
-        assert stats.refused["totals not reproduced"] == 0, stats  # one candidate left: summed in order too
-        assert any(r.rejections.get("Insufficient nvidia.com/gpu") for r in batched)
-        # Nodes full for the 3-GPU template that 1-GPU pods still land on: still turned down, for the same reasons.
-        assert stats.past_non_candidates >= 10, stats
-        assert stats.refused["changed row not a candidate"] == 0, stats
-        assert plain[-1].node is None  # filled: the last ones fit nowhere
-    finally:
-        plain_harness.stop()
-        harness.stop()
+    plain, batched, stats = _both_ways(30, 0, profile, _gpu_pod, 170, 5)
+    assert stats.dropped >= 10, stats
+    assert stats.batched > 100, stats
+    assert stats.refused["totals not reproduced"] == 0, stats  # one candidate left: summed in order too
+    assert any(r.rejections.get("Insufficient nvidia.com/gpu") for r in batched)
+    # Nodes full for the 3-GPU template that 1-GPU pods still land on: still turned down, for the same reasons.
+    assert stats.past_non_candidates >= 10, stats
+    assert stats.refused["changed row not a candidate"] == 0, stats
+    assert plain[-1].node is None  # filled: the last ones fit nowhere
 
 
 def _special_gpu_pod(i: int) -> PodInfo:
@@ -236,29 +241,12 @@ def test_candidates_that_leave_keep_the_others_scores_only_while_the_highest_and
     """When candidates leave a batch, a term normalised by its highest value (NodeAffinity) keeps the others'
     values until the last preferred node fills up, and a minmax term (Cost) keeps them until its cheapest or
     dearest node leaves: both paths run, and every decision is the full cycle's, bit for bit."""
-    runs = []
-    for batching in (False, True):
-        harness = cluster(40, seed=2, config=None if profile == "core" else {})
-        framework = harness.framework
-        if not batching:
-            framework.batcher = None
-        framework.random.seed(3)
-        runs.append(([harness.place(_special_gpu_pod(i)) for i in range(200)], harness))
-    (plain, plain_harness), (batched, harness) = runs
-    try:
-        for i, (a, b) in enumerate(zip(plain, batched, strict=True)):
-            assert _decision(a) == _decision(b), f"cycle {i} differs: {a.node} vs {b.node}"
-        batcher = harness.framework.batcher
-        assert isinstance(batcher, Batcher)
-        stats = batcher.stats
-        assert stats.dropped >= 10, stats
-        renormalised = stats.renormalised
-        assert 0 < renormalised["NodeAffinity"] < stats.dropped, stats  # the highest moved, then stayed
-        assert 0 < renormalised["Cost"] < stats.dropped, stats  # an extreme left, then others did not
-        assert renormalised["NodeResourcesFit"] == 0, stats  # each value its own
-    finally:
-        plain_harness.stop()
-        harness.stop()
+    _, _, stats = _both_ways(40, 2, profile, _special_gpu_pod, 200, 3)
+    assert stats.dropped >= 10, stats
+    renormalised = stats.renormalised
+    assert 0 < renormalised["NodeAffinity"] < stats.dropped, stats  # the highest moved, then stayed
+    assert 0 < renormalised["Cost"] < stats.dropped, stats  # an extreme left, then others did not
+    assert renormalised["NodeResourcesFit"] == 0, stats  # each value its own
 
 
 def test_a_changed_node_that_was_not_a_candidate_keeps_the_batch_while_counted_the_same() -> None:

@@ -5,16 +5,18 @@ already placed (so the spreading and affinity plugins count something)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 from bench.core_bench import cluster, make_pod
-from bench.scenario import pod_object
+from bench.scenario import Harness, pod_object
 from metrics_sched.framework import Normalized
 from metrics_sched.framework.interfaces import top_score
-from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.framework.runtime import CycleResult
+from metrics_sched.model.podinfo import PodInfo, parse_pod
 
 pytestmark = pytest.mark.unit
 
@@ -61,6 +63,22 @@ def test_builtin_score_plugins_keep_their_promise() -> None:
         harness.stop()
 
 
+def _cycles(harness: Harness, count: int) -> Iterator[tuple[int, PodInfo, CycleResult]]:
+    """The full cycles of `count` shaped pods, each yielded under the state lock (the table as it scored it), then
+    the pod placed as the loop places it (assume, Reserve)."""
+    framework, state = harness.framework, harness.scheduler.state
+    for i in range(count):
+        info = parse_pod(_shaped(i))
+        with state.lock:
+            result = framework.schedule(info, state.table)
+            yield i, info, result
+            if result.node is not None:
+                state.assume(info, result.node)
+        if result.node is not None:
+            for plugin in framework.reserves:
+                plugin.reserve(result.cycle, info, result.node)
+
+
 def test_row_local_scores_read_no_other_row() -> None:
     """A plugin whose row_local_scores() is True gives a row the same raw score whichever other rows are scored
     with it (opportunistic batching keeps the others' scores when a candidate leaves a batch on that word)."""
@@ -72,24 +90,15 @@ def test_row_local_scores_read_no_other_row() -> None:
         local = {name for name, scorer in scorers.items() if scorer.row_local_scores()}
         assert {"NodeResourcesFit", "TaintToleration", "GPUTemperature", "NodeLoad"} <= local, local
         assert "Cost" not in local  # its default minmax scale reads the candidates' lowest and highest
-        for i in range(80):
-            info = parse_pod(_shaped(i))
-            with state.lock:
-                result = framework.schedule(info, state.table)
-                for term in result.terms:
-                    if term.plugin not in local or result.feasible_rows.size < 2:
-                        continue
-                    picked = np.sort(rng.choice(result.feasible_rows.size, size=result.feasible_rows.size // 2,
-                                                replace=False))
-                    scored = scorers[term.plugin].score(result.cycle, info, state.table,
-                                                        result.feasible_rows[picked])
-                    raw = np.asarray(getattr(scored, "scores", scored), dtype=np.float64)
-                    assert np.array_equal(raw, term.raw[picked], equal_nan=True), (term.plugin, info.name)
-                if result.node is not None:
-                    state.assume(info, result.node)
-            if result.node is not None:
-                for plugin in framework.reserves:
-                    plugin.reserve(result.cycle, info, result.node)
+        for _, info, result in _cycles(harness, 80):
+            for term in result.terms:
+                if term.plugin not in local or result.feasible_rows.size < 2:
+                    continue
+                picked = np.sort(rng.choice(result.feasible_rows.size, size=result.feasible_rows.size // 2,
+                                            replace=False))
+                scored = scorers[term.plugin].score(result.cycle, info, state.table, result.feasible_rows[picked])
+                raw = np.asarray(getattr(scored, "scores", scored), dtype=np.float64)
+                assert np.array_equal(raw, term.raw[picked], equal_nan=True), (term.plugin, info.name)
     finally:
         harness.stop()
 
@@ -129,32 +138,23 @@ def test_scores_kept_without_holds_the_others_scores() -> None:
     try:
         framework, state = harness.framework, harness.scheduler.state
         scorers = {scorer.name: scorer for scorer, _ in framework.scores}
-        for i in range(60):
-            info = parse_pod(_shaped(i))
-            with state.lock:
-                result = framework.schedule(info, state.table)
-                rows = result.feasible_rows
-                for term in result.terms:
-                    scorer = scorers[term.plugin]
-                    if scorer.row_local_scores() or rows.size < 4:
-                        continue
-                    finite = np.where(np.isnan(term.raw), -np.inf, term.raw)
-                    picked = ([int(np.argmax(finite))] if i % 2 else
-                              rng.choice(rows.size, size=2, replace=False).tolist())
-                    gone = np.sort(rows[picked])
-                    kept = np.ones(rows.size, dtype=bool)
-                    kept[picked] = False
-                    answer = scorer.scores_kept_without(state.table, rows, gone)
-                    answers.add(answer)
-                    if answer:
-                        scored = scorer.score(result.cycle, info, state.table, rows[kept])
-                        raw = np.asarray(getattr(scored, "scores", scored), dtype=np.float64)
-                        assert np.array_equal(raw, term.raw[kept], equal_nan=True), (term.plugin, info.name)
-                if result.node is not None:
-                    state.assume(info, result.node)
-            if result.node is not None:
-                for plugin in framework.reserves:
-                    plugin.reserve(result.cycle, info, result.node)
+        for i, info, result in _cycles(harness, 60):
+            rows = result.feasible_rows
+            for term in result.terms:
+                scorer = scorers[term.plugin]
+                if scorer.row_local_scores() or rows.size < 4:
+                    continue
+                finite = np.where(np.isnan(term.raw), -np.inf, term.raw)
+                picked = [int(np.argmax(finite))] if i % 2 else rng.choice(rows.size, size=2, replace=False).tolist()
+                gone = np.sort(rows[picked])
+                kept = np.ones(rows.size, dtype=bool)
+                kept[picked] = False
+                answer = scorer.scores_kept_without(state.table, rows, gone)
+                answers.add(answer)
+                if answer:
+                    scored = scorer.score(result.cycle, info, state.table, rows[kept])
+                    raw = np.asarray(getattr(scored, "scores", scored), dtype=np.float64)
+                    assert np.array_equal(raw, term.raw[kept], equal_nan=True), (term.plugin, info.name)
         assert answers == {True, False}, answers
     finally:
         harness.stop()
