@@ -226,7 +226,9 @@ class PodReporter:
             self._tick(self.clock())
 
     def shutdown(self, wait: bool = True) -> None:
-        """Stops the workers; with wait, after they have written what is queued."""
+        """Stops the workers; with wait, after they have written what is queued (gathered reports included)."""
+        if wait:
+            self.wake()
         with self._lock:
             self._closed = True
             self._waiting_workers = self._signalled = 0

@@ -190,3 +190,15 @@ def test_a_bind_worker_writes_the_gathered_events_itself_while_no_bind_waits() -
     finally:
         release.set()
         reporter.shutdown(wait=False)
+
+
+def test_gathered_events_are_written_at_shutdown() -> None:
+    """Scheduled events gathered for a batch that no bind worker wrote (the pool stopping) are written by the
+    reporter's shutdown(wait=True), as any queued report."""
+    api = FakeAPI()
+    reporter = PodReporter(api, "metrics-sched", workers=2)
+    for i in range(3):
+        reporter.scheduled(parse_pod(api.add_pod(pod(f"s{i}"))), "n0", wake=False)
+    assert reporter.workers() == 0
+    reporter.shutdown(wait=True)
+    assert sorted(e.pod_name for e in api.events if e.reason == "Scheduled") == ["s0", "s1", "s2"]
