@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from adapters.http_common import SourceError
+from bench.e2e_bench import SCRAPE_INTERVAL
 from devcluster import DevCluster
 from devcluster.kubeapi import Credentials, tls_context
 from metrics_sched.ports import FetchResult, NodeDirectory
@@ -288,8 +289,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     say(f"dev cluster with {args.nodes} nodes")
     variants = {"raw": [False], "recorded": [True], "both": [False, True]}[args.queries]
-    from bench.e2e_bench import SCRAPE_INTERVAL
-
     # The shape e2e_bench measures in: no controller manager, its scrape interval; the
     # recording rules loaded only when measured (each evaluation costs Prometheus CPU the raw variant would share).
     with DevCluster(nodes=args.nodes, gpus_per_node=args.gpus_per_node, scrape_interval=SCRAPE_INTERVAL,

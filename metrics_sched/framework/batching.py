@@ -166,9 +166,9 @@ class _Batch:
     cluster_pre_filters: list[tuple[PreFilterPlugin, bool]]  # re-run each cycle: (plugin, it answered Skip)
     cluster_pre_scores: list[PreScorePlugin]
     tokens: list[tuple[Callable[[], Hashable], Hashable]]  # BatchScope.token, and what it was
-    # Kept up to date while a term may move everywhere (stages.first < len(terms)); else the stored cycle's,
-    # never read again (the totals are patched per row) unless a candidate's leaving moves a term (_drop).
-    stages: _Stages
+    # The totals' pieces, kept up to date; None while no term may move everywhere (the totals are patched per row:
+    # _drop builds them for the moment when a candidate's leaving moves a term).
+    stages: _Stages | None
     # The stored cycle's filters (CycleResult.filter_trace): the feasible mask after each and its reasons, so a
     # changed row that is not a candidate can be told to be turned down, and counted, as before
     # (_still_turned_down); a row that left the batch, as the filter that turned it down then does.
@@ -335,9 +335,10 @@ class Batcher:
             return None
         whole, moved, changed, regaps = rescored
         terms = batch.terms
-        if changed and batch.stages.first < len(terms):  # else no term moves everywhere: never summed
+        if changed and batch.stages is not None:  # else no term moves everywhere: never summed
             _restage(batch.stages, terms, changed, regaps, positions)
         if whole:
+            assert batch.stages is not None  # `whole`: a term normalised over every candidate moved
             total = _staged_total(batch.stages)
         elif moved:
             total = batch.total.copy()
@@ -439,12 +440,11 @@ class Batcher:
             moved.append(index)
             self.stats.renormalised[old.plugin] += 1
         terms = batch.terms
-        if batch.stages.first < len(terms):
-            batch.stages = _narrowed_stages(batch.stages, terms, keep, np.sort(batch.position[gone]), moved)
-        elif moved:
-            batch.stages = _stages(terms)  # not kept up to date while no term moves everywhere (_Batch.stages)
+        stages = batch.stages
+        if stages is not None:
+            stages = batch.stages = _narrowed_stages(stages, terms, np.sort(batch.position[gone]), moved)
         if moved and not any(entry.cluster for entry in terms):
-            batch.total = _staged_total(batch.stages)
+            batch.total = _staged_total(stages if stages is not None else _stages(terms))
         else:
             # Each candidate's total as it was (its normalised values are), or computed again over every candidate
             # by this cycle's _rescore (a term read from the cluster moves everywhere).
@@ -667,7 +667,8 @@ class Batcher:
             cluster_pre_filters=[(p, p.name in filter_skipped) for p in framework.pre_filters if p.name in cluster],
             cluster_pre_scores=[p for p in framework.pre_scores if p.name in cluster and p.name not in kept],
             tokens=[(scope.token, scope.token()) for scope in scopes.values() if scope.token is not None],
-            stages=stages, trace=trace, moves=moves, active=active, prototype=prototype))
+            stages=stages if stages.first < len(terms) else None, trace=trace, moves=moves, active=active,
+            prototype=prototype))
         if len(self._batches) > MAX_TEMPLATES:
             del self._batches[0]
         self.stats.stored += 1
@@ -736,17 +737,12 @@ def _stages(terms: Sequence[_Term]) -> _Stages:
     return stages
 
 
-def _narrowed_stages(stages: _Stages, terms: Sequence[_Term], keep: BoolArray, gone: IntArray,
-                     moved: Sequence[int]) -> _Stages:
-    """The pieces of `stages` over the candidates where `keep` (not at the positions `gone`, ascending), for the
-    terms now (moved: those whose normalised values are not the old ones where `keep`): what _stages gives for
-    them, each piece computed per row in the same order, so a piece no moved term feeds is the old one where
-    `keep`."""
+def _narrowed_stages(stages: _Stages, terms: Sequence[_Term], gone: IntArray, moved: Sequence[int]) -> _Stages:
+    """The pieces of `stages` without the candidates at the positions `gone` (ascending), for the terms now (moved:
+    those whose normalised values are not the old ones without them): what _stages gives for them, each piece
+    computed per row in the same order, so a piece no moved term feeds is the old one without those columns."""
     first = stages.first
-    # The columns between those gone, joined: C-ordered (the sum runs down its rows), and a few copies of
-    # contiguous blocks where a boolean mask over the columns costs ten times as much.
-    bounds = [-1, *gone.tolist(), stages.matrix.shape[1]]
-    matrix: FloatArray = np.concatenate([stages.matrix[:, start + 1:end] for start, end in pairwise(bounds)], axis=1)
+    matrix = _without(stages.matrix, gone)
     if any(index < first for index in moved):
         prefix = matrix[0]
         prefix.fill(0.0)
@@ -760,10 +756,19 @@ def _narrowed_stages(stages: _Stages, terms: Sequence[_Term], keep: BoolArray, g
         for entry in terms:
             weights += _weight(entry)
     else:
-        weights = stages.weights[keep]
+        weights = _without(stages.weights, gone)
     narrowed = _Stages(first, matrix, weights)
     narrowed.weighed()
     return narrowed
+
+
+def _without(values: FloatArray, gone: IntArray) -> FloatArray:
+    """`values` without the columns (last axis) at the positions `gone` (ascending): the blocks between them joined,
+    C-ordered (a sum down the rows then runs in order), where a boolean mask over the columns of a matrix cost ten
+    times as much."""
+    bounds = [-1, *gone.tolist(), values.shape[-1]]
+    joined: FloatArray = np.concatenate([values[..., start + 1:end] for start, end in pairwise(bounds)], axis=-1)
+    return joined
 
 
 def _part(entry: _Term) -> FloatArray:

@@ -110,7 +110,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         for col in np.flatnonzero(request).tolist():
             resource = table.resources[col]
             short = table.free_by_resource[col] < request[col]
-            reasons["Too many pods" if resource == PODS else f"Insufficient {resource}"] = short
+            reasons[_reason(resource)] = short
             fits &= ~short
         return Filtered(fits, reasons)
 
@@ -141,7 +141,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
     def reasons_on_row(self, cycle: CycleState, pod: PodInfo, table: NodeTable, row: int) -> frozenset[str] | None:
         """filter()'s reasons for one row, from its free amounts alone."""
         free, resources = table.free_by_resource, table.resources
-        short = frozenset("Too many pods" if resources[col] == PODS else f"Insufficient {resources[col]}"
+        short = frozenset(_reason(resources[col])
                           for col, amount in self._needs(cycle, pod, table) if int(free[col, row]) < amount)
         return short or None
 
@@ -211,3 +211,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
             weights += weight
         result: FloatArray = total / weights if weights else total
         return result
+
+
+def _reason(resource: str) -> str:
+    """What filter() lists a node short of `resource` under (kube's InsufficientResource messages)."""
+    return "Too many pods" if resource == PODS else f"Insufficient {resource}"

@@ -164,8 +164,7 @@ class PodReporter:
         finally:
             with self._lock:
                 self._lent = False
-                if self._pending:
-                    self._signal()
+                self._signal_if_pending()
 
     def wake(self) -> None:
         """Wakes a writer for the reports gathered by scheduled(wake=False), if any wait and none is awake."""
@@ -173,8 +172,7 @@ class PodReporter:
             return
         with self._lock:
             self._gathered = False
-            if self._pending:
-                self._signal()
+            self._signal_if_pending()
 
     def failed(self, pod: PodInfo, message: str, *, reason: Literal["Unschedulable", "SchedulerError"]) -> None:
         with self._lock:
@@ -321,6 +319,11 @@ class PodReporter:
             if not by_key:
                 del self._series[uid]
         self._trim()
+
+    def _signal_if_pending(self) -> None:
+        """_signal() when reports wait (under the lock)."""
+        if self._pending:
+            self._signal()
 
     def _signal(self) -> None:
         """Work arrived. Unless the awake workers (writing, or woken) have fewer than PODS_PER_WORKER pods each to

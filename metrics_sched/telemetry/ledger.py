@@ -69,6 +69,11 @@ class _Column:
         self.dense = self.dense_observed = self.step = None
         self.pending = _Log()  # a new log: views (InFlightView) read the one they were given
 
+    def current(self, observed_at: FloatArray, table: NodeTable) -> bool:
+        """Whether `dense` (with `pending`) is the adjustment against these sample times over the table's rows."""
+        return (self.dense is not None and self.dense_observed is observed_at
+                and self.dense.shape[0] == table.capacity)
+
     def settle(self) -> None:
         """Adds the pending placements to a copy of `dense`, in order: the doubles the full computation gives
         (np.bincount sums each row's deltas in placement order)."""
@@ -139,11 +144,6 @@ class InFlightView:
             for position in where.get(placed, ()):
                 values[position] += delta
         return values
-
-    def __getitem__(self, rows: IntArray | int) -> FloatArray | float:
-        if isinstance(rows, int | np.integer):
-            return self.item(int(rows))
-        return self.take(np.asarray(rows, dtype=np.int64))
 
 
 # Placements a view adds to its settled adjustment at most; beyond, the adjustment is settled first (a copy).
@@ -299,33 +299,35 @@ class InFlightLedgerStore:
         """adjustment() as an InFlightView: the placements since it was last settled are not added to a copy of it
         (up to _VIEW_LOG of them), so reading a few rows costs a few additions."""
         with self._lock:
-            column = self._columns.get(metric)
-            if (column is not None and column.dense is not None and self._table is table
-                    and column.rows_generation == table.rows_generation and column.dense_observed is observed_at
-                    and column.dense.shape[0] == table.capacity and len(column.pending) <= _VIEW_LOG):
-                return InFlightView(column.dense, column.pending, len(column.pending))
+            column = self._column(metric, table)
+            dense = column.dense
+            if dense is not None and column.current(observed_at, table) and len(column.pending) <= _VIEW_LOG:
+                return InFlightView(dense, column.pending, len(column.pending))
         return InFlightView(self.adjustment(metric, table, observed_at), _Log(), 0)
+
+    def _column(self, metric: str, table: NodeTable) -> _Column:
+        """The metric's column, its rows those of `table` (under the lock)."""
+        if self._table is not table:
+            self._table = table
+            for each in self._columns.values():
+                each.rows_generation = -1
+                each.forget_dense()
+        column = self._columns.get(metric)
+        if column is None:
+            column = self._columns[metric] = _Column()
+        if column.rows_generation != table.rows_generation:
+            # Nodes came or went since: look the rows up again (rare).
+            column.rows[: column.size] = [table.index.get(n, -1) for n in column.nodes]
+            column.rows_generation = table.rows_generation
+            column.forget_dense()
+        return column
 
     def adjustment(self, metric: str, table: NodeTable, observed_at: FloatArray) -> FloatArray:
         """Per row: the summed deltas of placements made after that row's sample was measured (read-only;
         the same array until a placement, a removal or new samples change it)."""
         with self._lock:
-            if self._table is not table:
-                self._table = table
-                for each in self._columns.values():
-                    each.rows_generation = -1
-                    each.forget_dense()
-            found = self._columns.get(metric)
-            if found is None:
-                found = self._columns[metric] = _Column()
-            column = found
-            if column.rows_generation != table.rows_generation:
-                # Nodes came or went since: look the rows up again (rare).
-                column.rows[: column.size] = [table.index.get(n, -1) for n in column.nodes]
-                column.rows_generation = table.rows_generation
-                column.forget_dense()
-            if (column.dense is not None and column.dense_observed is observed_at
-                    and column.dense.shape[0] == table.capacity):
+            column = self._column(metric, table)
+            if column.dense is not None and column.current(observed_at, table):
                 column.settle()
                 return column.dense
             rows = column.rows[: column.size]

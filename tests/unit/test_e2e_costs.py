@@ -129,7 +129,7 @@ def test_the_record_holds_each_candidates_numbers_as_read_one_by_one() -> None:
                     assert raw.metric == evidence.metric and raw.sources == list(evidence.sources)
                     assert raw.value == pytest.approx(_reference(evidence.values[row]), abs=1e-9)
                     assert raw.age_seconds == pytest.approx(_reference(now - evidence.observed_at[row]), abs=1e-9)
-                    in_flight = None if evidence.in_flight is None else _reference(evidence.in_flight[row])
+                    in_flight = None if evidence.in_flight is None else _reference(evidence.in_flight.item(int(row)))
                     assert raw.in_flight == pytest.approx(in_flight, abs=1e-9)
     assert any(m.value is not None for c in record.candidates for t in c.terms for m in t.metrics)
 
