@@ -374,8 +374,13 @@ class Framework:
         if not placed:
             return
         total = result.total if allowed is None else np.where(allowed, result.total, -np.inf)
-        best = np.flatnonzero(total == total.max())
-        pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
+        # The first highest, and the others only when there are (count_nonzero makes no array of positions): the
+        # same pick as a draw among flatnonzero(total == max), and the same draws.
+        pick = int(total.argmax())
+        top = total[pick]
+        if top != top or np.count_nonzero(total == top) > 1:  # tied, or NaN (then max() is NaN too: as before)
+            best = np.flatnonzero(total == total.max())
+            pick = int(best[self.random.randrange(best.size)]) if best.size > 1 else int(best[0])
         result.row = int(rows[pick])
         result.node = table.name(result.row)
 

@@ -33,7 +33,8 @@ from metrics_sched.framework import (
     Status,
 )
 from metrics_sched.framework.signature import BatchScope, Reads
-from metrics_sched.state.cluster_state import WILDCARD_IP, HostPort, PodRecord, host_ports
+from metrics_sched.state.cluster_state import PodRecord
+from metrics_sched.state.pod_shape import WILDCARD_IP, HostPort, host_ports
 
 ERR_REASON = "node(s) didn't have free ports for the requested pod ports"
 

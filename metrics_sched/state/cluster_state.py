@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from metrics_sched.model.affinity import NO_TERMS, AffinityTerm, PodAffinityTerms, TermKind, parse_affinity
+from metrics_sched.model.affinity import NO_TERMS, AffinityTerm, PodAffinityTerms, TermKind
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resize import ResourceFields, occupied_requests, resource_fields
 from metrics_sched.model.resources import CPU, MEMORY
-from metrics_sched.model.selectors import SelectorError
 from metrics_sched.model.volumes import NO_VOLUMES, PodVolumes
 from metrics_sched.state.disruption_budgets import DisruptionBudgets
 from metrics_sched.state.namespaces import NamespaceIndex
@@ -32,38 +31,15 @@ from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, Node
 from metrics_sched.state.nominations import Nominations
 from metrics_sched.state.pod_groups import PodGroupStore
 from metrics_sched.state.pod_index import PodIndex, PodQuery
+from metrics_sched.state.pod_shape import WILDCARD_IP, HostPort, PodShapes
 from metrics_sched.state.volume_usage import VolumeUsage
 from metrics_sched.state.volumes import VolumeStore
 from metrics_sched.state.workloads import WorkloadSelectors
 
-# A host port as kube-scheduler keys it (HostPortInfo): (hostIP, protocol, hostPort), with an empty hostIP
-# read as the wildcard 0.0.0.0 and an empty protocol as TCP.
-HostPort = tuple[str, str, int]
-WILDCARD_IP = "0.0.0.0"
 _ANY_IP = "*"  # the per-row count over every hostIP of a (protocol, port): what a wildcard port conflicts with
 # What the rebalancer reads to know a pod may never be evicted: a static pod's mirror, or an opt-out.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVICTABLE_ANNOTATION = "metrics-sched.io/evictable"
-
-
-def host_ports(pod: Mapping[str, Any]) -> tuple[HostPort, ...]:
-    """The host ports a pod holds on its node (kube-scheduler's util.GetHostPorts): the ports with a hostPort
-    > 0 of its containers and of its sidecars (init containers with restartPolicy: Always)."""
-    spec = pod.get("spec") or {}
-    found: list[HostPort] = []
-    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    for container in (*sidecars, *(spec.get("containers") or [])):
-        for port in container.get("ports") or ():
-            raw = port.get("hostPort")
-            if not raw:
-                continue
-            try:
-                number = int(raw)
-            except (TypeError, ValueError):
-                continue
-            if number > 0:
-                found.append((port.get("hostIP") or WILDCARD_IP, port.get("protocol") or "TCP", number))
-    return tuple(found)
 
 
 class Placement(enum.StrEnum):
@@ -148,6 +124,8 @@ class ClusterState:
         self.lock = threading.RLock()
         self.table = NodeTable()
         self.pods: dict[str, PodRecord] = {}
+        # What a pod of a spec holds and carries, shared by the records of the pods of one spec.
+        self.shapes = PodShapes(self.table)
         self._waiting: dict[str, set[str]] = {}
         # Owner (controller) -> per-row count of its placed pods, and its total: an owner whose last pod leaves
         # is dropped, so finished Jobs do not pile up one array each.
@@ -281,14 +259,11 @@ class ClusterState:
         """The record the pod would have on `node`, neither stored nor counted (preemption holds a nominated
         pod's room with it)."""
         # What the pod holds on its node: its spec's requests, or more while an in-place resize is under way.
-        requests, non_zero = occupied_requests(info)
+        shape = self.shapes.of(info)
         record = PodRecord(
-            uid=info.uid, namespace=info.namespace, name=info.name, node=node,
-            vector=self.table.vector(requests),
-            nonzero=(non_zero.get(CPU, 0), non_zero.get(MEMORY, 0)),
-            owner_key=info.owner_key, assumed=assumed, host_ports=host_ports(info.raw),
-            terminating=info.deleting, affinity=_affinity(info),
-            resources=resource_fields(info.raw), volumes=info.volumes,
+            uid=info.uid, namespace=info.namespace, name=info.name, node=node, vector=shape.vector,
+            nonzero=shape.nonzero, owner_key=info.owner_key, assumed=assumed, host_ports=shape.host_ports,
+            terminating=info.deleting, affinity=shape.affinity, resources=shape.resources, volumes=info.volumes,
             priority=info.priority, scheduler_name=sys.intern(info.scheduler_name),
         )
         _set_metadata(record, info)
@@ -502,8 +477,3 @@ def _preempted_by_scheduler(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def _affinity(info: PodInfo) -> PodAffinityTerms:
-    try:
-        return parse_affinity(info.raw)
-    except SelectorError:  # the API server validated it; a term we cannot read selects nothing
-        return NO_TERMS

@@ -4,10 +4,12 @@ with backoff; a Bind plugin's status is honoured; Permit can hold a pod until an
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,9 +42,12 @@ from metrics_sched.framework import (
     parse_args,
 )
 from metrics_sched.framework.registry import Registry
+from metrics_sched.framework.runtime import CycleResult, Framework
+from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins.default_binder import REREAD_ATTEMPTS, DefaultBinder
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
+from metrics_sched.state.node_table import parse_node
 from tests.polling import poll
 from tests.unit.fakes import FakeAPI, node, pod
 from tests.unit.test_scheduler import drain
@@ -595,3 +600,27 @@ def test_the_sample_wraps_to_the_first_feasible_node_past_the_last() -> None:
     feasible = np.arange(500, dtype=np.int64)  # of 2,000 nodes, only the first 500 fit
     assert framework._sample(feasible, 2000).tolist() == list(range(200))
     assert framework._sample(feasible, 2000).tolist() == list(range(200, 400))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_choose_takes_the_highest_and_draws_among_ties_as_a_draw_over_all_of_them(seed: int) -> None:
+    """The pick is the only highest total, or a draw among the tied highest with the profile's random, drawing as
+    `best[random.randrange(len(best))]` over flatnonzero(total == max) (kube-scheduler's selectHost): the same
+    draws, so a seeded run keeps its decisions."""
+    table = NodeTable()
+    for i in range(40):
+        table.upsert(parse_node(node(f"n{i}")))
+    rng = np.random.default_rng(seed)
+    rows = np.arange(40, dtype=np.int64)
+    for ties in (1, 2, 7):
+        total = np.round(rng.random(40) * 50, 1)
+        top = np.sort(rng.choice(40, size=ties, replace=False))
+        total[top] = 90.0
+        picker = SimpleNamespace(_place=lambda *_: (True, None), random=random.Random(seed))
+        result = CycleResult(pod=parse_pod(pod("p")), profile="p", nodes_total=40)
+        result.total = total
+        Framework.choose(picker, result, table, rows)  # type: ignore[arg-type]
+        reference = random.Random(seed)
+        expected = int(top[reference.randrange(ties)]) if ties > 1 else int(top[0])
+        assert result.row == expected and result.node == f"n{expected}"
+        assert picker.random.random() == reference.random()  # as many draws as the reference made
