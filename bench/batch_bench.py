@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
 import json
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.core_bench import CORE_CONFIG, make_cluster, replicaset
+from bench.core_bench import CORE_CONFIG, make_cluster, released, replicaset, synced
 from bench.scenario import Harness, build_scheduler, pod_object
 from metrics_sched.framework.batching import Batcher
 from metrics_sched.model.podinfo import parse_pod
@@ -85,18 +84,21 @@ def place(config: dict[str, Any], n_nodes: int, pods: list[dict[str, Any]], *, b
         cpu = np.zeros(len(infos))
         thread_clock = time.thread_time
         nodes: list[str | None] = []
-        gc.collect()
-        for i, info in enumerate(infos):
-            t0, c0 = clock(), thread_clock()
-            with state.lock:
-                result = framework.schedule(info, state.table)
+        synced()  # the collector as the scheduler sets it after its initial sync (the core bench's measurement too)
+        try:
+            for i, info in enumerate(infos):
+                t0, c0 = clock(), thread_clock()
+                with state.lock:
+                    result = framework.schedule(info, state.table)
+                    if result.node is not None:
+                        state.assume(info, result.node)
+                seconds[i], cpu[i] = clock() - t0, thread_clock() - c0
                 if result.node is not None:
-                    state.assume(info, result.node)
-            seconds[i], cpu[i] = clock() - t0, thread_clock() - c0
-            if result.node is not None:
-                for plugin in framework.reserves:
-                    plugin.reserve(result.cycle, info, result.node)
-            nodes.append(result.node)
+                    for plugin in framework.reserves:
+                        plugin.reserve(result.cycle, info, result.node)
+                nodes.append(result.node)
+        finally:
+            released()
         placed = sum(node is not None for node in nodes)
         out: dict[str, Any] = {
             "placed": placed,
