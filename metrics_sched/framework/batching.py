@@ -342,8 +342,11 @@ class Batcher:
             total = _staged_total(batch.stages)
         elif moved:
             total = batch.total.copy()
-            for position in positions.tolist():
-                total[position] = _row_total(terms, position)
+            if positions.size > _FEW:
+                total[positions] = _rows_total(terms, positions)
+            else:
+                for position in positions.tolist():
+                    total[position] = _row_total(terms, position)
         else:
             total = batch.total
         result.terms = [entry.term for entry in terms]
@@ -829,7 +832,19 @@ def _restage(stages: _Stages, terms: Sequence[_Term], changed: Sequence[int], re
         prefix, row_weights = matrix[0], stages.weights
         before = [(entry.term.normalized, entry.term.weight) for entry in terms[:first]] if prefix_moved else []
         every = [(entry.term.normalized, entry.term.weight) for entry in terms] if reweigh else []
-        for position in positions.tolist():
+        if positions.size > _FEW:
+            # The same operations on the rows gathered, a matrix per sum (a row per term, added down the rows in order,
+            # as the Python loop below adds them): a Python float per row and term cost more beyond a few rows.
+            if prefix_moved:
+                prefix[positions] = _weighted_sums(before, positions)[0]
+            for normalized, term_weight, part_of in own:
+                values = normalized[positions]
+                part_of[positions] = np.where(values == values, values * term_weight, 0.0)
+            if reweigh:
+                row_weights[positions] = _weighted_sums(every, positions)[1]
+                if not (row_weights[positions] > 0).all():
+                    stages.positive = False
+        for position in positions.tolist() if positions.size <= _FEW else ():
             if prefix_moved:
                 total = 0.0
                 for normalized, term_weight in before:
@@ -898,6 +913,28 @@ def _row_total(terms: Sequence[_Term], position: int) -> float:
             total += value * entry.term.weight
             weights += entry.term.weight
     return total / weights if weights > 0 else 0.0
+
+
+def _weighted_sums(terms: Sequence[tuple[FloatArray, float]], positions: IntArray) -> tuple[FloatArray, FloatArray]:
+    """Per position (more than one): the sum of value x weight over the terms whose value is not NaN, and of their
+    weights, added in the terms' order (_row_total's additions: a C-contiguous matrix reduced down its rows adds them
+    in order; adding 0.0 for a NaN leaves a sum as skipping it does)."""
+    if not terms:
+        zeros: FloatArray = np.zeros(positions.size)
+        return zeros, zeros
+    values = np.array([normalized.take(positions) for normalized, _ in terms])
+    weights = np.array([[weight] for _, weight in terms], dtype=np.float64)
+    present = values == values
+    sums: FloatArray = np.add.reduce(np.where(present, values * weights, 0.0), axis=0)
+    weight_sums: FloatArray = np.add.reduce(np.where(present, weights, 0.0), axis=0)
+    return sums, weight_sums
+
+
+def _rows_total(terms: Sequence[_Term], positions: IntArray) -> FloatArray:
+    """_row_total of each of several positions, in numpy (the same doubles)."""
+    sums, weights = _weighted_sums([(entry.term.normalized, entry.term.weight) for entry in terms], positions)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weights > 0, sums / np.where(weights > 0, weights, 1.0), 0.0)
 
 
 def _may_move(entry: _Recheck | None, ledger: dict[str, int]) -> FilterPlugin | None:

@@ -11,7 +11,16 @@ import pytest
 
 from bench.core_bench import cluster
 from bench.scenario import pod_object
-from metrics_sched.framework.batching import _light_result, _restage, _staged_total, _stages, _Term
+from metrics_sched.framework.batching import (
+    _FEW,
+    _light_result,
+    _restage,
+    _row_total,
+    _rows_total,
+    _staged_total,
+    _stages,
+    _Term,
+)
 from metrics_sched.framework.interfaces import Normalized, ScorePlugin, unchanged
 from metrics_sched.framework.runtime import CycleResult, ScoreTerm
 from metrics_sched.framework.scoring import WeightedMean
@@ -57,8 +66,10 @@ def test_staged_totals_are_weighted_means_before_and_after_a_patch(seed: int) ->
     terms = [_term(values(gaps=i in (1, 3)), weight, everywhere) for i, (weight, everywhere) in enumerate(layout)]
     stages = _stages(terms)
     assert _staged_total(stages).tobytes() == _weighted_mean(terms).tobytes()
-    for _ in range(5):  # batched cycles: a few rows of the local terms move, the terms that move everywhere move
-        positions = np.sort(rng.choice(size, size=int(rng.integers(1, 12)), replace=False)).astype(np.int64)
+    # Batched cycles: a few rows of the local terms move (up to _FEW one by one in Python, more in numpy), the terms
+    # that move everywhere move.
+    for _ in range(5):
+        positions = np.sort(rng.choice(size, size=int(rng.integers(1, 24)), replace=False)).astype(np.int64)
         changed: list[int] = []
         regaps = False
         for index, entry in enumerate(terms):
@@ -79,6 +90,26 @@ def test_staged_totals_are_weighted_means_before_and_after_a_patch(seed: int) ->
             changed.append(index)
         _restage(stages, terms, changed, regaps, positions)
         assert _staged_total(stages).tobytes() == _weighted_mean(terms).tobytes()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_totals_of_many_rows_at_once_are_each_rows_total(seed: int) -> None:
+    """_rows_total (numpy, beyond _FEW changed candidates) gives _row_total's doubles: NaN terms left out, a row
+    with no term at all 0."""
+    rng = np.random.default_rng(seed)
+    size = 300
+    terms = []
+    for weight in (1, 2, 3, 1, 2):
+        drawn = rng.random(size) * 100
+        drawn[rng.random(size) < 0.3] = np.nan
+        terms.append(_term(drawn, weight, everywhere=False))
+    for entry in terms:
+        entry.term.normalized[:4] = np.nan  # rows without any term
+    positions = np.sort(rng.choice(size, size=_FEW + 20, replace=False)).astype(np.int64)
+    positions[0] = 0
+    many = _rows_total(terms, positions)
+    assert many.tobytes() == np.array([_row_total(terms, p) for p in positions.tolist()]).tobytes()
+    assert many[0] == 0.0
 
 
 def test_a_batched_cycles_light_result_is_the_constructors() -> None:
