@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
@@ -95,10 +95,11 @@ class InFlightValues(Protocol):
     def item(self, row: int) -> float: ...
 
 
-@dataclass(frozen=True)
-class MetricEvidence:
+class MetricEvidence(NamedTuple):
     """The raw telemetry behind a score term, for the decision record. Over ALL the table's rows (index by
-    row, not by position among the candidates): the arrays are the cache's own, shared, never copied."""
+    row, not by position among the candidates): the arrays are the cache's own, shared, never copied. (A named
+    tuple: as immutable as a frozen dataclass, made at a third of the cost, and a batched cycle makes one per metric
+    it re-scores.)"""
 
     metric: str
     values: FloatArray  # the sample as measured (without the in-flight part), NaN where none is fresh

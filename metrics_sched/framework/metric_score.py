@@ -375,6 +375,8 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         weights = self._weights
         if many:
             combined = parts[0] if len(parts) == 1 and weights[0] == 1 else nan_weighted_mean(parts, weights, len(at))
+        elif len(at) == 1:  # the usual case: the last placement's row
+            combined = np.array([_weighted_mean_one([values[0] for values in scored], weights)], dtype=np.float64)
         else:
             combined = np.array([_weighted_mean_one([values[i] for values in scored], weights)
                                  for i in range(len(at))], dtype=np.float64)

@@ -30,14 +30,20 @@ from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, Node
 @dataclass(slots=True)
 class _Log:
     """Placements added to a settled adjustment, as (row, delta) in order: append-only (a view reads the prefix it was
-    given), with the index of each row's first entry (a view's row without one reads the settled value alone)."""
+    given), and per row its entries as (index in the log, delta), so a view reads a row's own entries alone (a row
+    without any reads the settled value)."""
 
     entries: list[tuple[int, float]] = field(default_factory=list)
-    first: dict[int, int] = field(default_factory=dict)
+    by_row: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
 
     def add(self, row: int, delta: float) -> None:
-        self.first.setdefault(row, len(self.entries))
+        index = len(self.entries)
         self.entries.append((row, delta))
+        mine = self.by_row.get(row)
+        if mine is None:
+            self.by_row[row] = [(index, delta)]
+        else:
+            mine.append((index, delta))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -85,7 +91,7 @@ class _Column:
             updated[row] += delta
         updated.flags.writeable = False
         # Ascending; an array only for the reader that patches from it (most batched cycles read none).
-        changed = tuple(sorted(pending.first))
+        changed = tuple(sorted(pending.by_row))
         self.pending = _Log()
         self.dense = updated
         self.step = (updated, dense, changed)
@@ -118,31 +124,29 @@ class InFlightView:
 
     def item(self, row: int) -> float:
         value: float = self.base.item(row)
-        start = self.log.first.get(row, self.size)
-        entries = self.log.entries
-        for at in range(start, self.size):
-            placed, delta = entries[at]
-            if placed == row:
+        mine = self.log.by_row.get(row)
+        if mine is not None:
+            size = self.size
+            for index, delta in mine:  # in the log's order
+                if index >= size:
+                    break
                 value += delta
         return value
 
     def take(self, rows: IntArray) -> FloatArray:
         values: FloatArray = self.base.take(rows)
-        size, first = self.size, self.log.first
+        size, by_row = self.size, self.log.by_row
         if not size:
             return values
-        where: dict[int, list[int]] = {}
-        start = size
         for position, row in enumerate(rows.tolist()):
-            at = first.get(row, size)
-            if at < size:
-                where.setdefault(row, []).append(position)
-                start = min(start, at)
-        entries = self.log.entries
-        for at in range(start, size):
-            placed, delta = entries[at]
-            for position in where.get(placed, ()):
-                values[position] += delta
+            mine = by_row.get(row)
+            if mine is not None and mine[0][0] < size:
+                value = values.item(position)
+                for index, delta in mine:  # in the log's order: the additions settle() makes
+                    if index >= size:
+                        break
+                    value += delta
+                values[position] = value
         return values
 
 

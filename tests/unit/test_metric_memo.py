@@ -9,7 +9,7 @@ import pytest
 from bench.core_bench import cluster, make_pod
 from metrics_sched.framework.metric_score import _FEW_SCORED, MetricScorePlugin
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.telemetry.ledger import InFlightView
+from metrics_sched.telemetry.ledger import InFlightView, _Log
 
 pytestmark = pytest.mark.unit
 
@@ -116,3 +116,21 @@ def test_a_few_rows_scored_without_the_memos_equal_the_memo_path() -> None:
         assert viewed > 20  # views with placements added since the adjustment was settled
     finally:
         harness.stop()
+
+
+def test_a_view_reads_its_rows_entries_up_to_its_size_in_the_logs_order() -> None:
+    """InFlightView over a log that grew after it was taken: each row adds its own entries made before the view, in
+    the log's order (the additions settle() makes), and nothing after; rows without entries read the settled value."""
+    rng = np.random.default_rng(9)
+    base = rng.random(20)
+    log = _Log()
+    for _ in range(40):
+        log.add(int(rng.integers(0, 6)), float(rng.random() * 1e-3))
+    for size in (0, 1, 17, 40):
+        view = InFlightView(base, log, size)
+        expected = base.copy()
+        for row, delta in log.entries[:size]:
+            expected[row] += delta
+        rows = np.array([5, 0, 19, 3, 3, 1], dtype=np.int64)
+        assert view.take(rows).tobytes() == expected[rows].tobytes()
+        assert [view.item(row) for row in range(20)] == expected.tolist()
