@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from bench.core_bench import cluster, make_pod
-from metrics_sched.framework.metric_score import _FEW_SCORED, MetricScorePlugin
+from metrics_sched.framework.metric_score import _FEW_SCORED, MetricScorePlugin, MetricTerm, Scale
+from metrics_sched.framework.scoring import nan_weighted_mean
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.telemetry.ledger import InFlightView, _Log
 
@@ -134,3 +135,38 @@ def test_a_view_reads_its_rows_entries_up_to_its_size_in_the_logs_order() -> Non
         rows = np.array([5, 0, 19, 3, 3, 1], dtype=np.int64)
         assert view.take(rows).tobytes() == expected[rows].tobytes()
         assert [view.item(row) for row in range(20)] == expected.tolist()
+
+
+class _Three(MetricScorePlugin):
+    name = "Three"
+    TERMS = (MetricTerm("a", better="lower", scale=Scale("range", 0.0, 1.0)),
+             MetricTerm("b", better="higher", scale=Scale("range", 10.0, 90.0), weight=2.5),
+             MetricTerm("c", better="lower", scale=Scale("range", -1.0, 3.0), weight=0.5))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_terms_scored_at_once_on_a_few_rows_are_the_terms_scored_one_by_one(seed: int) -> None:
+    """_fused_rows (a batched cycle's changed rows, more than _FEW of them) gives what Scale.apply per term, 0 where
+    a LOWEST term has no value, and nan_weighted_mean of them give: values outside the range, NaN, ±inf, missing
+    values scored lowest, and rows where no term has a value."""
+    plugin = _Three(None, None)  # type: ignore[arg-type]  # no handle: only the terms are read
+    rng = np.random.default_rng(seed)
+    rows = 12
+    values = rng.uniform(-2.0, 100.0, (3, rows))
+    values[rng.random((3, rows)) < 0.2] = np.nan
+    values[0, 1], values[1, 2], values[2, 2] = np.inf, -np.inf, np.inf
+    values[:, 3] = np.nan  # no term has a value there
+    lowest = [(1, rng.random(rows) < 0.3)] if seed % 2 else []
+    parts = []
+    for index, term in enumerate(plugin._terms):
+        part = term.scale.apply(values[index].copy(), term.better)
+        for at, missing in lowest:
+            if at == index:
+                part = np.where(missing, 0.0, part)
+        parts.append(part)
+    expected = nan_weighted_mean(parts, plugin._weights, rows)
+    assert plugin._fused_rows(values, lowest).tobytes() == expected.tobytes()
+    gapless = np.nan_to_num(values, nan=0.5, posinf=0.5, neginf=0.5)
+    expected = nan_weighted_mean([t.scale.apply(gapless[i].copy(), t.better) for i, t in enumerate(plugin._terms)],
+                                 plugin._weights, rows)
+    assert plugin._fused_rows(gapless, []).tobytes() == expected.tobytes()
