@@ -30,6 +30,7 @@ from metrics_sched.framework.handle import Handle
 from metrics_sched.framework.interfaces import (
     Filtered,
     FilterPlugin,
+    InFlightValues,
     MetricAwarePlugin,
     MetricEvidence,
     Normalized,
@@ -151,6 +152,29 @@ def read_metric(handle: Handle, metric: str, table: NodeTable, *, with_ledger: b
     return MetricRead(column, measured, ~column.fresh, None, measured)
 
 
+@dataclass(frozen=True, slots=True)
+class _RowRead:
+    """One term's reads for scoring a few rows (_score_few)."""
+
+    column: MetricColumn
+    measured: FloatArray
+    missing: BoolArray
+    in_flight: InFlightValues | None
+    lowest: bool  # the contract's onMissing: lowest (a row without a fresh value scores 0)
+
+
+@dataclass(slots=True)
+class _RowsKept:
+    """Scores of rows kept between batched cycles (_kept_rows): valid for these columns and this validity; a row's
+    score for as long as its pods have not changed since `stamp` (NodeTable.pod_stamp when it was computed; -1:
+    never)."""
+
+    columns: tuple[MetricColumn, ...]
+    validity: tuple[int | bool, ...]
+    scores: FloatArray
+    stamp: IntArray
+
+
 @dataclass
 class _Memo:
     """One term's reads and scores over all rows, kept while the column (values and fresh mask) and the
@@ -193,6 +217,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         self._memos: dict[tuple[str, bool], _Memo] = {}
         self._combined: tuple[tuple[object, ...], FloatArray] | None = None  # all terms pointwise: their mean
         self._scope: BatchScope | None = None
+        self._rows_kept: _RowsKept | None = None
 
     def _memo(self, metric: str, table: NodeTable, with_ledger: bool) -> _Memo:
         column = self.handle.metrics.column(metric, table)
@@ -345,55 +370,78 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         pointwise: each row's value straight from the column and the ledger's adjustment, scaled and averaged in
         Python floats, or in numpy on the gathered rows beyond _FEW of them (the same IEEE operations in the same
         order as the memo's patch, Scale.apply and the weighted mean: the same doubles), with the evidence a full
-        score() gives. The memos are left as they are: the next
+        score() gives. Beyond _FEW rows, the rows' scores are kept (_RowsKept) and only those whose pods changed
+        since are computed: a batched cycle of one template re-scores the rows the others placed on since its last
+        pod, and the score of a row is the pod's whatever the template. The memos are left as they are: the next
         score() over many rows patches them from the rows where the adjustment differs. None (the memo path runs)
         until a memo holds the column's measured values."""
         ledger = self.handle.ledger
         placed = len(ledger) > 0
-        # Beyond a few rows the same operations on the gathered rows in numpy (Scale.apply, the weighted mean:
-        # the same doubles as apply_one and _weighted_mean_one) cost less than a Python loop per row and term.
-        many = rows.shape[0] > _FEW
-        at = rows.tolist()
-        scored: list[list[float]] = []
-        gathered = np.empty((len(self._terms), len(at))) if many else None
-        lowest_missing: list[tuple[int, BoolArray]] = []
+        reads: list[_RowRead] = []
         evidence: list[MetricEvidence] = []
-        for index, term in enumerate(self._terms):
+        for term in self._terms:
             column = self.handle.metrics.column(term.metric, table)
             memo = self._memos.get((term.metric, term.ledger))
             if memo is None or memo.column is not column or memo.read.measured is None:
                 return None
-            measured, missing = memo.read.measured, memo.read.missing
+            measured = memo.read.measured
             in_flight = ledger.view(term.metric, table, column.observed_at) if term.ledger and placed else None
             evidence.append(MetricEvidence(column.metric, measured, in_flight, column.observed_at,
                                            tuple(column.sources)))
-            lowest = column.contract.on_missing == OnMissing.LOWEST
-            if gathered is not None:
-                if in_flight is None:
-                    measured.take(rows, out=gathered[index])
-                else:
-                    np.add(measured.take(rows), in_flight.take(rows), out=gathered[index])
-                if lowest:
-                    lowest_missing.append((index, missing[rows]))
-                continue
-            scale, better = term.scale, term.better
-            values: list[float] = []
-            for row in at:
-                if lowest and missing[row]:
-                    values.append(0.0)
-                    continue
-                value = measured.item(row) if in_flight is None else measured.item(row) + in_flight.item(row)
-                values.append(scale.apply_one(value, better))
-            scored.append(values)
-        weights = self._weights
-        if gathered is not None:
-            combined = self._fused_rows(gathered, lowest_missing)
-        elif len(at) == 1:  # the usual case: the last placement's row
-            combined = np.array([_weighted_mean_one([values[0] for values in scored], weights)], dtype=np.float64)
+            reads.append(_RowRead(column, measured, memo.read.missing, in_flight,
+                                  column.contract.on_missing == OnMissing.LOWEST))
+        if rows.shape[0] <= _FEW:
+            combined = np.array([self._row_score(reads, row) for row in rows.tolist()], dtype=np.float64)
         else:
-            combined = np.array([_weighted_mean_one([values[i] for values in scored], weights)
-                                 for i in range(len(at))], dtype=np.float64)
+            combined = self._kept_rows(reads, table, rows, ledger.removals, placed)
         return ScoreDetail(combined, tuple(evidence))
+
+    def _row_score(self, reads: Sequence[_RowRead], row: int) -> float:
+        """One row's score in Python floats (apply_one, _weighted_mean_one: the vector form's doubles)."""
+        parts: list[float] = []
+        for term, read in zip(self._terms, reads, strict=True):
+            if read.lowest and read.missing[row]:
+                parts.append(0.0)
+                continue
+            value = read.measured.item(row)
+            if read.in_flight is not None:
+                value += read.in_flight.item(row)
+            parts.append(term.scale.apply_one(value, term.better))
+        return _weighted_mean_one(parts, self._weights)
+
+    def _kept_rows(self, reads: Sequence[_RowRead], table: NodeTable, rows: IntArray, removals: int,
+                   placed: bool) -> FloatArray:
+        """The scores of `rows` (more than _FEW), from those kept, computed again on the rows whose pods changed
+        since they were (a row's in-flight part moves only with a placement on it, which changes its pods) and on
+        any not computed yet. The kept scores go with what every row's are computed from besides its own
+        placements: the columns (new samples, freshness judged again), the ledger's removals, whether it holds any
+        placement, and the table's rows."""
+        columns = tuple(read.column for read in reads)
+        validity = (removals, placed, table.capacity, table.rows_generation, table.nodes_generation)
+        kept = self._rows_kept
+        if kept is None or kept.validity != validity or any(
+                a is not b for a, b in zip(kept.columns, columns, strict=True)):
+            kept = self._rows_kept = _RowsKept(columns, validity, np.full(table.capacity, np.nan),
+                                               np.full(table.capacity, -1, dtype=np.int64))
+        stale = rows[kept.stamp[rows] < table.row_pod_stamp[rows]]
+        if stale.size > _FEW:
+            values = np.empty((len(reads), stale.size))
+            lowest_missing: list[tuple[int, BoolArray]] = []
+            for index, read in enumerate(reads):
+                if read.in_flight is None:
+                    read.measured.take(stale, out=values[index])
+                else:
+                    np.add(read.measured.take(stale), read.in_flight.take(stale), out=values[index])
+                if read.lowest:
+                    lowest_missing.append((index, read.missing[stale]))
+            kept.scores[stale] = self._fused_rows(values, lowest_missing)
+        elif stale.size:
+            scores = kept.scores
+            for row in stale.tolist():
+                scores[row] = self._row_score(reads, row)
+        kept.stamp[stale] = table.pod_stamp
+        result: FloatArray = kept.scores[rows]
+        return result
 
     def _fused_rows(self, values: FloatArray, lowest_missing: Sequence[tuple[int, BoolArray]]) -> FloatArray:
         """Every term's Scale.apply of its row of `values` (terms x rows: more than one row), 0 where a LOWEST term

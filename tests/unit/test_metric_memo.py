@@ -170,3 +170,45 @@ def test_the_terms_scored_at_once_on_a_few_rows_are_the_terms_scored_one_by_one(
     expected = nan_weighted_mean([t.scale.apply(gapless[i].copy(), t.better) for i, t in enumerate(plugin._terms)],
                                  plugin._weights, rows)
     assert plugin._fused_rows(gapless, []).tobytes() == expected.tobytes()
+
+
+def test_the_scores_kept_for_a_few_rows_are_computed_again_only_where_they_may_have_moved(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond _FEW rows, _score_few keeps each row's score and computes again only the rows whose pods changed since
+    (a placement's row), and every row after a ledger removal or new samples; the scores stay the memo path's."""
+    from metrics_sched.framework.cycle_state import CycleState
+
+    harness = cluster(300, seed=5)
+    try:
+        plugin = next(p for p in harness.framework.instances.values()
+                      if isinstance(p, MetricScorePlugin) and p._pointwise and p.name == "NodeLoad")
+        table = harness.scheduler.state.table
+        every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+        computed: list[int] = []
+        row_score, fused = plugin._row_score, plugin._fused_rows
+        monkeypatch.setattr(plugin, "_row_score", lambda reads, row: computed.append(1) or row_score(reads, row))
+        monkeypatch.setattr(plugin, "_fused_rows",
+                            lambda values, lowest: computed.append(values.shape[1]) or fused(values, lowest))
+
+        def scored(rows: np.ndarray) -> np.ndarray:
+            computed.clear()
+            small = plugin.score(CycleState(), parse_pod(make_pod(999)), table, rows).scores
+            whole = plugin.score(CycleState(), parse_pod(make_pod(999)), table, every).scores
+            np.testing.assert_array_equal(small, whole[np.searchsorted(every, rows)])
+            return small
+
+        results = [harness.place(parse_pod(make_pod(i))) for i in range(3)]
+        rows = np.sort(np.unique(np.concatenate([every[:12], [table.index[r.node] for r in results]])))
+        scored(rows)
+        assert sum(computed) == rows.size  # first time: every row
+        scored(rows)
+        assert sum(computed) == 0  # nothing changed
+        placed = harness.place(parse_pod(make_pod(3)))
+        rows = np.union1d(rows, [table.index[placed.node]]).astype(np.int64)
+        scored(rows)
+        assert sum(computed) == 1  # the placement's row alone
+        harness.ledger.remove(placed.pod.uid)  # a removal may move any row's in-flight part
+        scored(rows)
+        assert sum(computed) == rows.size
+    finally:
+        harness.stop()
