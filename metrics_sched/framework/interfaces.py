@@ -15,6 +15,7 @@ and PreBind too (a bind whose outcome is unknown is retried from PreBind).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,14 @@ class BindStatus(Status):
     rejected, anything else an error. An outcome that contradicts the code is an error."""
 
     outcome: BindOutcomeKind | None = None
+
+    def by(self, plugin: str) -> BindStatus:
+        """Status.by, keeping the outcome (without dataclasses.replace's field walk: every bind passes here)."""
+        if self.plugin == plugin:
+            return self
+        if type(self) is BindStatus:
+            return BindStatus(self.code, self.reason, plugin, self.outcome)
+        return dataclasses.replace(self, plugin=plugin)
 
 
 class Plugin:
