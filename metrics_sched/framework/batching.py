@@ -286,7 +286,7 @@ class Batcher:
                 refused["many rows changed"] += 1
                 return None
             positions = batch.position[dirty]
-            if int(positions.min()) < 0:
+            if (positions.item(0) if positions.size == 1 else int(positions.min())) < 0:
                 inside = positions >= 0
                 if not self._still_turned_down(batch, pod, table, dirty[~inside]):
                     refused["changed row not a candidate"] += 1

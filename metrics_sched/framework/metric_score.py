@@ -18,7 +18,7 @@ import importlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -152,9 +152,8 @@ def read_metric(handle: Handle, metric: str, table: NodeTable, *, with_ledger: b
     return MetricRead(column, measured, ~column.fresh, None, measured)
 
 
-@dataclass(frozen=True, slots=True)
-class _RowRead:
-    """One term's reads for scoring a few rows (_score_few)."""
+class _RowRead(NamedTuple):
+    """One term's reads for scoring a few rows (_score_few; a named tuple: made per term and batched cycle)."""
 
     column: MetricColumn
     measured: FloatArray
