@@ -4,7 +4,8 @@ once per spec and shared by the records of the pods that have it (the replicas o
 Reading it was a fifth of a batched decision (ClusterState.assume): the requests with an in-place resize counted,
 their row vector, the host ports, the inter-pod terms and the digest of the resource fields, per pod. A pod whose
 status holds nothing of its own about resources (no container statuses, no infeasible resize: every pod waiting
-to be scheduled) holds what its spec says, so pods of an equal spec get one shape. Others are read as before.
+to be scheduled) holds what its spec says (its inter-pod terms with its namespace and labels: a term's default
+namespace, matchLabelKeys), so pods of an equal spec, namespace and labels get one shape. Others are read as before.
 """
 
 from __future__ import annotations
@@ -71,9 +72,9 @@ def read_shape(info: PodInfo, table: NodeTable) -> PodShape:
                     affinity, resource_fields(info.raw))
 
 
-class _Spec:
-    """A pod spec as a key: compared by value (pod specs are JSON: dicts and lists compare with ==), hashed by its
-    keys only, which is cheap and enough for the few specs kept."""
+class _Value:
+    """A JSON mapping as a key: compared by value (dicts and lists compare with ==), hashed by its keys only, which
+    is cheap and enough for the few shapes kept."""
 
     __slots__ = ("_hash", "value")
 
@@ -82,7 +83,7 @@ class _Spec:
         self._hash = hash(tuple(value))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Spec) and self.value == other.value
+        return isinstance(other, _Value) and self.value == other.value
 
     def __hash__(self) -> int:
         return self._hash
@@ -93,7 +94,7 @@ class PodShapes:
 
     def __init__(self, table: NodeTable) -> None:
         self._table = table
-        self._kept: OrderedDict[tuple[_Spec, int], PodShape] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, _Value, _Value, int], PodShape] = OrderedDict()
 
     def of(self, info: PodInfo) -> PodShape:
         raw = info.raw
@@ -101,15 +102,16 @@ class PodShapes:
         if (info.parse_error is not None or status.get("containerStatuses") or status.get("initContainerStatuses")
                 or resize_infeasible(raw)):
             return read_shape(info, self._table)
-        # The vector's length is the table's resource columns when it was made (columns are only ever added).
-        key = (_Spec(raw.get("spec") or {}), len(self._table.resources))
+        # The inter-pod terms read the pod's namespace (a term's default) and labels (matchLabelKeys); the vector's
+        # length is the table's resource columns when it was made (columns are only ever added).
+        key = (info.namespace, _Value(raw.get("spec") or {}), _Value(info.labels), len(self._table.resources))
         kept = self._kept
         shape = kept.get(key)
         if shape is not None:
             kept.move_to_end(key)
             return shape
         shape = read_shape(info, self._table)
-        if shape.vector.shape[0] == key[1]:  # else it added a column: keyed by what it is now
+        if shape.vector.shape[0] == key[3]:  # else it added a column: keyed by what it is now
             shape.vector.flags.writeable = False
             kept[key] = shape
             if len(kept) > MAX_SHAPES:

@@ -87,3 +87,25 @@ def test_shapes_kept_are_bounded() -> None:
     for i in range(MAX_SHAPES + 10):
         shapes.of(parse_pod(pod(f"p{i}", cpu=f"{i + 1}m")))
     assert len(shapes._kept) == MAX_SHAPES
+
+
+def test_inter_pod_terms_are_read_with_the_pods_namespace_and_labels() -> None:
+    """A term without namespaces selects in the pod's own namespace, and matchLabelKeys takes the pod's label values:
+    pods of one spec in other namespaces or with other labels carry other terms."""
+    state = ClusterState()
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
+            "matchLabelKeys": ["tier"]}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+    def shaped(name: str, namespace: str, tier: str) -> PodShape:
+        body = pod(name, namespace=namespace, affinity=affinity)
+        body["metadata"]["labels"] = {"app": "db", "tier": tier}
+        info = parse_pod(body)
+        shape = state.shapes.of(info)
+        assert shape.affinity == read_shape(info, state.table).affinity
+        return shape
+
+    first = shaped("a", "team-a", "gold")
+    assert shaped("b", "team-a", "gold") is first
+    assert shaped("c", "team-b", "gold").affinity != first.affinity
+    assert shaped("d", "team-a", "silver").affinity != first.affinity
