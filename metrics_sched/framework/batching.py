@@ -46,7 +46,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -94,6 +94,7 @@ _CHANGES_ON_ROW = Reads.PODS | Reads.LEDGER
 # that overrides normalize() is normalised over every candidate again.
 _PER_NODE_NORMALIZE = frozenset({ScorePlugin.normalize, unchanged})
 _NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)  # never written to
+_Array = TypeVar("_Array", FloatArray, IntArray)
 # A filter re-checked on changed rows: it reads pods; the ledger metrics it reads.
 _Recheck = tuple[FilterPlugin, bool, tuple[str, ...]]
 
@@ -404,7 +405,10 @@ class Batcher:
                 trace[position] = step._replace(feasible=mask)
         keep = np.ones(batch.rows.size, dtype=bool)
         keep[batch.position[gone]] = False
-        rows = batch.rows[keep]
+        # The positions gone, ascending: every array over the candidates loses them by joining the blocks between
+        # them (_without), a few times cheaper than a boolean mask, and a drop narrows two per term.
+        at = np.sort(batch.position[gone])
+        rows = _without(batch.rows, at)
         positions = row_positions(rows, batch.position.shape[0])
         pre_scores = {pre.name: pre for pre in framework.pre_scores}
         moved: list[int] = []  # the terms whose normalised values are not the old ones without the rows gone
@@ -424,13 +428,14 @@ class Batcher:
                 entry.incremental = kept
             if entry.cluster:
                 # Scored afresh over every candidate in this cycle anyway (_rescore): kept in place until then.
-                entry.term = ScoreTerm(old.plugin, old.weight, old.raw[keep], old.normalized[keep], old.evidence)
+                entry.term = ScoreTerm(old.plugin, old.weight, _without(old.raw, at), _without(old.normalized, at),
+                                       old.evidence)
                 continue
             if scorer.row_local_scores() or scorer.scores_kept_without(table, batch.rows, gone):
-                raw, evidence = old.raw[keep], old.evidence
+                raw, evidence = _without(old.raw, at), old.evidence
                 if entry.per_node or (scorer.normalize_by_top and top_score(raw) == top_score(old.raw)):
                     # each normalised value its own raw value's (and the highest's, which stays): they stay
-                    entry.term = ScoreTerm(old.plugin, old.weight, raw, old.normalized[keep], evidence)
+                    entry.term = ScoreTerm(old.plugin, old.weight, raw, _without(old.normalized, at), evidence)
                     continue
             else:
                 # Scored again over the candidates left: a score may read the candidates (a minmax scale).
@@ -445,13 +450,13 @@ class Batcher:
         terms = batch.terms
         stages = batch.stages
         if stages is not None:
-            stages = batch.stages = _narrowed_stages(stages, terms, np.sort(batch.position[gone]), moved)
+            stages = batch.stages = _narrowed_stages(stages, terms, at, moved)
         if moved and not any(entry.cluster for entry in terms):
             batch.total = _staged_total(stages if stages is not None else _stages(terms))
         else:
             # Each candidate's total as it was (its normalised values are), or computed again over every candidate
             # by this cycle's _rescore (a term read from the cluster moves everywhere).
-            batch.total = batch.total[keep]
+            batch.total = _without(batch.total, at)
         batch.rows, batch.position = rows, positions
         batch.trace, batch.rejections, batch.rejected_by = trace, rejections, frozenset(rejected_by)
         batch.prototype[0]["feasible_rows"] = rows
@@ -765,12 +770,12 @@ def _narrowed_stages(stages: _Stages, terms: Sequence[_Term], gone: IntArray, mo
     return narrowed
 
 
-def _without(values: FloatArray, gone: IntArray) -> FloatArray:
+def _without(values: _Array, gone: IntArray) -> _Array:
     """`values` without the columns (last axis) at the positions `gone` (ascending): the blocks between them joined,
     C-ordered (a sum down the rows then runs in order), where a boolean mask over the columns of a matrix cost ten
     times as much."""
     bounds = [-1, *gone.tolist(), values.shape[-1]]
-    joined: FloatArray = np.concatenate([values[..., start + 1:end] for start, end in pairwise(bounds)], axis=-1)
+    joined: _Array = np.concatenate([values[..., start + 1:end] for start, end in pairwise(bounds)], axis=-1)
     return joined
 
 
