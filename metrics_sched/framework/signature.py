@@ -15,8 +15,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from metrics_sched.model.json_key import JsonKey
 from metrics_sched.model.podinfo import PodInfo
 
 __all__ = ["MAX_DIRTY", "BatchScope", "Reads", "has_only_local_volumes", "template_of"]
@@ -82,25 +82,8 @@ def template_of(pod: PodInfo) -> Hashable | None:
     spec = raw.get("spec") or {}
     if not _VOLATILE_SPEC.isdisjoint(spec):  # else the spec as it is (compared by value, never changed)
         spec = {k: v for k, v in spec.items() if k not in _VOLATILE_SPEC}
-    return (pod.namespace, pod.priority, pod.owner_key, pod.scheduler_name, _Frozen(metadata.get("labels") or {}),
-            _Frozen(metadata.get("annotations") or {}), _Frozen(spec))
-
-
-class _Frozen:
-    """A mapping compared by value (pod templates are JSON: dicts and lists compare with ==); hashed by its
-    keys only, which is cheap and enough for the few templates a batcher holds."""
-
-    __slots__ = ("_hash", "value")
-
-    def __init__(self, value: Mapping[str, Any]) -> None:
-        self.value = value
-        self._hash = hash(tuple(value))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Frozen) and self.value == other.value
-
-    def __hash__(self) -> int:
-        return self._hash
+    return (pod.namespace, pod.priority, pod.owner_key, pod.scheduler_name, JsonKey(metadata.get("labels") or {}),
+            JsonKey(metadata.get("annotations") or {}), JsonKey(spec))
 
 
 # Volumes a pod carries that no volume plugin checks against the cluster (no claim, no disk, no limit).

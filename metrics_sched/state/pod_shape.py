@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metrics_sched.model.affinity import NO_TERMS, PodAffinityTerms, parse_affinity
+from metrics_sched.model.json_key import JsonKey
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resize import ResourceFields, occupied_requests, resize_infeasible, resource_fields
 from metrics_sched.model.resources import CPU, MEMORY
@@ -72,29 +73,12 @@ def read_shape(info: PodInfo, table: NodeTable) -> PodShape:
                     affinity, resource_fields(info.raw))
 
 
-class _Value:
-    """A JSON mapping as a key: compared by value (dicts and lists compare with ==), hashed by its keys only, which
-    is cheap and enough for the few shapes kept."""
-
-    __slots__ = ("_hash", "value")
-
-    def __init__(self, value: Mapping[str, Any]) -> None:
-        self.value = value
-        self._hash = hash(tuple(value))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Value) and self.value == other.value
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
 class PodShapes:
     """The shapes of the specs seen last (under the cluster state's lock)."""
 
     def __init__(self, table: NodeTable) -> None:
         self._table = table
-        self._kept: OrderedDict[tuple[str, _Value, _Value, int], PodShape] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, JsonKey, JsonKey, int], PodShape] = OrderedDict()
 
     def of(self, info: PodInfo) -> PodShape:
         raw = info.raw
@@ -104,7 +88,7 @@ class PodShapes:
             return read_shape(info, self._table)
         # The inter-pod terms read the pod's namespace (a term's default) and labels (matchLabelKeys); the vector's
         # length is the table's resource columns when it was made (columns are only ever added).
-        key = (info.namespace, _Value(raw.get("spec") or {}), _Value(info.labels), len(self._table.resources))
+        key = (info.namespace, JsonKey(raw.get("spec") or {}), JsonKey(info.labels), len(self._table.resources))
         kept = self._kept
         shape = kept.get(key)
         if shape is not None:
