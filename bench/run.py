@@ -105,6 +105,7 @@ def markdown(report: dict[str, Any], base: str = "") -> str:
         if core.get("rss"):
             lines.append(f"\nRSS with {core['rss'].get('nodes')} nodes and {core['rss'].get('pods')} pods: "
                          f"{core['rss'].get('rss_mb')} MB.")
+        lines += _batching_markdown(core.get("batching"))
         lines.append("")
     quality = report.get("quality")
     if quality:
@@ -128,6 +129,35 @@ def markdown(report: dict[str, Any], base: str = "") -> str:
     if regression:
         lines += [f"Regression check: {regression['message']}.", ""]
     return "\n".join(lines)
+
+
+# The batch bench's profiles, as the report names them.
+_BATCHING_PROFILES = {
+    "core": "the core bench's profile: default spreading (PodTopologySpread's system defaults, ZoneSpread)",
+    "no_default_spread": "without default spreading (what kube-scheduler's own batching needs)",
+}
+
+
+def _batching_markdown(batching: dict[str, Any] | None) -> list[str]:
+    """The batch bench's table (bench/batch_bench.py): placements/s batched and not, per profile."""
+    if not batching:
+        return []
+    lines = ["", f"**Opportunistic batching** (a {batching.get('replicas'):,}-replica Deployment placed on "
+             f"{batching.get('nodes'):,} nodes, {batching.get('repeat')} runs each, batched and unbatched alternating; "
+             "`Framework.schedule` + assume per pod; median (min-max))", "",
+             "| profile | batched placements/s | batched p99 us | unbatched placements/s | speedup | same placements |",
+             "|---|---|---|---|---|---|"]
+    for name, label in _BATCHING_PROFILES.items():
+        row = batching.get(name)
+        if not row:
+            continue
+        batched, unbatched = row["batched"], row["unbatched"]
+        rate, plain = batched["placements_per_second"], unbatched["placements_per_second"]
+        p99 = sorted(run["p99_us"] for run in batched["runs"])
+        lines.append(f"| {label} | {rate['median']} ({rate['min']}-{rate['max']}) | {p99[len(p99) // 2]} | "
+                     f"{plain['median']} ({plain['min']}-{plain['max']}) | {row.get('speedup')}x | "
+                     f"{'yes' if row.get('same_placements') else 'NO'} |")
+    return lines
 
 
 def chart(report: dict[str, Any], path: Path) -> None:
