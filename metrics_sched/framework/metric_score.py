@@ -43,6 +43,7 @@ from metrics_sched.framework.signature import MAX_DIRTY, BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
+from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 __all__ = ["Direction", "MetricRead", "MetricScorePlugin", "MetricTerm", "Normalization", "Scale", "read_metric"]
 
@@ -172,6 +173,7 @@ class _RowsKept:
     validity: tuple[int | bool, ...]
     scores: FloatArray
     stamp: IntArray
+    adds: IntArray  # per row: the ledger's `adds` when it was computed (a placement on it since: stale)
 
 
 @dataclass
@@ -376,6 +378,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         until a memo holds the column's measured values."""
         ledger = self.handle.ledger
         placed = len(ledger) > 0
+        adds = ledger.adds  # before the views are taken: a placement added after them is looked for next time
         reads: list[_RowRead] = []
         evidence: list[MetricEvidence] = []
         for term in self._terms:
@@ -392,7 +395,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         if rows.shape[0] <= _FEW:
             combined = np.array([self._row_score(reads, row) for row in rows.tolist()], dtype=np.float64)
         else:
-            combined = self._kept_rows(reads, table, rows, ledger.removals, placed)
+            combined = self._kept_rows(reads, table, rows, ledger, adds, placed)
         return ScoreDetail(combined, tuple(evidence))
 
     def _row_score(self, reads: Sequence[_RowRead], row: int) -> float:
@@ -408,21 +411,23 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             parts.append(term.scale.apply_one(value, term.better))
         return _weighted_mean_one(parts, self._weights)
 
-    def _kept_rows(self, reads: Sequence[_RowRead], table: NodeTable, rows: IntArray, removals: int,
-                   placed: bool) -> FloatArray:
+    def _kept_rows(self, reads: Sequence[_RowRead], table: NodeTable, rows: IntArray, ledger: InFlightLedgerStore,
+                   adds: int, placed: bool) -> FloatArray:
         """The scores of `rows` (more than _FEW), from those kept, computed again on the rows whose pods changed
-        since they were (a row's in-flight part moves only with a placement on it, which changes its pods) and on
-        any not computed yet. The kept scores go with what every row's are computed from besides its own
-        placements: the columns (new samples, freshness judged again), the ledger's removals, whether it holds any
-        placement, and the table's rows."""
+        or that took a placement in the ledger since they were (a row's in-flight part moves only with a placement
+        on it; the ledger adds it at Reserve, after the assume, and another thread, the rebalancer's, may score in
+        between), and on any not computed yet. The kept scores go with what every row's are computed from besides
+        its own placements: the columns (new samples, freshness judged again), the ledger's removals, whether it
+        holds any placement, and the table's rows."""
         columns = tuple(read.column for read in reads)
-        validity = (removals, placed, table.capacity, table.rows_generation, table.nodes_generation)
+        validity = (ledger.removals, placed, table.capacity, table.rows_generation, table.nodes_generation)
         kept = self._rows_kept
         if kept is None or kept.validity != validity or any(
                 a is not b for a, b in zip(kept.columns, columns, strict=True)):
             kept = self._rows_kept = _RowsKept(columns, validity, np.full(table.capacity, np.nan),
+                                               np.full(table.capacity, -1, dtype=np.int64),
                                                np.full(table.capacity, -1, dtype=np.int64))
-        stale = rows[kept.stamp[rows] < table.row_pod_stamp[rows]]
+        stale = rows[(kept.stamp[rows] < table.row_pod_stamp[rows]) | (kept.adds[rows] < ledger.last_adds(rows))]
         if stale.size > _FEW:
             values = np.empty((len(reads), stale.size))
             lowest_missing: list[tuple[int, BoolArray]] = []
@@ -439,6 +444,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             for row in stale.tolist():
                 scores[row] = self._row_score(reads, row)
         kept.stamp[stale] = table.pod_stamp
+        kept.adds[stale] = adds
         result: FloatArray = kept.scores[rows]
         return result
 

@@ -176,6 +176,11 @@ class InFlightLedgerStore:
         # which ends opportunistic batches (an addition comes with an assume, on its own row).
         self.removals = 0
         self.appended: dict[str, int] = {}  # metric -> placements ever added for it (a batch reading it re-scores)
+        # Placements ever added on a row of the bound table, and per row the count at its last one: what a reader
+        # keeping per-row values checks (last_adds), since an addition (Reserve) comes after its assume, and another
+        # thread may read in between.
+        self.adds = 0
+        self._row_adds: IntArray = np.zeros(0, dtype=np.int64)
 
     def bind_table(self, table: NodeTable) -> None:
         """The table whose rows placements refer to (set by the first adjustment otherwise)."""
@@ -196,6 +201,25 @@ class InFlightLedgerStore:
                 self._add_to_dense(column, row, when, delta)
                 appended[metric] = appended.get(metric, 0) + 1
             self._placements[uid] = _Placement(node, when, slots)
+            if row >= 0 and deltas:
+                self.adds += 1
+                if row >= self._row_adds.shape[0]:
+                    grown = np.zeros(max(row + 1, 2 * self._row_adds.shape[0]), dtype=np.int64)
+                    grown[: self._row_adds.shape[0]] = self._row_adds
+                    self._row_adds = grown
+                self._row_adds[row] = self.adds
+
+    def last_adds(self, rows: IntArray) -> IntArray:
+        """Per row: `adds` as its last placement left it (0: none on it)."""
+        with self._lock:
+            row_adds = self._row_adds
+            if rows.size and int(rows.max()) < row_adds.shape[0]:
+                found: IntArray = row_adds[rows]
+                return found
+            out = np.zeros(rows.shape[0], dtype=np.int64)
+            inside = rows < row_adds.shape[0]
+            out[inside] = row_adds[rows[inside]]
+            return out
 
     def _add_to_dense(self, column: _Column, row: int, when: float, delta: float) -> None:
         """The new placement's delta on its row, as the full computation would add it (last, in order), when the

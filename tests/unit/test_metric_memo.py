@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bench.core_bench import cluster, make_pod
-from metrics_sched.framework.metric_score import _FEW_SCORED, MetricScorePlugin, MetricTerm, Scale
+from metrics_sched.framework.metric_score import _FEW, _FEW_SCORED, MetricScorePlugin, MetricTerm, Scale
 from metrics_sched.framework.scoring import nan_weighted_mean
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.telemetry.ledger import InFlightView, _Log
@@ -210,5 +210,45 @@ def test_the_scores_kept_for_a_few_rows_are_computed_again_only_where_they_may_h
         harness.ledger.remove(placed.pod.uid)  # a removal may move any row's in-flight part
         scored(rows)
         assert sum(computed) == rows.size
+    finally:
+        harness.stop()
+
+
+def test_a_row_scored_between_its_assume_and_its_reserve_is_scored_again_after_the_reserve() -> None:
+    """The ledger adds a placement at Reserve, after the assume moved its row's pods, and another thread (the
+    rebalancer's what-if) may score in between: the score kept then misses the placement, and is computed again
+    once the ledger has it (InFlightLedgerStore.last_adds)."""
+    from metrics_sched.framework.cycle_state import CycleState
+
+    harness = cluster(40, seed=4)
+    try:
+        framework, state = harness.framework, harness.scheduler.state
+        table = state.table
+        plugins = [p for p in framework.instances.values() if isinstance(p, MetricScorePlugin) and p._pointwise
+                   and any(t.ledger for t in p._terms) and p.name in ("NodeLoad", "CustomMetric")]
+        assert len(plugins) == 2
+        every = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+        assert _FEW < every.size <= _FEW_SCORED  # scored through the kept rows
+        harness.place(parse_pod(make_pod(0)))
+        probe = parse_pod(make_pod(2))
+        for plugin in plugins:
+            plugin.score(CycleState(), probe, table, every)  # the memos
+            plugin.score(CycleState(), probe, table, every)  # the kept rows
+        info = parse_pod(make_pod(4))
+        with state.lock:
+            result = framework.schedule(info, table)
+            assert result.node is not None
+            state.assume(info, result.node)
+        between = {plugin.name: plugin.score(CycleState(), probe, table, every).scores  # before the reserve
+                   for plugin in plugins}
+        for reserve in framework.reserves:
+            reserve.reserve(result.cycle, info, result.node)
+        at = int(np.searchsorted(every, table.index[result.node]))
+        for plugin in plugins:
+            kept = plugin.score(CycleState(), probe, table, every).scores
+            plugin._rows_kept = None
+            fresh = plugin.score(CycleState(), probe, table, every).scores
+            assert kept.tobytes() == fresh.tobytes(), plugin.name
+            assert between[plugin.name][at] != fresh[at], plugin.name  # the placement moved the row's score
     finally:
         harness.stop()
