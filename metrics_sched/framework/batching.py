@@ -71,6 +71,7 @@ from metrics_sched.framework.runtime import (
     first_rejecter,
     normalize_scores,
 )
+from metrics_sched.framework.scoring import weighted_mean_down, weighted_sums_down
 from metrics_sched.framework.signature import MAX_DIRTY, BatchScope, Reads, template_of
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
@@ -920,26 +921,25 @@ def _row_total(terms: Sequence[_Term], position: int) -> float:
     return total / weights if weights > 0 else 0.0
 
 
+def _gathered(terms: Sequence[tuple[FloatArray, float]], positions: IntArray) -> tuple[FloatArray, FloatArray]:
+    """The terms' values at `positions` (more than one), a row per term, and their weights as a column: what
+    scoring.weighted_sums_down and weighted_mean_down add down the rows in the terms' order (_row_total's order)."""
+    values = np.array([normalized.take(positions) for normalized, _ in terms])
+    return values, np.array([[weight] for _, weight in terms], dtype=np.float64)
+
+
 def _weighted_sums(terms: Sequence[tuple[FloatArray, float]], positions: IntArray) -> tuple[FloatArray, FloatArray]:
-    """Per position (more than one): the sum of value x weight over the terms whose value is not NaN, and of their
-    weights, added in the terms' order (_row_total's additions: a C-contiguous matrix reduced down its rows adds them
-    in order; adding 0.0 for a NaN leaves a sum as skipping it does)."""
+    """Per position: the sum of value x weight over the terms whose value is not NaN, and of their weights."""
     if not terms:
         zeros: FloatArray = np.zeros(positions.size)
         return zeros, zeros
-    values = np.array([normalized.take(positions) for normalized, _ in terms])
-    weights = np.array([[weight] for _, weight in terms], dtype=np.float64)
-    present = values == values
-    sums: FloatArray = np.add.reduce(np.where(present, values * weights, 0.0), axis=0)
-    weight_sums: FloatArray = np.add.reduce(np.where(present, weights, 0.0), axis=0)
-    return sums, weight_sums
+    return weighted_sums_down(*_gathered(terms, positions))
 
 
 def _rows_total(terms: Sequence[_Term], positions: IntArray) -> FloatArray:
     """_row_total of each of several positions, in numpy (the same doubles)."""
-    sums, weights = _weighted_sums([(entry.term.normalized, entry.term.weight) for entry in terms], positions)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(weights > 0, sums / np.where(weights > 0, weights, 1.0), 0.0)
+    values, weights = _gathered([(entry.term.normalized, entry.term.weight) for entry in terms], positions)
+    return weighted_mean_down(values, weights, empty=0.0)
 
 
 def _may_move(entry: _Recheck | None, ledger: dict[str, int]) -> FilterPlugin | None:

@@ -38,7 +38,7 @@ from metrics_sched.framework.interfaces import (
     ScorePlugin,
     unchanged,
 )
-from metrics_sched.framework.scoring import nan_weighted_mean
+from metrics_sched.framework.scoring import nan_weighted_mean, weighted_mean_down
 from metrics_sched.framework.signature import MAX_DIRTY, BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
@@ -450,10 +450,9 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
 
     def _fused_rows(self, values: FloatArray, lowest_missing: Sequence[tuple[int, BoolArray]]) -> FloatArray:
         """Every term's Scale.apply of its row of `values` (terms x rows: more than one row), 0 where a LOWEST term
-        has no fresh value, and their nan_weighted_mean, on the one matrix: the same IEEE operations on each element
-        as term by term (the clip, the subtraction, the division by the span, 1 - x for `lower`, x 100; the products
-        by the weights added down the rows in the terms' order, as WeightedMean adds them), in a dozen numpy calls
-        instead of a dozen per term."""
+        has no fresh value, and their nan_weighted_mean (scoring.weighted_mean_down), on the one matrix: the same IEEE
+        operations on each element as term by term (the clip, the subtraction, the division by the span, 1 - x for
+        `lower`, x 100), in a dozen numpy calls instead of a dozen per term."""
         scaled: FloatArray = _CLIP(values, self._lows, self._highs)
         scaled -= self._lows
         scaled /= self._spans
@@ -469,21 +468,7 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
             scaled[infinite] = np.nan
         for index, missing in lowest_missing:
             scaled[index][missing] = 0.0
-        present = scaled == scaled
-        weighted = scaled * self._weight_column
-        if present.all():
-            total: FloatArray = np.add.reduce(weighted, axis=0)
-            scalar = 0.0
-            for weight in self._weights:
-                scalar += weight
-            if scalar > 0:
-                total /= scalar
-                return total
-            return np.full(total.shape, np.nan)
-        total = np.add.reduce(np.where(present, weighted, 0.0), axis=0)
-        weights: FloatArray = np.add.reduce(present * self._weight_column, axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(weights > 0, total / np.where(weights > 0, weights, 1.0), np.nan)
+        return weighted_mean_down(scaled, self._weight_column)
 
     @staticmethod
     def _evidence(memo: _Memo) -> MetricEvidence:

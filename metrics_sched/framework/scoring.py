@@ -14,7 +14,7 @@ import numpy as np
 
 from metrics_sched.state.node_table import FloatArray
 
-__all__ = ["WeightedMean", "nan_weighted_mean"]
+__all__ = ["WeightedMean", "nan_weighted_mean", "weighted_mean_down", "weighted_sums_down"]
 
 
 class WeightedMean:
@@ -65,3 +65,22 @@ def nan_weighted_mean(parts: Sequence[FloatArray], weights: Sequence[float], siz
     for part, weight in zip(parts, weights, strict=True):
         mean.add(part, weight)
     return mean.result(empty)
+
+
+def weighted_sums_down(values: FloatArray, weights: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per column of `values` (a row per part and more than one column, C-ordered; `weights` a column of one weight
+    per part): the sum of value x weight over the parts that are not NaN there, and the sum of their weights. numpy
+    reduces such a matrix down its rows in order: WeightedMean's additions, and adding 0.0 for a NaN leaves a sum as
+    skipping it does, so the same doubles as adding the parts one by one."""
+    present = values == values
+    sums: FloatArray = np.add.reduce(np.where(present, values * weights, 0.0), axis=0)
+    weight_sums: FloatArray = np.add.reduce(present * weights, axis=0)
+    return sums, weight_sums
+
+
+def weighted_mean_down(values: FloatArray, weights: FloatArray, *, empty: float = np.nan) -> FloatArray:
+    """nan_weighted_mean of the rows of `values` (weighted_sums_down's shapes), per column, in a few numpy calls
+    whatever the number of parts: `empty` where no part has a value."""
+    sums, weight_sums = weighted_sums_down(values, weights)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weight_sums > 0, sums / np.where(weight_sums > 0, weight_sums, 1.0), empty)

@@ -29,24 +29,24 @@ from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, Node
 
 @dataclass(slots=True)
 class _Log:
-    """Placements added to a settled adjustment, as (row, delta) in order: append-only (a view reads the prefix it was
-    given), and per row its entries as (index in the log, delta), so a view reads a row's own entries alone (a row
-    without any reads the settled value)."""
+    """Placements added to a settled adjustment: per row, its entries as (index in the log, delta) in the order they
+    came, and how many there are in all. Append-only: a view reads the entries below the size it was given, and a
+    row without any reads the settled value."""
 
-    entries: list[tuple[int, float]] = field(default_factory=list)
     by_row: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    size: int = 0
 
     def add(self, row: int, delta: float) -> None:
-        index = len(self.entries)
-        self.entries.append((row, delta))
+        entry = (self.size, delta)
+        self.size += 1
         mine = self.by_row.get(row)
         if mine is None:
-            self.by_row[row] = [(index, delta)]
+            self.by_row[row] = [entry]
         else:
-            mine.append((index, delta))
+            mine.append(entry)
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self.size
 
 
 @dataclass
@@ -87,8 +87,9 @@ class _Column:
         if dense is None or not pending:
             return
         updated = dense.copy()
-        for row, delta in pending.entries:
-            updated[row] += delta
+        for row, entries in pending.by_row.items():  # each row's deltas in the order they came
+            for _, delta in entries:
+                updated[row] += delta
         updated.flags.writeable = False
         # Ascending; an array only for the reader that patches from it (most batched cycles read none).
         changed = tuple(sorted(pending.by_row))

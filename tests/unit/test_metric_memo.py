@@ -125,12 +125,13 @@ def test_a_view_reads_its_rows_entries_up_to_its_size_in_the_logs_order() -> Non
     rng = np.random.default_rng(9)
     base = rng.random(20)
     log = _Log()
-    for _ in range(40):
-        log.add(int(rng.integers(0, 6)), float(rng.random() * 1e-3))
+    added = [(int(rng.integers(0, 6)), float(rng.random() * 1e-3)) for _ in range(40)]
+    for row, delta in added:
+        log.add(row, delta)
     for size in (0, 1, 17, 40):
         view = InFlightView(base, log, size)
         expected = base.copy()
-        for row, delta in log.entries[:size]:
+        for row, delta in added[:size]:
             expected[row] += delta
         rows = np.array([5, 0, 19, 3, 3, 1], dtype=np.int64)
         assert view.take(rows).tobytes() == expected[rows].tobytes()
