@@ -43,6 +43,8 @@ Method:
   itself collects every 30 s) and evaluates the recording rules as often. It shares the 2 cores with every
   contender: at 5,000 nodes the DCGM exporter's page is ~49 MB (40,000 GPUs), and scraping it every 5 s, as the
   bench did until 2026-12-04, kept most of a core busy ingesting for all contenders (load average 5-6).
+- ms-all refreshes its telemetry sources at the intervals the Helm chart deploys (CHART_INTERVALS, read from its
+  values.yaml: Prometheus 10 s, the metrics API 15 s, the CMDB 60 s).
 - metrics.k8s.io is the emulator's, behind the API server's aggregation layer as metrics-server is (until
   2026-12-04 it PATCHed one NodeMetrics object per node every 15 s through a test CRD: ~300 writes/s at 5,000
   nodes on the API server and etcd during every contender's runs; devcluster/emulator/metrics_api.py).
@@ -92,9 +94,11 @@ from devcluster.cluster import wait_until
 from devcluster.heartbeats import NodeHeartbeats
 from devcluster.kubeapi import Credentials, KubeAPIError, tls_context
 from devcluster.ports import free_port
+from metrics_sched.config.durations import parse_duration
 
 TELEMETRY_PLUGINS = ("GPUTemperature", "NodeLoad", "Cost")
 RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
 REPS = 3
 CREATION_RATE = 500.0  # pods/s, see the docstring
 CREATION_BOUND = 0.9  # a contender reaching this share of the creation rate is limited by the creator
@@ -229,8 +233,25 @@ def metrics_sched_config(contender: Contender, cluster: DevCluster, port: int) -
         }}]
     else:
         config["profiles"] = [{"schedulerName": contender.scheduler_name}]
-        config["sources"] = cluster.telemetry_sources(interval=5.0)
+        config["sources"] = [{**source, "interval": CHART_INTERVALS[source["name"]]}
+                             for source in cluster.telemetry_sources()]
     return config
+
+
+def chart_intervals(values: Path = ROOT / "deploy" / "helm" / "metrics-sched" / "values.yaml") -> dict[str, float]:
+    """Each telemetry source's refresh interval as the Helm chart deploys it (its values.yaml), in seconds, by the
+    name devcluster's telemetry_sources() gives the source."""
+    sources = yaml.safe_load(values.read_text())["sources"]
+    return {name: parse_duration(sources[key]["interval"], f"sources.{key}.interval")
+            for name, key in (("prometheus", "prometheus"), ("metrics-server", "metricsServer"), ("cmdb", "cmdb"))}
+
+
+# ms-all refreshes each source as the chart has it (Prometheus 10 s, metrics API 15 s, CMDB 60 s): what a deployment
+# runs, each near its data's own cadence (scrapes every SCRAPE_INTERVAL, metrics-server's 15 s resolution, cost data
+# that changes by the hour). Until 2026-12-05 the bench refreshed all three every 5 s: two Prometheus refreshes in
+# three read what the last had read, and the refreshes' CPU (Prometheus', the emulator's, the scheduler's) was taken
+# from the API server and the pod creator on this 2-core machine.
+CHART_INTERVALS = chart_intervals()
 
 
 def start_contender(cluster: DevCluster, contender: Contender) -> tuple[str, int, Callable[[], None], str | None]:
@@ -504,6 +525,7 @@ def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None =
         "method": {"creation_rate": rate, "timeout_s": timeout, "order": "contenders rotated by one each repetition",
                    "cpu": "utime+stime from the creator's start to the last bind",
                    "spread": "median, min-max over ok runs",
+                   "source_intervals_s": CHART_INTERVALS,
                    "heartbeats": {"lease_duration_s": HEARTBEATS.lease_duration_seconds,
                                   "lease_renew_interval_s": HEARTBEATS.lease_duration_seconds / 4,
                                   "status_report_s": HEARTBEATS.status_report_seconds,

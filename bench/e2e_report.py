@@ -73,6 +73,10 @@ def size_markdown(size: dict[str, Any]) -> list[str]:
     rate = method.get("creation_rate")
     if rate:
         notes.append(f"Pods created at a paced {rate:g} pods/s. " + heartbeat_note(method) + ".")
+    intervals = method.get("source_intervals_s")
+    if intervals:
+        notes.append("metrics-sched's telemetry refreshed as the Helm chart deploys it: "
+                     + ", ".join(f"{name} every {seconds:g} s" for name, seconds in intervals.items()) + ".")
     if size.get("cut_short"):
         notes.append(f"**Cut short by the time budget**: {size['cut_short']}.")
     memory = size.get("memory")

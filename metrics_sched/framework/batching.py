@@ -379,7 +379,7 @@ class Batcher:
         if gone.size >= batch.rows.size:
             return False  # nothing left: the full cycle (and its PostFilter)
         trace = list(batch.trace)
-        rejections: Counter[str] = Counter(batch.rejections)
+        rejections = _copied(batch.rejections)
         rejected_by = set(batch.rejected_by)
         for row in gone.tolist():
             at = np.array([row], dtype=np.int64)
@@ -719,13 +719,19 @@ def _light_result(batch: _Batch, pod: PodInfo, nodes_total: int) -> CycleResult:
     fields = prototype.copy()
     for name in mutable:
         fields[name] = copy.copy(fields[name])
-    rejections: Counter[str] = Counter.__new__(Counter)  # a copy (Counter(counter) counts them one by one)
-    dict.update(rejections, batch.rejections)
+    rejections = _copied(batch.rejections)
     fields.update(pod=pod, nodes_total=nodes_total, cycle=batch.cycle.clone(), timings=[], terms=[],
                   rejections=rejections, rejected_by=set(batch.rejected_by), skipped=set(batch.score_skipped),
                   filter_trace=[])
     result.__dict__ = fields
     return result
+
+
+def _copied(counter: Counter[str]) -> Counter[str]:
+    """A copy of `counter`: Counter(counter) counts its keys one by one, through Python."""
+    out: Counter[str] = Counter.__new__(Counter)
+    dict.update(out, counter)
+    return out
 
 
 def _stages(terms: Sequence[_Term]) -> _Stages:
@@ -775,6 +781,10 @@ def _without(values: _Array, gone: IntArray) -> _Array:
     """`values` without the columns (last axis) at the positions `gone` (ascending): the blocks between them joined,
     C-ordered (a sum down the rows then runs in order), where a boolean mask over the columns of a matrix cost ten
     times as much."""
+    if gone.shape[0] == 1:  # the usual drop: one candidate filled up
+        at = gone.item(0)
+        one: _Array = np.concatenate((values[..., :at], values[..., at + 1:]), axis=-1)
+        return one
     bounds = [-1, *gone.tolist(), values.shape[-1]]
     joined: _Array = np.concatenate([values[..., start + 1:end] for start, end in pairwise(bounds)], axis=-1)
     return joined

@@ -13,12 +13,15 @@ import yaml
 
 from bench import e2e_report
 from bench.e2e_bench import (
+    CHART_INTERVALS,
     CONTENDERS,
     KUBE_SETTINGS,
     another_rep_fits,
+    chart_intervals,
     compare,
     control_plane_cpu,
     figures,
+    metrics_sched_config,
     summarize,
 )
 from bench.run import chart, markdown
@@ -275,3 +278,29 @@ def test_markdown_shows_the_batch_bench_per_profile() -> None:
     assert "a 1,000-replica Deployment placed on 5,000 nodes" in text
     assert "| 4000.0 (3990.0-4010.0) | 500.0 | 900.0 (890.0-910.0) | 4.44x | yes |" in text
     assert "| 9000.0 (8990.0-9010.0) | 200.0 | 1400.0 (1390.0-1410.0) | 6.43x | NO |" in text
+
+
+def test_ms_all_refreshes_each_source_as_the_chart_deploys_it(tmp_path: Path) -> None:
+    values = yaml.safe_load(Path("deploy/helm/metrics-sched/values.yaml").read_text())["sources"]
+    assert chart_intervals() == {"prometheus": 10.0, "metrics-server": 15.0, "cmdb": 60.0}
+    assert values["prometheus"]["interval"] == "10s" and values["cmdb"]["interval"] == "60s"
+    changed = tmp_path / "values.yaml"
+    values["cmdb"]["interval"] = "5m"
+    changed.write_text(yaml.safe_dump({"sources": values}))
+    assert chart_intervals(changed)["cmdb"] == 300.0  # read from the chart, not written twice
+
+    class Cluster:
+        def telemetry_sources(self) -> list[dict[str, Any]]:
+            return [{"name": "prometheus", "interval": 5.0}, {"name": "metrics-server", "interval": 5.0},
+                    {"name": "cmdb", "interval": 5.0}]
+
+    config = metrics_sched_config(BY_KEY["ms-all"], Cluster(), 1234)  # type: ignore[arg-type]
+    assert {s["name"]: s["interval"] for s in config["sources"]} == CHART_INTERVALS
+    assert "sources" not in metrics_sched_config(BY_KEY["ms-resources"], Cluster(), 1234)  # type: ignore[arg-type]
+
+
+def test_markdown_states_the_telemetry_intervals() -> None:
+    size = size_report(sized({"kube-tuned": (300.0, 2.0), "ms-all": (310.0, 1.5)}))
+    size["method"]["source_intervals_s"] = {"prometheus": 10.0, "cmdb": 60.0}
+    text = "\n".join(e2e_report.size_markdown(size))
+    assert "telemetry refreshed as the Helm chart deploys it: prometheus every 10 s, cmdb every 60 s." in text
