@@ -429,14 +429,13 @@ class Batcher:
                 entry.incremental = kept
             if entry.cluster:
                 # Scored afresh over every candidate in this cycle anyway (_rescore): kept in place until then.
-                entry.term = ScoreTerm(old.plugin, old.weight, _without(old.raw, at), _without(old.normalized, at),
-                                       old.evidence)
+                entry.term = _narrowed_term(old, _without(old.raw, at), at)
                 continue
             if scorer.row_local_scores() or scorer.scores_kept_without(table, batch.rows, gone):
                 raw, evidence = _without(old.raw, at), old.evidence
                 if entry.per_node or (scorer.normalize_by_top and top_score(raw) == top_score(old.raw)):
                     # each normalised value its own raw value's (and the highest's, which stays): they stay
-                    entry.term = ScoreTerm(old.plugin, old.weight, raw, _without(old.normalized, at), evidence)
+                    entry.term = _narrowed_term(old, raw, at)
                     continue
             else:
                 # Scored again over the candidates left: a score may read the candidates (a minmax scale).
@@ -725,6 +724,13 @@ def _light_result(batch: _Batch, pod: PodInfo, nodes_total: int) -> CycleResult:
                   filter_trace=[])
     result.__dict__ = fields
     return result
+
+
+def _narrowed_term(old: ScoreTerm, raw: FloatArray, gone: IntArray) -> ScoreTerm:
+    """`old` over the candidates left: `raw` (its raw scores without the positions `gone`) and its normalised values
+    without them, the same array as `raw` when they were the same (a plugin whose scores are already 0-100)."""
+    normalized = raw if old.normalized is old.raw else _without(old.normalized, gone)
+    return ScoreTerm(old.plugin, old.weight, raw, normalized, old.evidence)
 
 
 def _copied(counter: Counter[str]) -> Counter[str]:
