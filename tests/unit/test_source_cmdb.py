@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.cmdb import CmdbSource, parse_config
+from adapters.cmdb import CmdbSource, pages, parse_config
 from adapters.cmdb.paths import ShapeError, extract_items, split_path
 from adapters.http_common import Credentials, SecretFile, SourceError
 from devcluster.certs import generate_pki
@@ -98,6 +99,52 @@ def test_next_url_pagination_stays_on_the_configured_origin_and_sends_the_token(
     assert result.queries == 2
     src.poll(NODES)
     assert src.health.extra["pages"] == 2 and src.health.extra["truncated"] is False
+
+
+def _netbox_pages(items: int, page_size: int, grows_to: int | None = None,
+                  hold: threading.Barrier | None = None) -> Recorder:
+    """NetBox's devices list (limit/offset, `count` and a `next` URL); `grows_to`: more items from the second page on
+    than the first page counted; `hold`: pages after the first wait there for another to arrive."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        offset = int(request.url.params.get("offset", "0"))
+        limit = int(request.url.params["limit"])
+        total = items if offset == 0 or grows_to is None else grows_to
+        if offset and hold is not None:
+            hold.wait()
+        following = f"https://cmdb.test/api/items?limit={limit}&offset={offset + limit}" if offset + limit < total \
+            else None
+        return httpx.Response(200, json={"count": total, "next": following, "results": [
+            {"name": f"n{i + 1}", "cost": float(i)} for i in range(offset, min(offset + limit, total))]})
+
+    return Recorder(handler)
+
+
+def test_pages_after_the_first_are_fetched_at_once_when_the_first_says_how_many() -> None:
+    hold = threading.Barrier(2, timeout=10)  # two pages in flight at once, or the test fails (BrokenBarrierError)
+    recorder = _netbox_pages(5, 1, hold=hold)
+    src = make(recorder, itemsPath="results", nodeKey="name", fields={"cost": "cost"},
+               pagination={"type": "next", "pageSize": 1})
+    result = src.fetch(NODES)
+    assert not result.errors, result.errors
+    assert values(result) == {("cost", f"n{i + 1}"): float(i) for i in range(5)}
+    assert sorted(r.url.params.get("offset", "0") for r in recorder.requests) == ["0", "1", "2", "3", "4"]
+    assert result.queries == 5 and pages.CONCURRENT_PAGES >= 2
+
+
+def test_planned_pages_stop_at_max_pages_and_a_grown_collection_is_followed() -> None:
+    capped = make(_netbox_pages(5, 1), itemsPath="results", nodeKey="name", fields={"cost": "cost"},
+                  pagination={"type": "next", "pageSize": 1}, maxPages=3)
+    result = capped.poll(NODES)
+    assert result is not None and len(samples_of(result)) == 3
+    assert capped.health.extra == {**capped.health.extra, "pages": 3, "truncated": True}
+    # The first page counted 3 items; from the second on there are 5: the pages planned (offsets 1, 2), then the
+    # last one's next URL, one by one.
+    recorder = _netbox_pages(3, 1, grows_to=5)
+    grown = make(recorder, itemsPath="results", nodeKey="name", fields={"cost": "cost"},
+                 pagination={"type": "next", "pageSize": 1})
+    result = grown.fetch(NODES)
+    assert values(result) == {("cost", f"n{i + 1}"): float(i) for i in range(5)}
+    assert [r.url.params.get("offset", "0") for r in recorder.requests][-2:] == ["3", "4"]
 
 
 def test_link_header_pagination_like_servicenow() -> None:
