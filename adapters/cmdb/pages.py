@@ -68,18 +68,16 @@ def collect(get: GetPage, config: CmdbConfig) -> Collected:
         elif pagination.type == "offset" and len(items) >= pagination.page_size:
             offset += pagination.page_size
             following = url
+        if following is not None and out.pages == 1 and pagination.type == "next":
+            planned = _offset_pages(same_origin(config.url, url, following), page.body, config)
+            if planned:  # fetched at once; the last one's next URL (a collection that grew) is followed from here
+                seen.update((planned_url, ()) for planned_url in planned)
+                following = _fetch_all(get, planned, out, config)
         if following is None:
             return out
         if out.pages >= config.max_pages:
             out.truncated = True
             return out
-        if out.pages == 1 and pagination.type == "next":
-            planned = offset_pages(same_origin(config.url, url, following), page.body, config)
-            if planned:
-                seen.update((planned_url, ()) for planned_url in planned)
-                following = _fetch_all(get, planned, out, config)
-                if following is None or out.truncated:
-                    return out
         if pagination.type == "offset":
             params = {**params, pagination.offset_param: str(offset)}
         else:
@@ -87,7 +85,7 @@ def collect(get: GetPage, config: CmdbConfig) -> Collected:
             url, params = same_origin(config.url, url, following), {}
 
 
-def offset_pages(following: str, first: object, config: CmdbConfig) -> list[str]:
+def _offset_pages(following: str, first: object, config: CmdbConfig) -> list[str]:
     """The URLs of every page after the first, when its `next` URL pages by limit and offset and the first page's
     body says how many items there are (`count`): the next URL with its offset moved on by the limit each time, up
     to maxPages. Empty when the collection does not page that way: its next URLs are then followed one by one."""
@@ -102,19 +100,16 @@ def offset_pages(following: str, first: object, config: CmdbConfig) -> list[str]
         return []
     if type(count) is not int or limit <= 0 or offset <= 0:
         return []
-    urls: list[str] = []
-    for at in range(offset, count, limit):
-        if len(urls) + 1 >= config.max_pages:
-            break
-        moved = [(key, str(at) if key == pagination.offset_param else value) for key, value in query]
-        urls.append(urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(moved), "")))
-    return urls
+    def page_at(start: int) -> str:
+        moved = [(key, str(start) if key == pagination.offset_param else value) for key, value in query]
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(moved), ""))
+
+    return [page_at(start) for start in range(offset, count, limit)[: config.max_pages - 1]]
 
 
 def _fetch_all(get: GetPage, urls: list[str], out: Collected, config: CmdbConfig) -> str | None:
     """Fetches the planned pages, CONCURRENT_PAGES at a time, and adds their items in page order. Returns the last
-    page's next URL (the collection grew since the first page: followed one by one from there), or None; `out`
-    is marked truncated when maxPages stopped the plan short of the announced count."""
+    page's next URL (maxPages stopped the plan short, or the collection grew since the first page), or None."""
     with ThreadPoolExecutor(max_workers=min(CONCURRENT_PAGES, len(urls)), thread_name_prefix="cmdb-page") as pool:
         pages = list(pool.map(lambda target: get(target, {}), urls))
     for page in pages:
@@ -122,9 +117,4 @@ def _fetch_all(get: GetPage, urls: list[str], out: Collected, config: CmdbConfig
         out.items.extend((item, page.received_at) for item in extract_items(page.body, config.items_path,
                                                                               config.items_mode))
     last = lookup(pages[-1].body, config.pagination.next_path)
-    if isinstance(last, str) and last:
-        if out.pages >= config.max_pages:
-            out.truncated = True
-            return None
-        return last
-    return None
+    return last if isinstance(last, str) and last else None
