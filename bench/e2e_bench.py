@@ -17,15 +17,25 @@ Method:
   r, so drift of the shared machine hits each alike. Each figure is reported as the median and the min-max
   over the repetitions that completed; a run that fails or times out is recorded with its status and error
   and left out of the medians (never dropped silently).
+- A run has two parts. The backlog (run_size(backlog=): half its pods by default) is created while the
+  contender stands by: kube-scheduler and metrics-sched started with leader election on a Lease the bench holds
+  in the run's namespace (hold_lease: both elect by client-go's rule, so neither takes it for the hour it says),
+  their informers synced and, for ms-all, every telemetry source up; the ceiling not yet started. The bench then
+  deletes the Lease (the ceiling: starts it), and `backlog_pods_per_second` is the backlog's pods bound per
+  second from its first bind to its last: the scheduler and the API server alone, no creator competing for the
+  cores and no creation rate setting the pace (the paced part's pods/s was within 10 % of the creator's rate for
+  every contender at both sizes on this machine: the creator's figure, not the scheduler's). Its other pods are
+  then created paced, and the other figures are theirs.
 - The primary figure is the scheduler's CPU-ms per bound pod: utime+stime of its process (/proc/<pid>/stat)
-  over the measured window only (from the pod creator's start, once the contender is ready, to the moment
+  over the paced part only (from the pod creator's start, once the contender is ready, to the moment
   the last bind is seen; start-up, initial sync and clean-up excluded), divided by the pods bound. It is
-  stable under contention where pods/s is not. Next to it, in the same run: pods/s (pods bound / (last
-  bind - first creation)), p50/p99 latency (creation to bind) and peak RSS (VmHWM). Ratios compare each
-  contender with the best kube-scheduler contender (highest median pods/s; lowest median CPU-ms/pod) and
-  with kube-tuned. Each run also records the API server's and etcd's CPU-ms per bound pod over the same window
-  (`control_plane_cpu_ms_per_pod`): on a shared 2-core machine what a contender makes them spend is CPU it
-  does not have, and requests it sends beyond one bind and one event per pod would show there.
+  stable under contention where pods/s is not. Next to it, in the same run: the backlog's pods/s, the paced
+  pods/s (pods bound / (last bind - first creation)), p50/p99 latency (creation to bind) and peak RSS (VmHWM).
+  Ratios compare each contender with the best kube-scheduler contender by each figure (highest median pods/s,
+  from a backlog and paced; lowest median CPU-ms/pod) and with kube-tuned. Each run also records the API
+  server's and etcd's CPU-ms per bound pod over the paced part (`control_plane_cpu_ms_per_pod`): on a shared
+  2-core machine what a contender makes them spend is CPU it does not have, and requests it sends beyond one
+  bind and one event per pod would show there.
 - Timestamps come from watch-event arrival in this process (not the API's 1-second timestamps): a pod's
   creation is its ADDED event, its bind the first event that shows spec.nodeName.
 - Pods are created by bench/pod_creator.py at a paced CREATION_RATE (500 pods/s): a third above the best
@@ -105,8 +115,10 @@ CREATION_BOUND = 0.9  # a contender reaching this share of the creation rate is 
 HEARTBEATS = NodeHeartbeats(lease_duration_seconds=40, status_report_seconds=300.0)
 SCRAPE_INTERVAL = 15.0  # seconds, Prometheus' scrapes and rule evaluations: see the docstring
 # The figures aggregated over repetitions (median, min, max); for each, whether lower is better.
-FIGURES = {"cpu_ms_per_pod": True, "pods_per_second": False, "latency_p50_ms": True, "latency_p99_ms": True,
-           "peak_rss_mb": True}
+FIGURES = {"cpu_ms_per_pod": True, "backlog_pods_per_second": False, "pods_per_second": False,
+           "latency_p50_ms": True, "latency_p99_ms": True, "peak_rss_mb": True}
+THROUGHPUT = ("backlog_pods_per_second", "pods_per_second")  # the figures compared with the ceiling's
+BACKLOG_LEASE = "bench-backlog"  # the Lease a contender stands by on while a run's backlog is created
 
 
 def say(message: str) -> None:
@@ -218,10 +230,35 @@ class PodWatch:
         client.close()
 
 
-def metrics_sched_config(contender: Contender, cluster: DevCluster, port: int) -> dict[str, Any]:
+def lease_config(namespace: str) -> dict[str, Any]:
+    """The leaderElection section kube-scheduler and metrics-sched both read (the same fields): a standby on the
+    run's Lease (BACKLOG_LEASE) until the bench deletes it, then the leader at its next retry."""
+    return {"leaderElect": True, "resourceLock": "leases", "resourceNamespace": namespace,
+            "resourceName": BACKLOG_LEASE, "leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "1s"}
+
+
+def hold_lease(cluster: DevCluster, namespace: str) -> None:
+    """Creates the run's Lease held by the bench for an hour: a contender told to elect on it (lease_config) stands
+    by, its caches and telemetry warm, until release_lease(). Both elect with client-go's rule: another holder's
+    lease counts for its leaseDurationSeconds from when they first saw it."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    with cluster.api() as api:
+        api.post(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": BACKLOG_LEASE},
+            "spec": {"holderIdentity": "bench", "leaseDurationSeconds": 3600, "acquireTime": now, "renewTime": now}})
+
+
+def release_lease(cluster: DevCluster, namespace: str) -> None:
+    """Deletes the run's Lease: the standby creates it for itself at its next retry and starts scheduling."""
+    with cluster.api() as api:
+        api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{BACKLOG_LEASE}")
+
+
+def metrics_sched_config(contender: Contender, cluster: DevCluster, port: int,
+                         lease_namespace: str | None = None) -> dict[str, Any]:
     config: dict[str, Any] = {
         "apiVersion": "metrics-sched.io/v1alpha1", "kind": "MetricsSchedulerConfiguration",
-        "leaderElection": {"leaderElect": False},
+        "leaderElection": lease_config(lease_namespace) if lease_namespace else {"leaderElect": False},
         "server": {"bindAddress": "127.0.0.1", "port": port, "insecure": True},  # local: plain HTTP on loopback
         "audit": {"logDecisions": False},
     }
@@ -254,12 +291,15 @@ def chart_intervals(values: Path = ROOT / "deploy" / "helm" / "metrics-sched" / 
 CHART_INTERVALS = chart_intervals()
 
 
-def start_contender(cluster: DevCluster, contender: Contender) -> tuple[str, int, Callable[[], None], str | None]:
-    """Starts it and waits until it is ready; returns (process name, pid, stop, url)."""
+def start_contender(cluster: DevCluster, contender: Contender, lease_namespace: str | None = None
+                    ) -> tuple[str, int, Callable[[], None], str | None]:
+    """Starts it and waits until it is ready; returns (process name, pid, stop, url). With `lease_namespace` a
+    scheduler stands by on that namespace's BACKLOG_LEASE (lease_config); the ceiling has no leader election."""
     if contender.is_kube:
         qps, burst, percentage = KUBE_SETTINGS[contender.key]
         cluster.start_kube_scheduler(qps=qps, burst=burst, percentage_of_nodes_to_score=percentage,
-                                     name=contender.key)
+                                     name=contender.key,
+                                     leader_election=lease_config(lease_namespace) if lease_namespace else None)
         return contender.key, cluster.group.processes[contender.key].pid, \
             lambda: cluster.stop_kube_scheduler(contender.key), None
     if contender.key == "ceiling":
@@ -271,7 +311,7 @@ def start_contender(cluster: DevCluster, contender: Contender) -> tuple[str, int
         return "bare", managed.pid, lambda: cluster.group.stop("bare"), None
     port = free_port()
     path = cluster.run_dir / f"{contender.key}.yaml"
-    path.write_text(yaml.safe_dump(metrics_sched_config(contender, cluster, port)))
+    path.write_text(yaml.safe_dump(metrics_sched_config(contender, cluster, port, lease_namespace)))
     managed = cluster.group.start(contender.key, [sys.executable, "-m", "metrics_sched.cli", "run", "--config",
                                                   str(path), "--kubeconfig", str(cluster.kubeconfig),
                                                   "--log-format", "text", "--log-level", "warning"])
@@ -310,9 +350,13 @@ def _delete_pods(cluster: DevCluster, namespace: str, pods: int) -> None:
 
 
 def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: float,
-             rate: float = CREATION_RATE, rss_at: Sequence[int] = (), cleanup: bool = True) -> dict[str, Any]:
+             rate: float = CREATION_RATE, rss_at: Sequence[int] = (), cleanup: bool = True,
+             backlog: int = 0) -> dict[str, Any]:
     """One run of one contender: start it, create `pods` paced pods, measure until all are bound (or the
     timeout), stop it, delete the pods (unless `cleanup` is False: the cluster's last run, torn down with it).
+    With a `backlog`, that many of the pods come first, created while the contender stands by (a scheduler on the
+    run's Lease, the ceiling not yet started): released at once, they give `backlog_pods_per_second` (drain_figures),
+    and the other pods are the paced ones the run's other figures are of.
     rss_at: bound-pod counts at which the contender's peak RSS so far is read (`peak_rss_mb_at`), e.g. its
     peak at 10,000 pods on the way to 50,000. Never raises for the contender's sake: a failure is the result."""
     namespace = f"bench-{contender.key}-{secrets.token_hex(2)}"
@@ -322,21 +366,49 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
     watch: PodWatch | None = None
     phases: dict[str, float] = {}  # wall seconds of start-up, measurement and clean-up (for the duration budget)
     began = time.monotonic()
+    # The ceiling has no leader election: it starts once the backlog is there (it has nothing to warm up).
+    held = backlog > 0 and contender.key != "ceiling"
     try:
         with cluster.api() as api:
             api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                             "metadata": {"name": namespace}})
-        name, pid, stop, url = start_contender(cluster, contender)
+        if held:
+            hold_lease(cluster, namespace)
         watch = PodWatch(Credentials.from_kubeconfig(cluster.kubeconfig), namespace)
         watch.start()
-        say(f"{contender.key}: creating {pods} pods at {rate:.0f}/s")
+        name, pid, url = contender.key, 0, None
+        if not backlog or held:
+            name, pid, stop, url = start_contender(cluster, contender, namespace if held else None)
+            phases["start"] = round(time.monotonic() - began, 1)
+        if backlog:
+            say(f"{contender.key}: a backlog of {backlog} pods, created while it stands by")
+            backlog_began = time.monotonic()
+            create_pods(cluster, namespace, contender, backlog, rate=rate, first=0, wait=True)
+            seen = watch
+            wait_until(lambda: len(seen.created) >= backlog, 120, "the backlog's pods in the watch")
+            if watch.bound:
+                raise RuntimeError(f"{len(watch.bound)} backlog pods were bound before the contender was released")
+            released = time.monotonic()
+            if held:
+                release_lease(cluster, namespace)
+            else:
+                name, pid, stop, url = start_contender(cluster, contender)
+                phases["start"] = round(time.monotonic() - released, 1)
+            while len(watch.bound) < backlog and time.monotonic() - released < timeout:
+                if watch.error is not None:
+                    raise RuntimeError(f"the benchmark's pod watch failed: {watch.error}")
+                cluster.group.check(name)
+                time.sleep(0.05)
+            if len(watch.bound) < backlog:
+                raise RuntimeError(f"{len(watch.bound)} of the backlog's {backlog} pods bound after {timeout:.0f}s")
+            result.update(drain_figures(dict(watch.bound)))
+            phases["backlog"] = round(time.monotonic() - backlog_began, 1)
+        paced = pods - backlog
+        say(f"{contender.key}: creating {paced} pods at {rate:.0f}/s")
         cpu0, _ = proc_stats(pid)
         plane0 = control_plane_cpu(running(cluster))
         started = time.monotonic()
-        phases["start"] = round(started - began, 1)
-        creator = subprocess.Popen([sys.executable, "-m", "bench.pod_creator", "--kubeconfig",
-                                    str(cluster.kubeconfig), "--namespace", namespace, "--count", str(pods),
-                                    "--scheduler", contender.scheduler_name, "--rate", str(rate)])
+        creator = create_pods(cluster, namespace, contender, paced, rate=rate, first=backlog)
         last_report = started
         marks = sorted(n for n in rss_at if n < pods)
         while len(watch.bound) < pods and time.monotonic() - started < timeout:
@@ -360,12 +432,14 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
             sources = httpx.get(f"{url}/sources", timeout=5).json()
             result["sources"] = {k: {"last_duration_s": v["last_duration"], "queries": v["queries"],
                                      "coverage": v["coverage"]} for k, v in sources.items()}
-        result.update(figures(dict(watch.created), dict(watch.bound), cpu1 - cpu0, peak))
-        if watch.bound:
+        mine = {pod_creator.name_of(i) for i in range(backlog, pods)}  # the paced pods
+        bound = {n: t for n, t in watch.bound.items() if n in mine}
+        result.update(figures({n: t for n, t in watch.created.items() if n in mine}, bound, cpu1 - cpu0, peak))
+        if bound:
             # What the contender costs the API server and etcd per pod (its writes, and every watcher's copy of
             # what it writes): on a shared 2-core machine that CPU is not the scheduler's to spend.
             result["control_plane_cpu_ms_per_pod"] = {
-                name: round((plane1[name] - plane0[name]) * 1000 / len(watch.bound), 3)
+                name: round((plane1[name] - plane0[name]) * 1000 / len(bound), 3)
                 for name in plane0 if name in plane1}
         result["watch_reconnects"] = watch.reconnects
     except Exception as exc:  # noqa: BLE001 - recorded as this run's outcome; the other runs go on
@@ -398,6 +472,29 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
     say(f"{contender.key}: {result['status']}" + (f" ({result['error']})" if result["error"] else "") + ": "
         + ", ".join(f"{k} {result.get(k)}" for k in FIGURES))
     return result
+
+
+def create_pods(cluster: DevCluster, namespace: str, contender: Contender, count: int, *, rate: float, first: int,
+                wait: bool = False) -> subprocess.Popen[bytes]:
+    """bench/pod_creator.py for pods p-<first>... at the paced `rate`; with `wait`, returns once it is done
+    (raises if any creation failed)."""
+    creator = subprocess.Popen([sys.executable, "-m", "bench.pod_creator", "--kubeconfig", str(cluster.kubeconfig),
+                                "--namespace", namespace, "--count", str(count), "--first", str(first),
+                                "--scheduler", contender.scheduler_name, "--rate", str(rate)])
+    if wait and creator.wait(timeout=600):
+        raise RuntimeError(f"the pod creator failed (exit {creator.returncode}): its stderr is in this log")
+    return creator
+
+
+def drain_figures(bound: dict[str, float]) -> dict[str, Any]:
+    """The backlog's drain: pods bound per second from its first bind to its last (the contender's start-up and
+    election are before the first; no pod is created meanwhile, so neither the creator nor its POSTs on the API
+    server set the pace: the scheduler and its binds do)."""
+    if len(bound) < 2:
+        return {"backlog_pods": len(bound), "backlog_pods_per_second": None}
+    span = max(bound.values()) - min(bound.values())
+    return {"backlog_pods": len(bound), "backlog_seconds": round(span, 3),
+            "backlog_pods_per_second": round((len(bound) - 1) / span, 1) if span > 0 else None}
 
 
 def figures(created: dict[str, float], bound: dict[str, float], cpu_seconds: float, peak_rss: int) -> dict[str, Any]:
@@ -446,13 +543,19 @@ def _median(summary: dict[str, Any] | None, figure: str) -> float | None:
 
 
 def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Adds each contender's ratios to the best kube-scheduler contender and to kube-tuned; says whether the
-    ceiling held (no contender's median pods/s above the ceiling's). Returns the comparison's summary."""
+    """Adds each contender's ratios to the best kube-scheduler contender (by each figure) and to kube-tuned; says
+    whether the ceiling held (no contender's median pods/s, from a backlog or paced, above the ceiling's). Returns
+    the comparison's summary."""
     by_key = {r["contender"]: r for r in results}
-    kube = [r for r in results if r["contender"].startswith("kube-") and _median(r, "pods_per_second")]
-    best_throughput = max(kube, key=lambda r: _median(r, "pods_per_second") or 0.0, default=None)
-    best_cpu = min((r for r in kube if _median(r, "cpu_ms_per_pod")),
-                   key=lambda r: _median(r, "cpu_ms_per_pod") or 0.0, default=None)
+    kube = [r for r in results if r["contender"].startswith("kube-")]
+
+    def best(figure: str) -> dict[str, Any] | None:
+        measured = [r for r in kube if _median(r, figure)]
+        pick = min if FIGURES[figure] else max
+        return pick(measured, key=lambda r: _median(r, figure) or 0.0, default=None)
+
+    ratios = ("backlog_pods_per_second", "pods_per_second", "cpu_ms_per_pod")
+    bests = {figure: best(figure) for figure in ratios}
     tuned = by_key.get("kube-tuned")
     ceiling = by_key.get("ceiling")
 
@@ -461,22 +564,21 @@ def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
         return round(mine / theirs, 3) if mine is not None and theirs else None
 
     for r in results:
-        r["vs_best_kube"] = {"pods_per_second": ratio(r, best_throughput, "pods_per_second"),
-                             "cpu_ms_per_pod": ratio(r, best_cpu, "cpu_ms_per_pod")}
-        r["vs_kube_tuned"] = {"pods_per_second": ratio(r, tuned, "pods_per_second"),
-                              "cpu_ms_per_pod": ratio(r, tuned, "cpu_ms_per_pod")}
+        r["vs_best_kube"] = {figure: ratio(r, bests[figure], figure) for figure in ratios}
+        r["vs_kube_tuned"] = {figure: ratio(r, tuned, figure) for figure in ratios}
         r["throughput_vs_ceiling"] = ratio(r, ceiling, "pods_per_second")
-    ceiling_rate = _median(ceiling, "pods_per_second")
-    if ceiling_rate is None:
+        r["backlog_vs_ceiling"] = ratio(r, ceiling, "backlog_pods_per_second")
+    if _median(ceiling, "pods_per_second") is None:
         validity: dict[str, Any] = {"valid": None, "reason": "the ceiling did not complete a run"}
     else:
-        beaten = [r["contender"] for r in results if r["contender"] != "ceiling"
-                  and (_median(r, "pods_per_second") or 0.0) > ceiling_rate]
+        beaten = [r["contender"] for r in results if r["contender"] != "ceiling" and any(
+            (_median(r, figure) or 0.0) > (_median(ceiling, figure) or float("inf")) for figure in THROUGHPUT)]
         validity = {"valid": not beaten, "beaten_by": beaten,
                     "reason": None if not beaten else f"{', '.join(beaten)} bound pods faster than the bare bind "
                                                       "loop: its pods/s is no ceiling on this run"}
-    return {"best_kube_throughput": best_throughput["contender"] if best_throughput else None,
-            "best_kube_cpu": best_cpu["contender"] if best_cpu else None, "ceiling": validity}
+    return {"best_kube_backlog": (bests["backlog_pods_per_second"] or {}).get("contender"),
+            "best_kube_throughput": (bests["pods_per_second"] or {}).get("contender"),
+            "best_kube_cpu": (bests["cpu_ms_per_pod"] or {}).get("contender"), "ceiling": validity}
 
 
 def another_rep_fits(done: int, elapsed: float, longest: float, budget: float | None) -> bool:
@@ -508,13 +610,16 @@ def memory_run(cluster: DevCluster, pods: int, marks: Sequence[int], *, rate: fl
 def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None = None,
              contenders: Sequence[Contender] = CONTENDERS, rate: float = CREATION_RATE,
              out_dir: Path = RESULTS, with_sources: bool = True, budget: float | None = None,
-             memory_pods: int | None = None, memory_marks: Sequence[int] = ()) -> dict[str, Any]:
+             memory_pods: int | None = None, memory_marks: Sequence[int] = (),
+             backlog: int | None = None) -> dict[str, Any]:
     """Every contender `reps` times on one dev cluster of `nodes` KWOK nodes; writes <out_dir>/e2e-<nodes>.json
     after each run and when done, and returns what it wrote. With a `budget` (seconds), a repetition after the
     first is not started when it would end past it (judged by the longest one so far): `make bench` stays in
     CI's 90 minutes on a busy machine, and the report says how many repetitions ran and why.
     memory_pods: then one run of ms-all with that many pods on the same nodes (`report["memory"]`), its peak RSS
-    read as the bound pods pass each of `memory_marks` and at the end; the cluster's last run, not cleaned up."""
+    read as the bound pods pass each of `memory_marks` and at the end; the cluster's last run, not cleaned up.
+    backlog: the pods of each run created before its contender is released (run_once; default half of them)."""
+    backlog = pods // 2 if backlog is None else backlog
     timeout = timeout if timeout is not None else 120.0 + pods / 20  # kube-default binds ~50 pods/s
     path = out_dir / f"e2e-{nodes}.json"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -523,7 +628,10 @@ def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None =
         "nodes": nodes, "pods": pods, "reps": reps, "complete": False, "budget_s": budget, "cut_short": None,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "method": {"creation_rate": rate, "timeout_s": timeout, "order": "contenders rotated by one each repetition",
-                   "cpu": "utime+stime from the creator's start to the last bind",
+                   "backlog": backlog,
+                   "backlog_pods_per_second": "a backlog's pods, created while the contender stood by, bound per "
+                                              "second from its first bind to its last",
+                   "cpu": "utime+stime from the paced creator's start to the last bind",
                    "spread": "median, min-max over ok runs",
                    "source_intervals_s": CHART_INTERVALS,
                    "heartbeats": {"lease_duration_s": HEARTBEATS.lease_duration_seconds,
@@ -556,7 +664,7 @@ def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None =
             order = list(contenders[rep % len(contenders):]) + list(contenders[:rep % len(contenders)])
             for contender in order:
                 say(f"{nodes} nodes, repetition {rep + 1}/{reps}: {contender.key}")
-                run = run_once(cluster, contender, pods, timeout=timeout, rate=rate)
+                run = run_once(cluster, contender, pods, timeout=timeout, rate=rate, backlog=backlog)
                 run["rep"] = rep + 1
                 runs[contender.key].append(run)
                 write(complete=False)
@@ -579,6 +687,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=REPS)
     parser.add_argument("--rate", type=float, default=CREATION_RATE, help="pods created per second")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run (default 120 + pods/20)")
+    parser.add_argument("--backlog", type=int, default=None,
+                        help="pods of each run created before its contender is released (default half)")
     parser.add_argument("--contenders", nargs="+", choices=[c.key for c in CONTENDERS], default=None)
     parser.add_argument("--no-sources", action="store_true", help="skip the sources' refresh cost")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where e2e-<nodes>.json goes")
@@ -591,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     chosen = tuple(c for c in CONTENDERS if args.contenders is None or c.key in args.contenders)
     report = run_size(args.nodes, args.pods, reps=args.reps, timeout=args.timeout, contenders=chosen,
                       rate=args.rate, out_dir=args.out, with_sources=not args.no_sources, budget=args.budget,
-                      memory_pods=args.memory_pods, memory_marks=args.memory_marks)
+                      memory_pods=args.memory_pods, memory_marks=args.memory_marks, backlog=args.backlog)
     print(json.dumps({k: v for k, v in report.items() if k != "results"}, indent=2, default=str))
 
 

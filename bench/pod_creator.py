@@ -28,6 +28,10 @@ CHUNK = 250  # pods per `bench-chunk` label value: one delete-collection call en
 CHUNK_LABEL = "bench-chunk"
 
 
+def name_of(index: int) -> str:
+    return f"p-{index:05d}"
+
+
 def pod(name: str, scheduler: str, index: int = 0) -> dict[str, object]:
     return {
         "apiVersion": "v1", "kind": "Pod",
@@ -59,6 +63,8 @@ def main() -> None:
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--first", type=int, default=0,
+                        help="index of the first pod (p-<index>): a run's later pods after its backlog")
     parser.add_argument("--scheduler", required=True)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rate", type=float, default=0.0, help="pods created per second (0: unpaced)")
@@ -76,13 +82,14 @@ def main() -> None:
     connected.wait(timeout=60)
     path = f"/api/v1/namespaces/{args.namespace}/pods"
     start = time.monotonic()
-    for i in range(args.count):
+    for n in range(args.count):
+        i = args.first + n
         if args.delete:
-            jobs.put(("DELETE", f"{path}/p-{i:05d}?gracePeriodSeconds=0", None))
+            jobs.put(("DELETE", f"{path}/{name_of(i)}?gracePeriodSeconds=0", None))
             continue
-        if args.rate > 0 and (delay := start + i / args.rate - time.monotonic()) > 0:
+        if args.rate > 0 and (delay := start + n / args.rate - time.monotonic()) > 0:
             time.sleep(delay)
-        jobs.put(("POST", path, json.dumps(pod(f"p-{i:05d}", args.scheduler, i)).encode()))
+        jobs.put(("POST", path, json.dumps(pod(name_of(i), args.scheduler, i)).encode()))
     for _ in workers:
         jobs.put(None)
     for worker in workers:

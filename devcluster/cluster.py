@@ -460,16 +460,18 @@ class DevCluster:
     def start_kube_scheduler(
         self, *, qps: float = 50, burst: int = 100, percentage_of_nodes_to_score: int | None = None,
         name: str = "kube-scheduler", profile: dict[str, Any] | None = None, feature_gates: tuple[str, ...] = (),
+        leader_election: dict[str, Any] | None = None,
     ) -> str:
         """The real kube-scheduler; QPS 50/burst 100 are its defaults. Without `profile` it runs its default
         profile (`default-scheduler`); a profile (schedulerName, plugins, pluginConfig) replaces it.
-        `feature_gates` are turned on (a flag only: KubeSchedulerConfiguration has no field for them)."""
+        `feature_gates` are turned on (a flag only: KubeSchedulerConfiguration has no field for them).
+        `leader_election`: its leaderElection section (default: none, it schedules at once)."""
         assert self.endpoints is not None and self._bins is not None and self._pki is not None
         port = free_port()
         config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": self.endpoints.kubeconfig, "qps": qps, "burst": burst},
-            "leaderElection": {"leaderElect": False},
+            "leaderElection": leader_election or {"leaderElect": False},
         }
         if profile is not None:
             config["profiles"] = [profile]

@@ -20,7 +20,9 @@ from bench.e2e_bench import (
     chart_intervals,
     compare,
     control_plane_cpu,
+    drain_figures,
     figures,
+    lease_config,
     metrics_sched_config,
     summarize,
 )
@@ -32,9 +34,12 @@ pytestmark = pytest.mark.unit
 BY_KEY = {c.key: c for c in CONTENDERS}
 
 
-def run(contender: str, rep: int, pods_per_second: float, cpu_ms: float, status: str = "ok") -> dict[str, Any]:
+def run(contender: str, rep: int, pods_per_second: float, cpu_ms: float, status: str = "ok",
+        backlog: float | None = None) -> dict[str, Any]:
+    """A run's figures; its backlog drained 1.5x as fast as its paced pods came unless `backlog` says."""
     return {"contender": contender, "rep": rep, "status": status, "error": None if status == "ok" else "boom",
             "pods_per_second": pods_per_second, "cpu_ms_per_pod": cpu_ms, "latency_p50_ms": 100.0 * rep,
+            "backlog_pods_per_second": 1.5 * pods_per_second if backlog is None else backlog,
             "latency_p99_ms": 300.0 * rep, "peak_rss_mb": 100.0 + rep, "creation_rate": 400.0}
 
 
@@ -98,8 +103,8 @@ def test_ratios_to_the_best_kube_contender_and_to_kube_tuned() -> None:
     summary = compare(results)
     assert summary["best_kube_throughput"] == "kube-tuned" and summary["best_kube_cpu"] == "kube-tuned"
     ms_all = next(r for r in results if r["contender"] == "ms-all")
-    assert ms_all["vs_best_kube"] == {"pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
-    assert ms_all["vs_kube_tuned"] == {"pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
+    assert ms_all["vs_best_kube"] == {"backlog_pods_per_second": 0.5, "pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
+    assert ms_all["vs_kube_tuned"] == {"backlog_pods_per_second": 0.5, "pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
     assert ms_all["throughput_vs_ceiling"] == pytest.approx(0.333)
     assert summary["ceiling"]["valid"] is True and summary["ceiling"]["beaten_by"] == []
 
@@ -109,7 +114,52 @@ def test_the_best_kube_contender_by_cpu_may_differ_from_the_fastest() -> None:
     summary = compare(results)
     assert summary["best_kube_throughput"] == "kube-tuned" and summary["best_kube_cpu"] == "kube-default"
     kube_tuned = next(r for r in results if r["contender"] == "kube-tuned")
-    assert kube_tuned["vs_best_kube"] == {"pods_per_second": 1.0, "cpu_ms_per_pod": 2.0}
+    assert kube_tuned["vs_best_kube"] == {"backlog_pods_per_second": 1.0, "pods_per_second": 1.0,
+                                          "cpu_ms_per_pod": 2.0}
+
+
+def test_the_best_kube_contender_from_a_backlog_may_differ_from_the_fastest_paced() -> None:
+    results = [summarize(BY_KEY[key], [run(key, rep, pps, 2.0, backlog=backlog) for rep in (1, 2, 3)])
+               for key, pps, backlog in (("kube-default", 50.0, 60.0), ("kube-tuned", 200.0, 300.0),
+                                         ("kube-tuned-100", 190.0, 400.0), ("ms-all", 195.0, 360.0))]
+    summary = compare(results)
+    assert summary["best_kube_backlog"] == "kube-tuned-100" and summary["best_kube_throughput"] == "kube-tuned"
+    ms_all = next(r for r in results if r["contender"] == "ms-all")
+    assert ms_all["vs_best_kube"]["backlog_pods_per_second"] == 0.9
+    assert ms_all["vs_kube_tuned"]["backlog_pods_per_second"] == 1.2
+    assert ms_all["vs_best_kube"]["pods_per_second"] == 0.975
+
+
+def test_a_contender_draining_a_backlog_faster_than_the_ceiling_invalidates_it() -> None:
+    results = [summarize(BY_KEY[key], [run(key, rep, pps, 2.0, backlog=backlog) for rep in (1, 2, 3)])
+               for key, pps, backlog in (("kube-tuned", 150.0, 420.0), ("ceiling", 200.0, 400.0))]
+    ceiling = compare(results)["ceiling"]
+    assert ceiling["valid"] is False and ceiling["beaten_by"] == ["kube-tuned"]
+
+
+def test_a_backlog_drains_from_its_first_bind_to_its_last() -> None:
+    bound = {f"p{i}": 50.0 + i * 0.004 for i in range(501)}  # 500 intervals of 4 ms after the first bind
+    assert drain_figures(bound) == {"backlog_pods": 501, "backlog_seconds": 2.0, "backlog_pods_per_second": 250.0}
+    assert drain_figures({"p0": 1.0})["backlog_pods_per_second"] is None
+
+
+def test_both_schedulers_stand_by_on_the_runs_lease(tmp_path: Path) -> None:
+    """metrics-sched's own loader takes the section kube-scheduler is given too (the same field names)."""
+    from metrics_sched.config.loader import load_config
+    from metrics_sched.framework.registry import Registry
+
+    class Cluster:
+        def telemetry_sources(self) -> list[dict[str, Any]]:
+            return []
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(metrics_sched_config(BY_KEY["ms-resources"], Cluster(), 1234,  # type: ignore[arg-type]
+                                                        lease_namespace="bench-ms-resources-1a2b")))
+    election = load_config(path, Registry.default(third_party=False).catalog()).leader_election
+    assert election.leader_elect and election.resource_namespace == "bench-ms-resources-1a2b"
+    assert election.resource_name == lease_config("x")["resourceName"] and election.retry_period == 1.0
+    assert metrics_sched_config(BY_KEY["ms-resources"], Cluster(), 1234)["leaderElection"] == {  # type: ignore[arg-type]
+        "leaderElect": False}
 
 
 def test_a_contender_faster_than_the_ceiling_invalidates_it() -> None:
@@ -128,7 +178,7 @@ def test_a_ceiling_that_did_not_run_is_not_called_valid() -> None:
 
 def size_report(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"nodes": 500, "pods": 2000, "reps": 3, "complete": True, "date": "2026-12-01 19:00 UTC",
-            "method": {"creation_rate": 400.0, "heartbeats": {
+            "method": {"creation_rate": 400.0, "backlog": 1000, "heartbeats": {
                 "lease_duration_s": 40, "lease_renew_interval_s": 10.0, "status_report_s": 300.0,
                 "lease_updates_per_s": 50, "status_updates_per_s": 1.7}},
             "results": results, "comparison": compare(results)}
@@ -142,8 +192,9 @@ def test_markdown_shows_median_spread_cpu_ratios_and_failed_runs() -> None:
                                          "python": "3.11"}, "e2e": [size_report(results)]}
     text = markdown(report, base="bench/results/")
     row = next(line for line in text.splitlines() if line.startswith("| metrics-sched, every metric plugin"))
-    assert "| 2.75 (2.50-3.00) | 110.0 (100.0-120.0) |" in row
+    assert "| 2.75 (2.50-3.00) | 165.0 (150.0-180.0) | 110.0 (100.0-120.0) |" in row  # CPU, backlog, paced
     assert "| 1.38x | 0.55x | 1.38x | 0.55x | 2/3 |" in row  # vs kube-tuned, the best kube on both
+    assert "Backlog pods/s: the first 1,000 pods of a run, created while the contender stood by" in text
     assert "Ceiling valid" in text
     assert "ms-all repetition 3: timeout (boom)" in text
     assert "node Leases of 40 s renewed every 10 s (50 updates/s)" in text
