@@ -481,8 +481,15 @@ def create_pods(cluster: DevCluster, namespace: str, contender: Contender, count
     creator = subprocess.Popen([sys.executable, "-m", "bench.pod_creator", "--kubeconfig", str(cluster.kubeconfig),
                                 "--namespace", namespace, "--count", str(count), "--first", str(first),
                                 "--scheduler", contender.scheduler_name, "--rate", str(rate)])
-    if wait and creator.wait(timeout=600):
-        raise RuntimeError(f"the pod creator failed (exit {creator.returncode}): its stderr is in this log")
+    if wait:
+        try:
+            failed = creator.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            creator.kill()
+            creator.wait()
+            raise RuntimeError(f"the pod creator did not create {count} pods in 600 s") from None
+        if failed:
+            raise RuntimeError(f"the pod creator failed (exit {failed}): its stderr is in this log")
     return creator
 
 
