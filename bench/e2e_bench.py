@@ -24,8 +24,12 @@ Method:
   deletes the Lease (the ceiling: starts it), and `backlog_pods_per_second` is the backlog's pods bound per
   second from its first bind to its last: the scheduler and the API server alone, no creator competing for the
   cores and no creation rate setting the pace (the paced part's pods/s was within 10 % of the creator's rate for
-  every contender at both sizes on this machine: the creator's figure, not the scheduler's). Its other pods are
-  then created paced, and the other figures are theirs.
+  every contender at both sizes on this machine: the creator's figure, not the scheduler's). While it drains, the
+  dev cluster's Prometheus is stopped (SIGSTOP, then SIGCONT: `paused`): its scrape of the DCGM exporter's page
+  (~49 MB at 5,000 nodes, every 15 s) took 0.15 to 4.5 CPU-seconds of a 3-5 s drain depending on when it fell,
+  and moved one contender's figure between 186 and 305 pods/s; on a cluster it runs on other machines than the
+  API server. A metrics-sched refresh due meanwhile waits (its decisions read the values already cached, fresh for
+  their maxAge). Its other pods are then created paced, with Prometheus running, and the other figures are theirs.
 - The primary figure is the scheduler's CPU-ms per bound pod: utime+stime of its process (/proc/<pid>/stat)
   over the paced part only (from the pod creator's start, once the contender is ready, to the moment
   the last bind is seen; start-up, initial sync and clean-up excluded), divided by the pods bound. It is
@@ -80,15 +84,17 @@ past which no further repetition starts, and the report says how many ran.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +124,9 @@ SCRAPE_INTERVAL = 15.0  # seconds, Prometheus' scrapes and rule evaluations: see
 FIGURES = {"cpu_ms_per_pod": True, "backlog_pods_per_second": False, "pods_per_second": False,
            "latency_p50_ms": True, "latency_p99_ms": True, "peak_rss_mb": True}
 THROUGHPUT = ("backlog_pods_per_second", "pods_per_second")  # the figures compared with the ceiling's
+# Stopped while a backlog drains (see the docstring): the dev cluster's Prometheus, whose scrape of the DCGM page
+# (~49 MB at 5,000 nodes, every SCRAPE_INTERVAL) took 0.15-4.5 CPU-seconds of a 3-5 s drain at random.
+PAUSED_DURING_BACKLOG = ("prometheus",)
 BACKLOG_LEASE = "bench-backlog"  # the Lease a contender stands by on while a run's backlog is created
 
 
@@ -389,16 +398,17 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
             if watch.bound:
                 raise RuntimeError(f"{len(watch.bound)} backlog pods were bound before the contender was released")
             released = time.monotonic()
-            if held:
-                release_lease(cluster, namespace)
-            else:
-                name, pid, stop, url = start_contender(cluster, contender)
-                phases["start"] = round(time.monotonic() - released, 1)
-            while len(watch.bound) < backlog and time.monotonic() - released < timeout:
-                if watch.error is not None:
-                    raise RuntimeError(f"the benchmark's pod watch failed: {watch.error}")
-                cluster.group.check(name)
-                time.sleep(0.05)
+            with paused(cluster, PAUSED_DURING_BACKLOG):
+                if held:
+                    release_lease(cluster, namespace)
+                else:
+                    name, pid, stop, url = start_contender(cluster, contender)
+                    phases["start"] = round(time.monotonic() - released, 1)
+                while len(watch.bound) < backlog and time.monotonic() - released < timeout:
+                    if watch.error is not None:
+                        raise RuntimeError(f"the benchmark's pod watch failed: {watch.error}")
+                    cluster.group.check(name)
+                    time.sleep(0.05)
             if len(watch.bound) < backlog:
                 raise RuntimeError(f"{len(watch.bound)} of the backlog's {backlog} pods bound after {timeout:.0f}s")
             result.update(drain_figures(dict(watch.bound)))
@@ -472,6 +482,21 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
     say(f"{contender.key}: {result['status']}" + (f" ({result['error']})" if result["error"] else "") + ": "
         + ", ".join(f"{k} {result.get(k)}" for k in FIGURES))
     return result
+
+
+@contextlib.contextmanager
+def paused(cluster: DevCluster, names: Sequence[str]) -> Iterator[None]:
+    """The dev cluster's processes `names` stopped (SIGSTOP) meanwhile, then continued (SIGCONT), whatever happens."""
+    pids = [managed.pid for name, managed in cluster.group.processes.items() if name in names and managed.alive()]
+    stopped: list[int] = []
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        yield
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
 
 
 def create_pods(cluster: DevCluster, namespace: str, contender: Contender, count: int, *, rate: float, first: int,
@@ -635,7 +660,7 @@ def run_size(nodes: int, pods: int, *, reps: int = REPS, timeout: float | None =
         "nodes": nodes, "pods": pods, "reps": reps, "complete": False, "budget_s": budget, "cut_short": None,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "method": {"creation_rate": rate, "timeout_s": timeout, "order": "contenders rotated by one each repetition",
-                   "backlog": backlog,
+                   "backlog": backlog, "paused_during_backlog": list(PAUSED_DURING_BACKLOG),
                    "backlog_pods_per_second": "a backlog's pods, created while the contender stood by, bound per "
                                               "second from its first bind to its last",
                    "cpu": "utime+stime from the paced creator's start to the last bind",

@@ -76,7 +76,9 @@ def size_markdown(size: dict[str, Any]) -> list[str]:
         notes.append(f"Backlog pods/s: the first {method['backlog']:,} pods of a run, created while the contender "
                      "stood by (a scheduler on a Lease the bench held, its caches and telemetry warm; the ceiling "
                      "not yet started), bound per second from its first bind to its last: the scheduler and the API "
-                     "server, no pod creator. The run's other pods are paced; CPU-ms/pod and latency are theirs.")
+                     "server, no pod creator" + (f", {' and '.join(method['paused_during_backlog'])} stopped meanwhile"
+                                                 if method.get("paused_during_backlog") else "")
+                     + ". The run's other pods are paced; CPU-ms/pod and latency are theirs.")
     if rate:
         notes.append(f"Paced pods created at {rate:g} pods/s. " + heartbeat_note(method) + ".")
     intervals = method.get("source_intervals_s")

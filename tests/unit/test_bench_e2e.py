@@ -24,6 +24,7 @@ from bench.e2e_bench import (
     figures,
     lease_config,
     metrics_sched_config,
+    paused,
     summarize,
 )
 from bench.run import chart, markdown
@@ -178,7 +179,8 @@ def test_a_ceiling_that_did_not_run_is_not_called_valid() -> None:
 
 def size_report(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"nodes": 500, "pods": 2000, "reps": 3, "complete": True, "date": "2026-12-01 19:00 UTC",
-            "method": {"creation_rate": 400.0, "backlog": 1000, "heartbeats": {
+            "method": {"creation_rate": 400.0, "backlog": 1000, "paused_during_backlog": ["prometheus"],
+                       "heartbeats": {
                 "lease_duration_s": 40, "lease_renew_interval_s": 10.0, "status_report_s": 300.0,
                 "lease_updates_per_s": 50, "status_updates_per_s": 1.7}},
             "results": results, "comparison": compare(results)}
@@ -195,6 +197,7 @@ def test_markdown_shows_median_spread_cpu_ratios_and_failed_runs() -> None:
     assert "| 2.75 (2.50-3.00) | 165.0 (150.0-180.0) | 110.0 (100.0-120.0) |" in row  # CPU, backlog, paced
     assert "| 1.38x | 0.55x | 1.38x | 0.55x | 2/3 |" in row  # vs kube-tuned, the best kube on both
     assert "Backlog pods/s: the first 1,000 pods of a run, created while the contender stood by" in text
+    assert "no pod creator, prometheus stopped meanwhile." in text
     assert "Ceiling valid" in text
     assert "ms-all repetition 3: timeout (boom)" in text
     assert "node Leases of 40 s renewed every 10 s (50 updates/s)" in text
@@ -355,3 +358,41 @@ def test_markdown_states_the_telemetry_intervals() -> None:
     size["method"]["source_intervals_s"] = {"prometheus": 10.0, "cmdb": 60.0}
     text = "\n".join(e2e_report.size_markdown(size))
     assert "telemetry refreshed as the Helm chart deploys it: prometheus every 10 s, cmdb every 60 s." in text
+
+
+def test_paused_stops_the_named_processes_and_always_continues_them() -> None:
+    import subprocess
+    import time
+
+    def state(pid: int) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    def settled(pid: int, want: str) -> str:
+        deadline = time.monotonic() + 10  # the signal is delivered asynchronously: wait for exactly that state
+        while state(pid) != want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return state(pid)
+
+    child = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        class Managed:
+            def __init__(self, pid: int) -> None:
+                self.pid = pid
+
+            def alive(self) -> bool:
+                return True
+
+        class Cluster:
+            class group:  # noqa: N801 - as DevCluster.group
+                processes = {"prometheus": Managed(child.pid), "kwok": Managed(other.pid)}
+
+        with pytest.raises(RuntimeError, match="inside"), paused(Cluster(), ("prometheus",)):  # type: ignore[arg-type]
+            assert settled(child.pid, "T") == "T"
+            assert state(other.pid) != "T"  # not named: left alone
+            raise RuntimeError("inside")
+        assert settled(child.pid, "S") == "S"  # continued (asleep again) although the block raised
+    finally:
+        for process in (child, other):
+            process.kill()
+            process.wait()
