@@ -404,11 +404,7 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
                 else:
                     name, pid, stop, url = start_contender(cluster, contender)
                     phases["start"] = round(time.monotonic() - released, 1)
-                while len(watch.bound) < backlog and time.monotonic() - released < timeout:
-                    if watch.error is not None:
-                        raise RuntimeError(f"the benchmark's pod watch failed: {watch.error}")
-                    cluster.group.check(name)
-                    time.sleep(0.05)
+                await_bound(cluster, name, watch, backlog, released + timeout)
             if len(watch.bound) < backlog:
                 raise RuntimeError(f"{len(watch.bound)} of the backlog's {backlog} pods bound after {timeout:.0f}s")
             result.update(drain_figures(dict(watch.bound)))
@@ -421,17 +417,17 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
         creator = create_pods(cluster, namespace, contender, paced, rate=rate, first=backlog)
         last_report = started
         marks = sorted(n for n in rss_at if n < pods)
-        while len(watch.bound) < pods and time.monotonic() - started < timeout:
-            if watch.error is not None:
-                raise RuntimeError(f"the benchmark's pod watch failed: {watch.error}")
-            cluster.group.check(name)  # raises if the contender died
-            time.sleep(0.05)
+
+        def each_poll() -> None:
+            nonlocal last_report
             while marks and len(watch.bound) >= marks[0]:
                 result.setdefault("peak_rss_mb_at", {})[marks.pop(0)] = round(proc_stats(pid)[1] / 2**20, 1)
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 say(f"{contender.key}: {len(watch.created)} created, {len(watch.bound)} bound "
                     f"({last_report - started:.0f}s)")
+
+        await_bound(cluster, name, watch, pods, started + timeout, each_poll)
         cpu1, peak = proc_stats(pid)
         plane1 = control_plane_cpu(running(cluster))
         phases["measure"] = round(time.monotonic() - started, 1)
@@ -497,6 +493,19 @@ def paused(cluster: DevCluster, names: Sequence[str]) -> Iterator[None]:
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
+
+
+def await_bound(cluster: DevCluster, name: str, watch: PodWatch, count: int, deadline: float,
+                each_poll: Callable[[], None] | None = None) -> None:
+    """Until the watch has seen `count` pods bound or the monotonic `deadline` passes; raises if the watch failed
+    or the contender `name` died meanwhile. `each_poll` runs after every poll (20 a second)."""
+    while len(watch.bound) < count and time.monotonic() < deadline:
+        if watch.error is not None:
+            raise RuntimeError(f"the benchmark's pod watch failed: {watch.error}")
+        cluster.group.check(name)  # raises if the contender died
+        time.sleep(0.05)
+        if each_poll is not None:
+            each_poll()
 
 
 def create_pods(cluster: DevCluster, namespace: str, contender: Contender, count: int, *, rate: float, first: int,
