@@ -14,15 +14,18 @@ spreading as widely as the raw one; and whole runs of each tree in turn, 3 pairs
 code that 6 more pairs then read at 1.08x.)
 
 A block is timed as the core bench times decisions: each Scheduler.schedule_one call, the binder drained after
-the block, untimed.
+the block, untimed; each child keeps to one CPU when the scheduler's cpuAffinity default (this checkout's) is one,
+as the core bench then does.
 
-    python bench/core_ab.py --src TREE [--nodes 5000] [--pods 3100] [--warmup 100]   (a child: reads block sizes)
+    python bench/core_ab.py --src TREE [--nodes 5000] [--pods 3100] [--warmup 100] [--one-cpu]
+    (a child: reads block sizes)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -72,12 +75,15 @@ class Child:
     blocks of decisions when told to: the two trees' processes take turns, each idle while the other measures."""
 
     def __init__(self, src: Path, nodes: int, pods: int, warmup: int) -> None:
+        from metrics_sched.config.model import DEFAULT_CPU_AFFINITY  # this checkout's (the parent runs it)
+
         self.src = src
         # Its stderr goes to a file, read only when it fails: a pipe nobody reads would stop a chatty child.
         self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the child: close()
         self.process = subprocess.Popen(
             [sys.executable, str(SCRIPT), "--src", str(src), "--nodes", str(nodes), "--pods", str(pods),
-             "--warmup", str(warmup)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+             "--warmup", str(warmup), *(["--one-cpu"] if DEFAULT_CPU_AFFINITY == "one" else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
             text=True, cwd=src)
         ready = self._reply()
         if Path(ready["metrics_sched"]).parent != src.resolve():
@@ -139,8 +145,13 @@ def alternate(commit: str, blocks: int = 24, block: int = 250, nodes: int = 5_00
         return Pairs(rates["current"], rates["baseline"])
 
 
-def serve(src: Path, nodes: int, pods: int, warmup: int) -> None:
-    """The child: the tree's scheduler, warmed up, then one block of decisions per line read ("<count>")."""
+def serve(src: Path, nodes: int, pods: int, warmup: int, one_cpu: bool = False) -> None:
+    """The child: the tree's scheduler, warmed up, then one block of decisions per line read ("<count>"); with
+    `one_cpu` on one of the allowed CPUs, as cpuAffinity: one keeps the scheduler (the older tree may not have
+    keep_to_one_cpu, and this tree's must not be imported: the same choice, by pid, made here)."""
+    if one_cpu:
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {allowed[os.getpid() % len(allowed)]})
     sys.path.insert(0, str(src))  # before anything imports metrics_sched or bench: the tree's own code
     import metrics_sched
     from bench import core_bench
@@ -176,8 +187,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=5_000)
     parser.add_argument("--pods", type=int, default=3_100, help="pods queued (the warm-up's included)")
     parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--one-cpu", action="store_true", help="keep to one CPU (cpuAffinity: one)")
     args = parser.parse_args(argv)
-    serve(args.src.resolve(), args.nodes, args.pods, args.warmup)
+    serve(args.src.resolve(), args.nodes, args.pods, args.warmup, args.one_cpu)
 
 
 if __name__ == "__main__":

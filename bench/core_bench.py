@@ -10,9 +10,9 @@ ReplicaSets (labelled as their selector selects; the ReplicaSets are known to th
 PodTopologySpread's system defaults spread them, as ZoneSpread did before it left the default
 profile), a few carry a toleration, a nodeSelector or a preferred node affinity.
 
-The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc). With `--cpu-affinity one`
-the process keeps to one CPU while it measures, as `metrics-sched run` does with cpuAffinity: one
-(cli.run_cmd.keep_to_one_cpu; the default, all, leaves the OS to place the threads).
+The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc). The process keeps to
+one CPU while it measures, as `metrics-sched run` does with its default cpuAffinity, one
+(cli.run_cmd.keep_to_one_cpu); `--cpu-affinity all` leaves the OS to place the threads, as cpuAffinity: all does.
 
 Two measurements per cluster size, each on a fresh scheduler (and at 5,000 nodes once more with the default
 profile alone, `default_profile`: what issue 18's core target names):
@@ -67,6 +67,7 @@ import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
 from metrics_sched.cli.run_cmd import GC_THRESHOLDS, keep_to_one_cpu
+from metrics_sched.config.model import DEFAULT_CPU_AFFINITY
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
@@ -502,7 +503,7 @@ def profile_summary(profiler: cProfile.Profile, decisions: int, top: int = 15) -
 
 
 # -- entry points --------------------------------------------------------------------------------
-def run(quick: bool, cpu_affinity: str = "all", **options: Any) -> dict[str, Any]:
+def run(quick: bool, cpu_affinity: str = DEFAULT_CPU_AFFINITY, **options: Any) -> dict[str, Any]:
     """The core bench, with the scheduler's cpuAffinity: `one` keeps this process (and the threads it starts, the
     binder's) to one CPU while it measures, as `metrics-sched run` does then; its CPUs are given back afterwards."""
     previous = os.sched_getaffinity(0)
@@ -579,8 +580,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help=f"node counts (default {' '.join(map(str, SIZES))})")
     parser.add_argument("--decisions", type=int, help="measured decisions per size")
     parser.add_argument("--replicas", type=int, help="the constraints case's Deployment (default 1,000)")
-    parser.add_argument("--cpu-affinity", choices=("one", "all"), default="all",
-                        help="as the scheduler's cpuAffinity (default all)")
+    parser.add_argument("--cpu-affinity", choices=("one", "all"), default=DEFAULT_CPU_AFFINITY,
+                        help=f"as the scheduler's cpuAffinity (default {DEFAULT_CPU_AFFINITY}, as the scheduler's)")
     parser.add_argument("--rss-child", type=int, nargs=2, metavar=("NODES", "PODS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rss_child:

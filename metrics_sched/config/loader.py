@@ -23,6 +23,7 @@ import yaml
 from metrics_sched.config.contract import parse_contract
 from metrics_sched.config.errors import ArgsError, ConfigError
 from metrics_sched.config.model import (
+    DEFAULT_CPU_AFFINITY,
     DEFAULT_SCHEDULER_NAME,
     EXTENSION_POINT_NAMES,
     LEASE_NAMESPACE_UNSET,
@@ -400,7 +401,7 @@ def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
         sources=tuple(sources),
         replaces_default_scheduler=replaces_default,
         enable_profiling=read_bool(data, "enableProfiling", "", False),
-        cpu_affinity=read_choice(data, "cpuAffinity", "", ("one", "all"), "all"),
+        cpu_affinity=read_choice(data, "cpuAffinity", "", ("one", "all"), DEFAULT_CPU_AFFINITY),
         rebalance=parse_rebalance(data.get("rebalance")),
         percentage_of_nodes_to_score=percentage,
         warnings=warnings.collected(),

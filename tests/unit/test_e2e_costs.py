@@ -261,7 +261,7 @@ def test_malloc_arenas_are_capped_unless_the_environment_says(monkeypatch: pytes
 
 def test_one_cpu_for_the_process_and_the_threads_it_starts() -> None:
     """cpuAffinity: one: `metrics-sched run` keeps its main thread to one allowed CPU before any thread starts, so
-    every thread runs there; `all` (the default) leaves the OS to place them. In a fresh interpreter (not this one)."""
+    every thread runs there (the default); `all` leaves the OS to place them. In a fresh interpreter (not this one)."""
     import subprocess
     import sys
 
@@ -269,7 +269,8 @@ def test_one_cpu_for_the_process_and_the_threads_it_starts() -> None:
     from metrics_sched.framework.registry import Registry
 
     catalog = Registry.default(third_party=False).catalog()
-    assert parse_config({}, catalog).cpu_affinity == "all"
+    assert parse_config({}, catalog).cpu_affinity == "one"
+    assert parse_config({"cpuAffinity": "all"}, catalog).cpu_affinity == "all"
     assert parse_config({"cpuAffinity": "one"}, catalog).cpu_affinity == "one"
     code = (
         "import os, threading\n"
