@@ -142,9 +142,16 @@ def _batching_markdown(batching: dict[str, Any] | None) -> list[str]:
     """The batch bench's table (bench/batch_bench.py): placements/s batched and not, per profile."""
     if not batching:
         return []
+    warmup = batching.get("warmup_pods")
+    cold = sorted(run["cold_first_cycle_ms"] for row in (batching.get(name) for name in _BATCHING_PROFILES) if row
+                  for run in row["batched"]["runs"] if run.get("cold_first_cycle_ms") is not None)
+    running = (f"; on a running scheduler: {warmup} pod(s) of another template placed first, untimed (a fresh "
+               f"scheduler's first cycle ever, which builds what later ones reuse: {cold[len(cold) // 2]} ms)"
+               if warmup and cold else "")
     lines = ["", f"**Opportunistic batching** (a {batching.get('replicas'):,}-replica Deployment placed on "
              f"{batching.get('nodes'):,} nodes, {batching.get('repeat')} runs each, batched and unbatched alternating; "
-             "`Framework.schedule` + assume per pod; median (min-max))", "",
+             f"`Framework.schedule` + assume per pod, the Deployment's first cycles included{running}; median "
+             "(min-max))", "",
              "| profile | batched placements/s | batched p99 us | unbatched placements/s | speedup | same placements |",
              "|---|---|---|---|---|---|"]
     for name, label in _BATCHING_PROFILES.items():

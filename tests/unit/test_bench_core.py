@@ -58,3 +58,20 @@ def test_cycle_kinds_splits_full_and_batched_decisions() -> None:
     assert split["full_cycles"] == 2
     assert split["full_p50_ms"] == 2.0 and split["batched_p50_ms"] == 3.0
     assert cycle_kinds([0.001], [False]) == {"full_cycles": 0, "batched_p50_ms": 1.0, "batched_p99_ms": 1.0}
+
+
+def test_batch_bench_places_the_deployment_on_a_running_scheduler() -> None:
+    """The batch bench's warm-up pod (another template) is placed first and untimed, alike batched and unbatched;
+    the fresh scheduler's first cycle is reported apart and the Deployment's own first two cycles are timed."""
+    from bench import batch_bench
+
+    pods = batch_bench.deployment(12)
+    warm = batch_bench.warmup_pods(1)
+    config = batch_bench.PROFILES["no_default_spread"]
+    batched = batch_bench.place(config, 40, pods, batching=True, warmup=warm)
+    unbatched = batch_bench.place(config, 40, pods, batching=False, warmup=warm)
+    assert len(batched["warm_nodes"]) == 1 and batched["warm_nodes"][0] is not None
+    assert (batched["nodes"], batched["warm_nodes"]) == (unbatched["nodes"], unbatched["warm_nodes"])
+    assert batched["placed"] == 12 and batched["batched"] == 10  # the full cycle, the one that stores, then batched
+    assert batched["cold_first_cycle_ms"] > 0 and len(batched["first_cycles_us"]) == 2
+    assert batch_bench.place(config, 40, pods, batching=True)["cold_first_cycle_ms"] is None  # no warm-up asked

@@ -318,9 +318,10 @@ def test_the_sources_refresh_is_stated_with_its_spread_and_prometheus_own_share(
 def test_markdown_shows_the_batch_bench_per_profile() -> None:
     def side(rate: float, p99: float) -> dict[str, Any]:
         return {"placements_per_second": {"median": rate, "min": rate - 10, "max": rate + 10},
-                "runs": [{"p99_us": p99 + 1}, {"p99_us": p99}, {"p99_us": p99 - 1}]}
+                "runs": [{"p99_us": p99 + 1, "cold_first_cycle_ms": 9.0}, {"p99_us": p99, "cold_first_cycle_ms": 10.0},
+                         {"p99_us": p99 - 1, "cold_first_cycle_ms": 11.0}]}
 
-    batching = {"nodes": 5000, "replicas": 1000, "repeat": 3,
+    batching = {"nodes": 5000, "replicas": 1000, "repeat": 3, "warmup_pods": 1,
                 "core": {"batched": side(4000.0, 500.0), "unbatched": side(900.0, 1400.0), "speedup": 4.44,
                          "same_placements": True},
                 "no_default_spread": {"batched": side(9000.0, 200.0), "unbatched": side(1400.0, 900.0),
@@ -330,6 +331,8 @@ def test_markdown_shows_the_batch_bench_per_profile() -> None:
               "core": {"sizes": [{"nodes": 5000, "decisions_per_second": 900.0}], "batching": batching}}
     text = markdown(report)
     assert "a 1,000-replica Deployment placed on 5,000 nodes" in text
+    assert "on a running scheduler: 1 pod(s) of another template placed first, untimed" in text
+    assert "first cycle ever, which builds what later ones reuse: 10.0 ms" in text
     assert "| 4000.0 (3990.0-4010.0) | 500.0 | 900.0 (890.0-910.0) | 4.44x | yes |" in text
     assert "| 9000.0 (8990.0-9010.0) | 200.0 | 1400.0 (1390.0-1410.0) | 6.43x | NO |" in text
 
