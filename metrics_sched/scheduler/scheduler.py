@@ -152,12 +152,14 @@ class Scheduler:
 
     # -- the loop --------------------------------------------------------------------------------
     def schedule_one(self, timeout: float = 0.5) -> CycleResult | None:
+        began = self.binder.now()
         queued = self.queue.pop(0)
         if queued is None:
             self.binder.hand_over(more=False)  # about to wait: no bind is held back meanwhile
             queued = self.queue.pop(timeout)
             if queued is None:
                 return None
+            began = self.binder.now()  # the decision begins now: the wait is not its time
         else:
             self.binder.hand_over(more=True)
         pod = queued.info
@@ -191,7 +193,7 @@ class Scheduler:
             elif cycle.status.code == Code.SUCCESS:
                 # Held back while more pods wait (a batch is handed over at once: Binder's module docstring).
                 self.binder.submit(framework, cycle, hold=True)
-                self.binder.hand_over(more=self.queue.has_ready())
+                self.binder.hand_over(more=self.queue.has_ready(), began=began)
             else:
                 self._failed(cycle)
             return cycle

@@ -11,7 +11,7 @@ import pytest
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
 from metrics_sched.scheduler import Scheduler
-from metrics_sched.scheduler.binding import HANDOFF_BATCH, HANDOFF_DELAY
+from metrics_sched.scheduler.binding import HANDOFF_BATCH, HANDOFF_DELAY, SLOW_DECISION
 from tests.polling import poll
 from tests.unit.fakes import FakeAPI, node, pod
 
@@ -113,4 +113,29 @@ def test_fewer_bind_slots_than_a_batch_hold_nothing_back_forever() -> None:
     loop.join(30)
     assert not loop.is_alive()
     poll(lambda: len(api.binds) == pods, 10, "every bind", interval=0.002)
+    scheduler.stop()
+
+
+def test_a_slow_decision_leaves_its_due_batch_to_the_next_decision() -> None:
+    """A decision that took longer than SLOW_DECISION does not hand the full batch over at its end (it would pay for
+    both): the next decision does, first thing."""
+    scheduler, api, clock = make(HANDOFF_BATCH + 2)
+    for _ in range(HANDOFF_BATCH - 1):
+        scheduler.schedule_one(timeout=0)
+    def slow(_result: object) -> None:  # the next decision's cycle takes long
+        clock.now += 2 * SLOW_DECISION
+
+    scheduler.cycle_observers.append(slow)
+    yields: list[int] = []
+    scheduler.binder.yield_gil = lambda: yields.append(len(api.binds))
+    scheduler.schedule_one(timeout=0)  # fills the batch, slowly: held
+    assert scheduler.binder.pool._held and len(scheduler.binder.pool._held) == HANDOFF_BATCH
+    assert yields == [] and api.binds == []
+    scheduler.cycle_observers.remove(slow)
+    scheduler.schedule_one(timeout=0)  # hands the batch over before its own cycle
+    assert yields == [0]
+    poll(lambda: len(api.binds) == HANDOFF_BATCH, 10, "the deferred batch's binds", interval=0.002)
+    assert scheduler.binder.pool._held and len(scheduler.binder.pool._held) == 1  # its own, held again
+    assert scheduler.binder.drain(10)
+    assert len(api.binds) == HANDOFF_BATCH + 1
     scheduler.stop()
