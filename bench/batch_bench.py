@@ -35,10 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.core_bench import CORE_CONFIG, make_cluster, released, replicaset, synced
+from bench.core_bench import CORE_CONFIG, as_the_scheduler_runs, make_cluster, released, replicaset, synced
 from bench.scenario import Harness, build_scheduler, pod_object
-from metrics_sched.cli.run_cmd import keep_to_one_cpu
-from metrics_sched.config.model import DEFAULT_CPU_AFFINITY
 from metrics_sched.framework.batching import Batcher
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.model.podinfo import PodInfo, parse_pod
@@ -209,9 +207,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=WARMUP_PODS,
                         help=f"pods of another template placed first, untimed (default {WARMUP_PODS})")
     args = parser.parse_args(argv)
-    if DEFAULT_CPU_AFFINITY == "one":  # as the scheduler runs (and the core bench measures, whose part this is)
-        keep_to_one_cpu()
-    result = run(args.nodes, args.replicas, args.repeat, profiles=args.profiles, warmup=args.warmup)
+    with as_the_scheduler_runs():  # as the core bench measures it, whose part this is
+        result = run(args.nodes, args.replicas, args.repeat, profiles=args.profiles, warmup=args.warmup)
     print(json.dumps(result, indent=2))
     if not all(result[name]["same_placements"] for name in args.profiles):
         sys.exit(1)

@@ -48,6 +48,7 @@ and noisy: this reports, it asserts nothing about timings (the constraints case'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import io
@@ -59,7 +60,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -503,16 +504,23 @@ def profile_summary(profiler: cProfile.Profile, decisions: int, top: int = 15) -
 
 
 # -- entry points --------------------------------------------------------------------------------
-def run(quick: bool, cpu_affinity: str = DEFAULT_CPU_AFFINITY, **options: Any) -> dict[str, Any]:
-    """The core bench, with the scheduler's cpuAffinity: `one` keeps this process (and the threads it starts, the
-    binder's) to one CPU while it measures, as `metrics-sched run` does then; its CPUs are given back afterwards."""
+@contextlib.contextmanager
+def as_the_scheduler_runs(cpu_affinity: str = DEFAULT_CPU_AFFINITY) -> Iterator[str]:
+    """This process as the scheduler's cpuAffinity keeps it: `one` keeps it (and the threads it starts, the binder's)
+    to one CPU meanwhile, as `metrics-sched run` does then, and gives its CPUs back afterwards. Yields what it did."""
     previous = os.sched_getaffinity(0)
     cpu = keep_to_one_cpu() if cpu_affinity == "one" else None
     try:
-        result = _run(quick, **options)
+        yield "all" if cpu is None else f"one (CPU {cpu} of {len(previous)})"
     finally:
         os.sched_setaffinity(0, previous)
-    result["cpu_affinity"] = "all" if cpu is None else f"one (CPU {cpu} of {len(previous)})"
+
+
+def run(quick: bool, cpu_affinity: str = DEFAULT_CPU_AFFINITY, **options: Any) -> dict[str, Any]:
+    """The core bench, on the CPUs the scheduler's cpuAffinity gives it (as_the_scheduler_runs)."""
+    with as_the_scheduler_runs(cpu_affinity) as affinity:
+        result = _run(quick, **options)
+    result["cpu_affinity"] = affinity
     return result
 
 
