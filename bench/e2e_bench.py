@@ -30,6 +30,11 @@ Method:
   and moved one contender's figure between 186 and 305 pods/s; on a cluster it runs on other machines than the
   API server. A metrics-sched refresh due meanwhile waits (its decisions read the values already cached, fresh for
   their maxAge). Its other pods are then created paced, with Prometheus running, and the other figures are theirs.
+  The drain's CPU is recorded too (drain_cpu: the contender's per backlog pod, `backlog_cpu_ms_per_pod`, and the API
+  server's and etcd's): with every contender sending the same requests, the API server's CPU per pod is what a
+  drain's pods/s followed (2.2 to 5.4 ms from one drain to the next, ~2.4-2.6 for kube-tuned's three measured and
+  2.6-4.5 for metrics-sched's, 2026-12-05), not the scheduler's own (ms-all 1.2-1.4 ms per pod in the drain,
+  kube-tuned 1.6-1.9).
 - The primary figure is the scheduler's CPU-ms per bound pod: utime+stime of its process (/proc/<pid>/stat)
   over the paced part only (from the pod creator's start, once the contender is ready, to the moment
   the last bind is seen; start-up, initial sync and clean-up excluded), divided by the pods bound. It is
@@ -75,8 +80,9 @@ the memory figures at 10,000 and 50,000 pods come from one run after the repetit
 up: the cluster goes with it). On an idle 2-core machine, a repetition at 500 nodes / 2,000 pods takes ~3 min,
 one at 5,000 nodes / 1,000 pods ~7 min (kube-default alone ~30 s, clean-ups ~4 min), the memory run ~15 min:
 the full e2e part ~50 min, the quick one (500 nodes / 500 pods) ~3 min. On a busy machine it is several times
-that (see the report): bench.run gives each size a time budget (`run_size(budget=)`: 12 and 30 min, quick 6)
-past which no further repetition starts, and the report says how many ran.
+that (see the report): bench.run gives each size a time budget (`run_size(budget=)`: 16 and 30 min, quick 6)
+past which no further repetition starts, and the report says how many ran; it runs 5 repetitions at 500 nodes
+(bench/run.py's E2E_FULL: a drain there is ~3 s, and one slow drain moved a median of three), 3 at 5,000.
 
     python -m bench.e2e_bench [--nodes 500] [--pods 2000] [--reps 3] [--contenders ...] [--out DIR]
 """
@@ -122,7 +128,8 @@ HEARTBEATS = NodeHeartbeats(lease_duration_seconds=40, status_report_seconds=300
 SCRAPE_INTERVAL = 15.0  # seconds, Prometheus' scrapes and rule evaluations: see the docstring
 # The figures aggregated over repetitions (median, min, max); for each, whether lower is better.
 FIGURES = {"cpu_ms_per_pod": True, "backlog_pods_per_second": False, "pods_per_second": False,
-           "latency_p50_ms": True, "latency_p99_ms": True, "peak_rss_mb": True}
+           "latency_p50_ms": True, "latency_p99_ms": True, "peak_rss_mb": True,
+           "backlog_cpu_ms_per_pod": True, "backlog_apiserver_cpu_ms_per_pod": True}
 THROUGHPUT = ("backlog_pods_per_second", "pods_per_second")  # the figures compared with the ceiling's
 # Stopped while a backlog drains (see the docstring): the dev cluster's Prometheus, whose scrape of the DCGM page
 # (~49 MB at 5,000 nodes, every SCRAPE_INTERVAL) took 0.15-4.5 CPU-seconds of a 3-5 s drain at random.
@@ -399,15 +406,21 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
                 raise RuntimeError(f"{len(watch.bound)} backlog pods were bound before the contender was released")
             released = time.monotonic()
             with paused(cluster, PAUSED_DURING_BACKLOG):
+                plane0 = control_plane_cpu(running(cluster))
                 if held:
+                    cpu0 = proc_stats(pid)[0]
                     release_lease(cluster, namespace)
                 else:
                     name, pid, stop, url = start_contender(cluster, contender)
                     phases["start"] = round(time.monotonic() - released, 1)
+                    cpu0 = proc_stats(pid)[0]  # from its readiness on (its imports and node list before are not)
                 await_bound(cluster, name, watch, backlog, released + timeout)
+                cpu1 = proc_stats(pid)[0]
+                plane1 = control_plane_cpu(running(cluster))
             if len(watch.bound) < backlog:
                 raise RuntimeError(f"{len(watch.bound)} of the backlog's {backlog} pods bound after {timeout:.0f}s")
             result.update(drain_figures(dict(watch.bound)))
+            result.update(drain_cpu(cpu1 - cpu0, {k: plane1[k] - plane0[k] for k in plane0 if k in plane1}, backlog))
             phases["backlog"] = round(time.monotonic() - backlog_began, 1)
         paced = pods - backlog
         say(f"{contender.key}: creating {paced} pods at {rate:.0f}/s")
@@ -538,6 +551,18 @@ def drain_figures(bound: dict[str, float]) -> dict[str, Any]:
             "backlog_pods_per_second": round((len(bound) - 1) / span, 1) if span > 0 else None}
 
 
+def drain_cpu(cpu_seconds: float, plane_seconds: Mapping[str, float], pods: int) -> dict[str, Any]:
+    """What the backlog's drain cost per pod, from the release to the last bind seen: the contender's CPU (the
+    scheduler's own share of the two cores while the API server sets the pace) and the API server's and etcd's,
+    whose CPU per pod moved between ~2.2 and ~5.4 ms from one drain to the next on this machine whichever
+    scheduler sent the same requests (bench runs of 2026-12-05): what a drain's pods/s follows."""
+    return {"backlog_cpu_ms_per_pod": round(cpu_seconds * 1000 / pods, 3),
+            "backlog_control_plane_cpu_ms_per_pod": {name: round(seconds * 1000 / pods, 3)
+                                                     for name, seconds in plane_seconds.items()},
+            "backlog_apiserver_cpu_ms_per_pod": round(plane_seconds["kube-apiserver"] * 1000 / pods, 3)
+            if "kube-apiserver" in plane_seconds else None}
+
+
 def figures(created: dict[str, float], bound: dict[str, float], cpu_seconds: float, peak_rss: int) -> dict[str, Any]:
     """The run's figures from watch arrival times, the CPU seconds of the window and the peak RSS."""
     latencies = np.array([bound[n] - created[n] for n in bound if n in created])
@@ -595,7 +620,7 @@ def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
         pick = min if FIGURES[figure] else max
         return pick(measured, key=lambda r: _median(r, figure) or 0.0, default=None)
 
-    ratios = ("backlog_pods_per_second", "pods_per_second", "cpu_ms_per_pod")
+    ratios = ("backlog_pods_per_second", "pods_per_second", "cpu_ms_per_pod", "backlog_cpu_ms_per_pod")
     bests = {figure: best(figure) for figure in ratios}
     tuned = by_key.get("kube-tuned")
     ceiling = by_key.get("ceiling")

@@ -44,14 +44,16 @@ def size_markdown(size: dict[str, Any]) -> list[str]:
              f"that completed; measured {size.get('date', '?')}" + ("" if size.get("complete") else
                                                                      " (**incomplete**: the size did not finish)"),
              "",
-             "| contender | CPU-ms/pod | backlog pods/s | paced pods/s | p50 ms | p99 ms | peak RSS MB | CPU vs best "
-             "kube | backlog vs best kube | CPU vs kube tuned | backlog vs kube tuned | runs ok |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| contender | CPU-ms/pod | backlog pods/s | backlog CPU-ms/pod | paced pods/s | p50 ms | p99 ms "
+             "| peak RSS MB | CPU vs best kube | backlog vs best kube | CPU vs kube tuned | backlog vs kube tuned "
+             "| runs ok |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in size["results"]:
         best, tuned = r.get("vs_best_kube") or {}, r.get("vs_kube_tuned") or {}
         paced = cell(r["pods_per_second"]) + (" ¹" if r.get("creation_bound") else "")
         lines.append(f"| {r['label']} | {cell(r['cpu_ms_per_pod'], 2)} | {cell(r.get('backlog_pods_per_second'))} | "
-                     f"{paced} | {cell(r['latency_p50_ms'], 0)} | {cell(r['latency_p99_ms'], 0)} | "
+                     f"{cell(r.get('backlog_cpu_ms_per_pod'), 2)} | {paced} | {cell(r['latency_p50_ms'], 0)} | "
+                     f"{cell(r['latency_p99_ms'], 0)} | "
                      f"{cell(r['peak_rss_mb'], 0)} | {ratio(best.get('cpu_ms_per_pod'))} | "
                      f"{ratio(best.get('backlog_pods_per_second'))} | {ratio(tuned.get('cpu_ms_per_pod'))} | "
                      f"{ratio(tuned.get('backlog_pods_per_second'))} | {r['reps_ok']}/{r['reps']} |")
@@ -79,6 +81,13 @@ def size_markdown(size: dict[str, Any]) -> list[str]:
                      "server, no pod creator" + (f", {' and '.join(method['paused_during_backlog'])} stopped meanwhile"
                                                  if method.get("paused_during_backlog") else "")
                      + ". The run's other pods are paced; CPU-ms/pod and latency are theirs.")
+        plane = [f"{r['contender']} {cell(r.get('backlog_apiserver_cpu_ms_per_pod'), 2)}" for r in size["results"]
+                 if r.get("backlog_apiserver_cpu_ms_per_pod")]
+        if plane:
+            notes.append("Backlog CPU-ms/pod: the contender's CPU from its release to the last bind, per backlog pod "
+                         "(the ceiling's from its readiness). The API server's over the same drains, per pod: "
+                         + ", ".join(plane) + " (kube-scheduler and metrics-sched send the same requests, a bind "
+                         "and an event per pod; the ceiling binds only).")
     if rate:
         notes.append(f"Paced pods created at {rate:g} pods/s. " + heartbeat_note(method) + ".")
     intervals = method.get("source_intervals_s")

@@ -220,24 +220,30 @@ def update_readme(md: str) -> None:
 # (bench/e2e_bench.py's docstring has the durations). At 5,000 nodes a run has 1,000 pods: deleting them takes
 # longer than binding them (the API server deletes 22-75 pods/s there), and 3 repetitions of 6 contenders with
 # 2,000 pods each took ~45 min; the memory figures at 10,000 and 50,000 pods come from the one memory run.
-Size = tuple[int, int, float | None, int | None]
-E2E_FULL: tuple[Size, ...] = ((500, 2000, 12 * 60.0, None), (5000, 1000, 30 * 60.0, 50_000))
-E2E_QUICK: tuple[Size, ...] = ((500, 500, 6 * 60.0, None),)
+# The last: repetitions of every contender (--reps overrides). 500 nodes has five: a backlog drains there in ~3 s,
+# and a drain's pods/s moved by up to a third from one repetition to the next with the API server's CPU per pod
+# (bench runs of 2026-12-05), so three left the median to one or two drains; five cost ~5 more minutes.
+Size = tuple[int, int, float | None, int | None, int]
+E2E_FULL: tuple[Size, ...] = ((500, 2000, 16 * 60.0, None, 5), (5000, 1000, 30 * 60.0, 50_000, 3))
+E2E_QUICK: tuple[Size, ...] = ((500, 500, 6 * 60.0, None, 3),)
 MEMORY_MARKS = (10_000,)  # besides the memory run's end: issue 18, item 5 (<= 300 MB at 10,000, <= 500 at 50,000)
 
 
 def e2e_sizes(args: argparse.Namespace) -> list[Size]:
     if args.e2e_sizes:
-        return [(int(n), int(p), None, None) for n, p in (s.split("x") for s in args.e2e_sizes)]
-    return list(E2E_QUICK if args.quick else E2E_FULL)
+        from bench.e2e_bench import REPS
+
+        return [(int(n), int(p), None, None, args.reps or REPS) for n, p in (s.split("x") for s in args.e2e_sizes)]
+    sizes = list(E2E_QUICK if args.quick else E2E_FULL)
+    return [(n, p, budget, memory, args.reps or reps) for n, p, budget, memory, reps in sizes]
 
 
-def run_e2e(sizes: list[Size], reps: int, out: Path) -> list[dict[str, Any]]:
+def run_e2e(sizes: list[Size], out: Path) -> list[dict[str, Any]]:
     """Each size on its own dev cluster; a size that cannot run at all is recorded with the reason."""
     from bench import e2e_bench
 
     measured: list[dict[str, Any]] = []
-    for nodes, pods, budget, memory_pods in sizes:
+    for nodes, pods, budget, memory_pods, reps in sizes:
         try:
             measured.append(e2e_bench.run_size(nodes, pods, reps=reps, out_dir=out, budget=budget,
                                                memory_pods=memory_pods, memory_marks=MEMORY_MARKS))
@@ -266,7 +272,8 @@ def main() -> None:
     parser.add_argument("--e2e-sizes", nargs="*", default=None, metavar="NODESxPODS",
                         help=f"e.g. 5000x10000, no time budget (default {' '.join(f'{n}x{p}' for n, p, *_ in E2E_FULL)}"
                              f"; quick: {' '.join(f'{n}x{p}' for n, p, *_ in E2E_QUICK)})")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions of every e2e contender per size")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="repetitions of every e2e contender per size (default: each size's own, E2E_FULL)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory (not bench/results: the "
                                                                   "README is left alone)")
     parser.add_argument("--render", action="store_true", help="measure nothing: write latest.md, the chart and the "
@@ -283,7 +290,7 @@ def main() -> None:
     report: dict[str, Any] = {"quick": args.quick, "machine": machine(), "commit": regression.checkout_commit()}
     began = time.monotonic()
     if "e2e" not in args.skip:
-        report["e2e"] = run_e2e(e2e_sizes(args), args.reps, out)
+        report["e2e"] = run_e2e(e2e_sizes(args), out)
         report["versions"] = next((s["versions"] for s in report["e2e"] if s.get("versions")), {})
     else:
         previous = json.loads((out / "latest.json").read_text()) if (out / "latest.json").exists() else {}

@@ -20,6 +20,7 @@ from bench.e2e_bench import (
     chart_intervals,
     compare,
     control_plane_cpu,
+    drain_cpu,
     drain_figures,
     figures,
     lease_config,
@@ -41,7 +42,8 @@ def run(contender: str, rep: int, pods_per_second: float, cpu_ms: float, status:
     return {"contender": contender, "rep": rep, "status": status, "error": None if status == "ok" else "boom",
             "pods_per_second": pods_per_second, "cpu_ms_per_pod": cpu_ms, "latency_p50_ms": 100.0 * rep,
             "backlog_pods_per_second": 1.5 * pods_per_second if backlog is None else backlog,
-            "latency_p99_ms": 300.0 * rep, "peak_rss_mb": 100.0 + rep, "creation_rate": 400.0}
+            "latency_p99_ms": 300.0 * rep, "peak_rss_mb": 100.0 + rep, "creation_rate": 400.0,
+            "backlog_cpu_ms_per_pod": 0.8 * cpu_ms, "backlog_apiserver_cpu_ms_per_pod": 2.0 + rep}
 
 
 def sized(rates: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
@@ -104,8 +106,10 @@ def test_ratios_to_the_best_kube_contender_and_to_kube_tuned() -> None:
     summary = compare(results)
     assert summary["best_kube_throughput"] == "kube-tuned" and summary["best_kube_cpu"] == "kube-tuned"
     ms_all = next(r for r in results if r["contender"] == "ms-all")
-    assert ms_all["vs_best_kube"] == {"backlog_pods_per_second": 0.5, "pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
-    assert ms_all["vs_kube_tuned"] == {"backlog_pods_per_second": 0.5, "pods_per_second": 0.5, "cpu_ms_per_pod": 1.5}
+    assert ms_all["vs_best_kube"] == {"backlog_pods_per_second": 0.5, "pods_per_second": 0.5, "cpu_ms_per_pod": 1.5,
+                                      "backlog_cpu_ms_per_pod": 1.5}
+    assert ms_all["vs_kube_tuned"] == {"backlog_pods_per_second": 0.5, "pods_per_second": 0.5, "cpu_ms_per_pod": 1.5,
+                                       "backlog_cpu_ms_per_pod": 1.5}
     assert ms_all["throughput_vs_ceiling"] == pytest.approx(0.333)
     assert summary["ceiling"]["valid"] is True and summary["ceiling"]["beaten_by"] == []
 
@@ -116,7 +120,7 @@ def test_the_best_kube_contender_by_cpu_may_differ_from_the_fastest() -> None:
     assert summary["best_kube_throughput"] == "kube-tuned" and summary["best_kube_cpu"] == "kube-default"
     kube_tuned = next(r for r in results if r["contender"] == "kube-tuned")
     assert kube_tuned["vs_best_kube"] == {"backlog_pods_per_second": 1.0, "pods_per_second": 1.0,
-                                          "cpu_ms_per_pod": 2.0}
+                                          "cpu_ms_per_pod": 2.0, "backlog_cpu_ms_per_pod": 2.0}
 
 
 def test_the_best_kube_contender_from_a_backlog_may_differ_from_the_fastest_paced() -> None:
@@ -142,6 +146,13 @@ def test_a_backlog_drains_from_its_first_bind_to_its_last() -> None:
     bound = {f"p{i}": 50.0 + i * 0.004 for i in range(501)}  # 500 intervals of 4 ms after the first bind
     assert drain_figures(bound) == {"backlog_pods": 501, "backlog_seconds": 2.0, "backlog_pods_per_second": 250.0}
     assert drain_figures({"p0": 1.0})["backlog_pods_per_second"] is None
+
+
+def test_a_drains_cpu_is_per_backlog_pod_for_the_contender_and_the_control_plane() -> None:
+    figures_ = drain_cpu(1.25, {"kube-apiserver": 3.0, "etcd": 0.5}, 1000)
+    assert figures_ == {"backlog_cpu_ms_per_pod": 1.25, "backlog_apiserver_cpu_ms_per_pod": 3.0,
+                        "backlog_control_plane_cpu_ms_per_pod": {"kube-apiserver": 3.0, "etcd": 0.5}}
+    assert drain_cpu(0.5, {}, 500)["backlog_apiserver_cpu_ms_per_pod"] is None  # no API server among the pids
 
 
 def test_both_schedulers_stand_by_on_the_runs_lease(tmp_path: Path) -> None:
@@ -194,10 +205,13 @@ def test_markdown_shows_median_spread_cpu_ratios_and_failed_runs() -> None:
                                          "python": "3.11"}, "e2e": [size_report(results)]}
     text = markdown(report, base="bench/results/")
     row = next(line for line in text.splitlines() if line.startswith("| metrics-sched, every metric plugin"))
-    assert "| 2.75 (2.50-3.00) | 165.0 (150.0-180.0) | 110.0 (100.0-120.0) |" in row  # CPU, backlog, paced
+    # CPU, backlog pods/s, backlog CPU, paced
+    assert "| 2.75 (2.50-3.00) | 165.0 (150.0-180.0) | 2.20 (2.00-2.40) | 110.0 (100.0-120.0) |" in row
     assert "| 1.38x | 0.55x | 1.38x | 0.55x | 2/3 |" in row  # vs kube-tuned, the best kube on both
     assert "Backlog pods/s: the first 1,000 pods of a run, created while the contender stood by" in text
     assert "no pod creator, prometheus stopped meanwhile." in text
+    assert "The API server's over the same drains, per pod: kube-default 4.00 (3.00-5.00)" in text
+    assert "ms-all 3.50 (3.00-4.00)" in text
     assert "Ceiling valid" in text
     assert "ms-all repetition 3: timeout (boom)" in text
     assert "node Leases of 40 s renewed every 10 s (50 updates/s)" in text
@@ -399,3 +413,19 @@ def test_paused_stops_the_named_processes_and_always_continues_them() -> None:
         for process in (child, other):
             process.kill()
             process.wait()
+
+
+def test_each_size_has_its_own_repetitions_unless_told() -> None:
+    import argparse
+
+    from bench.e2e_bench import REPS
+    from bench.run import e2e_sizes
+
+    def sizes(**kwargs: Any) -> list[tuple[int, int]]:
+        args = argparse.Namespace(**{"e2e_sizes": None, "quick": False, "reps": None, **kwargs})
+        return [(nodes, reps) for nodes, _, _, _, reps in e2e_sizes(args)]
+
+    assert sizes() == [(500, 5), (5000, 3)]  # a 500-node drain is ~3 s: five of them for its median
+    assert sizes(reps=2) == [(500, 2), (5000, 2)]
+    assert sizes(quick=True) == [(500, 3)]
+    assert sizes(e2e_sizes=["1000x500"]) == [(1000, REPS)]
