@@ -31,10 +31,11 @@ Method:
   API server. A metrics-sched refresh due meanwhile waits (its decisions read the values already cached, fresh for
   their maxAge). Its other pods are then created paced, with Prometheus running, and the other figures are theirs.
   The drain's CPU is recorded too (drain_cpu: the contender's per backlog pod, `backlog_cpu_ms_per_pod`, and the API
-  server's and etcd's): with every contender sending the same requests, the API server's CPU per pod is what a
-  drain's pods/s followed (2.2 to 5.4 ms from one drain to the next, ~2.4-2.6 for kube-tuned's three measured and
-  2.6-4.5 for metrics-sched's, 2026-12-05), not the scheduler's own (ms-all 1.2-1.4 ms per pod in the drain,
-  kube-tuned 1.6-1.9).
+  server's and etcd's). kube-scheduler and metrics-sched send the same requests (a bind and an event per pod:
+  `apiserver_request_total` around drains, 2026-12-05); a drain's pods/s went with the API server's CPU per pod,
+  2.2 to 5.9 ms from one drain to the next for every contender, not with the scheduler's own (ms-all 1.3-1.5 ms per
+  pod in the drain, kube-tuned 1.8-2.7). The API server's figure includes what it does meanwhile for everyone
+  (KWOK's Lease renewals and pod status patches), so a slower drain also shows more of it per pod.
 - The primary figure is the scheduler's CPU-ms per bound pod: utime+stime of its process (/proc/<pid>/stat)
   over the paced part only (from the pod creator's start, once the contender is ready, to the moment
   the last bind is seen; start-up, initial sync and clean-up excluded), divided by the pods bound. It is
@@ -552,10 +553,9 @@ def drain_figures(bound: dict[str, float]) -> dict[str, Any]:
 
 
 def drain_cpu(cpu_seconds: float, plane_seconds: Mapping[str, float], pods: int) -> dict[str, Any]:
-    """What the backlog's drain cost per pod, from the release to the last bind seen: the contender's CPU (the
-    scheduler's own share of the two cores while the API server sets the pace) and the API server's and etcd's,
-    whose CPU per pod moved between ~2.2 and ~5.4 ms from one drain to the next on this machine whichever
-    scheduler sent the same requests (bench runs of 2026-12-05): what a drain's pods/s follows."""
+    """What the backlog's drain cost per pod, from the release to the last bind seen: the contender's CPU (its share
+    of the two cores the API server paces the drain on) and the API server's and etcd's (theirs for everyone meanwhile
+    included: see the module's Method)."""
     return {"backlog_cpu_ms_per_pod": round(cpu_seconds * 1000 / pods, 3),
             "backlog_control_plane_cpu_ms_per_pod": {name: round(seconds * 1000 / pods, 3)
                                                      for name, seconds in plane_seconds.items()},

@@ -221,8 +221,9 @@ def update_readme(md: str) -> None:
 # longer than binding them (the API server deletes 22-75 pods/s there), and 3 repetitions of 6 contenders with
 # 2,000 pods each took ~45 min; the memory figures at 10,000 and 50,000 pods come from the one memory run.
 # The last: repetitions of every contender (--reps overrides). 500 nodes has five: a backlog drains there in ~3 s,
-# and a drain's pods/s moved by up to a third from one repetition to the next with the API server's CPU per pod
-# (bench runs of 2026-12-05), so three left the median to one or two drains; five cost ~5 more minutes.
+# and one contender's drains moved by up to a half from one repetition to the next with the API server's CPU per pod
+# (kube-tuned 199-392 pods/s in one run of 2026-12-05), so three left the median to one or two drains; five cost
+# ~6 more minutes.
 Size = tuple[int, int, float | None, int | None, int]
 E2E_FULL: tuple[Size, ...] = ((500, 2000, 16 * 60.0, None, 5), (5000, 1000, 30 * 60.0, 50_000, 3))
 E2E_QUICK: tuple[Size, ...] = ((500, 500, 6 * 60.0, None, 3),)
