@@ -118,6 +118,12 @@ class _Term:
     identity: bool
     # Kept up to date by the plugin (IncrementalScorer) instead of re-running its PreScore and Score.
     incremental: IncrementalScores | None = None
+    # It never moves (not in _Batch.active), its raw and normalised values are each one double repeated, and
+    # a candidate leaving keeps them (row-local scores, normalised alone or by the highest): the term over the
+    # candidates left is its arrays' first values (views), where joining the blocks around the one gone copies them.
+    # Set when the batch is stored (_constant), only kept through _drop's cut: a term with no preference (NodeAffinity,
+    # TaintToleration, ImageLocality for most pods) is all zeros.
+    constant: bool = False
 
     @classmethod
     def of(cls, term: ScoreTerm, scorer: ScorePlugin, cluster: bool, pods: bool, ledger: tuple[str, ...],
@@ -197,6 +203,7 @@ class BatchStats:
     past_non_candidates: int = 0  # batched cycles after pods changed on rows that are not candidates (still not)
     many_changed: int = 0  # batched cycles with more than _FEW changed candidates (compared and patched in numpy)
     dropped: int = 0  # candidates that left a batch because they no longer fit (Batcher._drop)
+    cut_constant: int = 0  # terms cut to the candidates left instead of joined around those gone (_Term.constant)
     # Per plugin: the times its term was normalised (or scored) again when candidates left a batch (the others keep
     # their values: each normalised alone, the highest or the extremes stayed)
     renormalised: Counter[str] = field(default_factory=Counter)
@@ -430,6 +437,13 @@ class Batcher:
             if entry.cluster:
                 # Scored afresh over every candidate in this cycle anyway (_rescore): kept in place until then.
                 entry.term = _narrowed_term(old, _without(old.raw, at), at)
+                continue
+            if entry.constant:  # the values it keeps are all the same: the first ones of each array
+                left = old.raw.shape[0] - at.shape[0]
+                raw = old.raw[:left]
+                entry.term = ScoreTerm(old.plugin, old.weight, raw, raw if old.normalized is old.raw
+                                       else old.normalized[:left], old.evidence)
+                self.stats.cut_constant += 1
                 continue
             if scorer.row_local_scores() or scorer.scores_kept_without(table, batch.rows, gone):
                 raw, evidence = _without(old.raw, at), old.evidence
@@ -665,6 +679,8 @@ class Batcher:
         moves = [on_row.get(step.name) for step in trace]
         active = [index for index, entry in enumerate(terms)
                   if entry.incremental is not None or entry.cluster or entry.pods or entry.ledger]
+        for index in set(range(len(terms))).difference(active):
+            terms[index].constant = _constant(terms[index])
         prototype = _prototype(framework.name, result)
         self._batches.append(_Batch(
             template=template, validity=self._validity(table), deadline=deadline, stamp=stamp,
@@ -731,6 +747,16 @@ def _narrowed_term(old: ScoreTerm, raw: FloatArray, gone: IntArray) -> ScoreTerm
     without them, the same array as `raw` when they were the same (a plugin whose scores are already 0-100)."""
     normalized = raw if old.normalized is old.raw else _without(old.normalized, gone)
     return ScoreTerm(old.plugin, old.weight, raw, normalized, old.evidence)
+
+
+def _constant(entry: _Term) -> bool:
+    """Whether _drop may cut the term's arrays instead of joining them (_Term.constant): its scores row-local and
+    kept when a candidate leaves (normalised alone, or by the highest, which a constant array keeps), and its raw and
+    normalised values each one double, bit for bit (0.0 and -0.0 are not one), over more than one candidate."""
+    term, scorer = entry.term, entry.scorer
+    if term.raw.shape[0] < 2 or not scorer.row_local_scores() or not (entry.per_node or scorer.normalize_by_top):
+        return False
+    return all(bool((bits == bits[0]).all()) for bits in (term.raw.view(np.int64), term.normalized.view(np.int64)))
 
 
 def _copied(counter: Counter[str]) -> Counter[str]:

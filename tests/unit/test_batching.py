@@ -216,6 +216,9 @@ def test_candidates_that_fill_up_leave_the_batch_with_the_full_cycles_decisions(
     one (where no term of the owner-less template moves everywhere: its totals are patched per row)."""
     plain, batched, stats = _both_ways(30, 0, profile, _gpu_pod, 170, 5)
     assert stats.dropped >= 10, stats
+    # The terms these pods have no preference in (NodeAffinity, ImageLocality: all zeros) were cut to the candidates
+    # left instead of joined around those gone, and the decisions above are still the full cycle's, bit for bit.
+    assert stats.cut_constant >= 2, stats
     assert stats.batched > 100, stats
     assert stats.refused["totals not reproduced"] == 0, stats  # one candidate left: summed in order too
     assert any(r.rejections.get("Insufficient nvidia.com/gpu") for r in batched)
