@@ -42,6 +42,7 @@ from metrics_sched.telemetry import MetricCache, PolledSource
 from metrics_sched.telemetry.batch import BatchedFetchResult
 
 WARM_UP_TIMEOUT = 180.0
+IDLE_SECONDS = 5.0  # the window the cluster's processes' background CPU is measured over
 
 
 def say(message: str) -> None:
@@ -176,6 +177,34 @@ def concurrent_refresh(cache: MetricCache, sources: Sequence[PolledSource]) -> t
     return elapsed
 
 
+def process_cpu(cluster: DevCluster) -> dict[str, float]:
+    """CPU seconds so far of each of the dev cluster's live processes (Prometheus, the emulator, the API server...)."""
+    from bench.e2e_bench import proc_stats, running
+
+    out: dict[str, float] = {}
+    for name, pid in running(cluster).items():
+        try:
+            out[name] = proc_stats(pid)[0]
+        except OSError:  # exited meanwhile
+            continue
+    return out
+
+
+def cpu_per_round(before: dict[str, float], after: dict[str, float], rounds: int,
+                  idle: dict[str, float] | None = None, idle_seconds: float = 0.0,
+                  round_seconds: float = 0.0) -> dict[str, float]:
+    """Each process' CPU seconds per round between two process_cpu() readings, less (with `idle`: its CPU seconds
+    over `idle_seconds` with no refresh running) what it spends in the same time anyway (scrapes, rule evaluations,
+    node heartbeats): what one round of refreshes costs each of them. Sorted, largest first."""
+    out: dict[str, float] = {}
+    for name, end in after.items():
+        spent = (end - before.get(name, end)) / rounds
+        if idle is not None and idle_seconds > 0:
+            spent -= idle.get(name, 0.0) / idle_seconds * round_seconds
+        out[name] = round(spent, 4)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def load_average() -> list[float]:
     """1, 5 and 15 minute load averages (what `uptime` prints): how busy the machine was meanwhile."""
     return [round(x, 2) for x in os.getloadavg()]
@@ -240,8 +269,14 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
             }
         cache = cache_of(sources, directory)
         concurrent_refresh(cache, sources)  # the cache's store filled once: later rounds update it in place
+        # What the cluster's processes spend with no refresh running (IDLE_SECONDS), then during the rounds.
+        idle_start = process_cpu(cluster)
+        time.sleep(IDLE_SECONDS)
+        idle_cpu = {name: end - idle_start.get(name, end) for name, end in process_cpu(cluster).items()}
         memory_before = memory_mb()
+        cpu_before = process_cpu(cluster)
         together = [concurrent_refresh(cache, sources) for _ in range(repetitions)]
+        cpu_after = process_cpu(cluster)
         memory_after = memory_mb()
         down = {s.name: s.health.last_error for s in sources if s.health.last_error}
         if down:
@@ -252,6 +287,10 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
             source.close()
     sequential = sum(v["wall_seconds"]["median"] for v in out.values())
     concurrent = spread([w for w, _ in together])
+    # Per round: each process' CPU during the rounds, and the same less its background (the idle window's rate)
+    processes = cpu_per_round(cpu_before, cpu_after, repetitions)
+    beyond_background = cpu_per_round(cpu_before, cpu_after, repetitions, idle_cpu, IDLE_SECONDS,
+                                      sum(w for w, _ in together) / repetitions)
     prometheus_spec = next((s for s in _prometheus_specs(cluster, prometheus_timeout, recording_rules)
                             if s["type"] == "prometheus"), {})
     say(f"sources at {len(cluster.nodes)} nodes, {repetitions} refreshes each"
@@ -261,6 +300,8 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
         for k, v in out.items())
         + f"; all at once {concurrent['median']:.3f}s [{concurrent['min']:.3f}-{concurrent['max']:.3f}]"
         + f"; load {load_before} -> {load_average()}")
+    say("CPU seconds per round beyond each process' background: " + ", ".join(
+        f"{name} {seconds:.3f}" for name, seconds in beyond_background.items()))
     return {
         "nodes": len(cluster.nodes), "repetitions": repetitions, "prometheus_timeout": prometheus_timeout,
         "recording_rules": bool(prometheus_spec.get("recordingRules")),
@@ -273,6 +314,12 @@ def sources_cost(cluster: DevCluster, repetitions: int = 5, *,
         # Every source at once through the cache (fetch and ingest): what one round of refreshes costs.
         "concurrent_wall_seconds": concurrent,
         "concurrent_cpu_seconds": spread([c for _, c in together]),
+        # The cluster's processes during the concurrent rounds, CPU seconds per round: all of it, and beyond what
+        # each spends in the same time with no refresh running (measured over IDLE_SECONDS just before).
+        "process_cpu_seconds_per_round": processes,
+        "process_cpu_seconds_per_round_beyond_background": beyond_background,
+        "background_cpu_seconds_per_second": {name: round(seconds / IDLE_SECONDS, 4)
+                                              for name, seconds in sorted(idle_cpu.items(), key=lambda kv: -kv[1])},
         "memory_mb": {"before": memory_before, "after": memory_after},
     }
 
