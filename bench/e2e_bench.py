@@ -458,9 +458,8 @@ def run_once(cluster: DevCluster, contender: Contender, pods: int, *, timeout: f
         if bound:
             # What the contender costs the API server and etcd per pod (its writes, and every watcher's copy of
             # what it writes): on a shared 2-core machine that CPU is not the scheduler's to spend.
-            result["control_plane_cpu_ms_per_pod"] = {
-                name: round((plane1[name] - plane0[name]) * 1000 / len(bound), 3)
-                for name in plane0 if name in plane1}
+            result["control_plane_cpu_ms_per_pod"] = ms_per_pod(
+                {name: plane1[name] - plane0[name] for name in plane0 if name in plane1}, len(bound))
         result["watch_reconnects"] = watch.reconnects
     except Exception as exc:  # noqa: BLE001 - recorded as this run's outcome; the other runs go on
         result["status"], result["error"] = "failed", f"{type(exc).__name__}: {exc}"
@@ -552,15 +551,20 @@ def drain_figures(bound: dict[str, float]) -> dict[str, Any]:
             "backlog_pods_per_second": round((len(bound) - 1) / span, 1) if span > 0 else None}
 
 
+def ms_per_pod(seconds_by_name: Mapping[str, float], pods: int) -> dict[str, float]:
+    """CPU seconds per process as milliseconds per pod."""
+    return {name: round(seconds * 1000 / pods, 3) for name, seconds in seconds_by_name.items()}
+
+
 def drain_cpu(cpu_seconds: float, plane_seconds: Mapping[str, float], pods: int) -> dict[str, Any]:
     """What the backlog's drain cost per pod, from the release to the last bind seen: the contender's CPU (its share
     of the two cores the API server paces the drain on) and the API server's and etcd's (theirs for everyone meanwhile
     included: see the module's Method)."""
+    plane = ms_per_pod(plane_seconds, pods)
+    # The API server's also flat (summarize aggregates top-level figures only).
     return {"backlog_cpu_ms_per_pod": round(cpu_seconds * 1000 / pods, 3),
-            "backlog_control_plane_cpu_ms_per_pod": {name: round(seconds * 1000 / pods, 3)
-                                                     for name, seconds in plane_seconds.items()},
-            "backlog_apiserver_cpu_ms_per_pod": round(plane_seconds["kube-apiserver"] * 1000 / pods, 3)
-            if "kube-apiserver" in plane_seconds else None}
+            "backlog_control_plane_cpu_ms_per_pod": plane,
+            "backlog_apiserver_cpu_ms_per_pod": plane.get("kube-apiserver")}
 
 
 def figures(created: dict[str, float], bound: dict[str, float], cpu_seconds: float, peak_rss: int) -> dict[str, Any]:
