@@ -78,6 +78,11 @@ class Scale:
         # NaN passes through these without a warning (no errstate: entering one costs more than the arithmetic on a
         # few patched rows).
         scaled: FloatArray = _CLIP(values, low, high)  # np.clip's result
+        if high - low == math.inf:
+            # Bounds further apart than a double holds (values near the float limits): halved, exactly, so that
+            # neither the difference nor a value's distance from `low` overflows (a finite value scored as none).
+            scaled *= 0.5
+            low, high = low * 0.5, high * 0.5
         scaled -= low
         scaled /= high - low
         if better == "lower":
@@ -94,6 +99,9 @@ class Scale:
             return math.nan
         low, high = self.low, self.high
         scaled = min(max(value, low), high)  # np.clip
+        if high - low == math.inf:  # as apply()
+            scaled *= 0.5
+            low, high = low * 0.5, high * 0.5
         scaled -= low
         scaled /= high - low
         if better == "lower":
@@ -205,7 +213,10 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         super().__init__(args, handle)
         self._terms = tuple(self.make_terms())
         # Every term pointwise: score() keeps their weighted mean over all rows (fixed with the terms).
-        self._pointwise = all(t.scale.pointwise and not t.per_resource for t in self._terms)
+        # (And their spans finite: bounds further apart than a double holds are scaled by Scale.apply's halving,
+        # which the fused columns below do not do.)
+        self._pointwise = all(t.scale.pointwise and not t.per_resource and t.scale.high - t.scale.low < math.inf
+                              for t in self._terms)
         self._weights = [t.weight for t in self._terms]
         # The terms' bounds, spans and weights as columns (every term pointwise: a range scale), for scoring a few
         # rows of all of them at once (_fused_rows); a span is high - low as Scale.apply computes it.

@@ -165,3 +165,28 @@ def test_a_new_metric_plugin_shows_in_explain_decisions_and_metrics() -> None:
     assert any(s.labels.get("plugin") == "GPUPower" and s.labels.get("extension_point") == "Score"
                for s in plugin_runs)
     assert not np.isnan(power.normalized)
+
+
+class WideRange(MetricScorePlugin):
+    """A range scale whose bounds are further apart than a double holds."""
+
+    name = "WideRange"
+    TERMS = (MetricTerm("gpu_power_watts", better="lower",
+                        scale=Scale("range", -float(np.finfo(np.float64).max), float(np.finfo(np.float64).max))),)
+
+
+def test_a_range_wider_than_a_double_scores_as_scale_apply_does() -> None:
+    """Its span overflows: the plugin scores it through Scale.apply (which halves: every ordinary value is about the
+    middle of such a range, 50), not through its fused columns (which would divide by inf: 100 for every node)."""
+    config = {"profiles": [{"plugins": {"score": {"enabled": [{"name": "WideRange"}]}}}]}
+    registry = Registry.default(third_party=False)
+    registry.register(WideRange)
+    scheduler, api, cache = make(config, registry=registry)
+    ring, _ = audited(scheduler)
+    gpu_nodes(scheduler, ["frugal", "hungry"])
+    feed(cache, {"gpu_power_watts": {"frugal": 150, "hungry": 650}, "gpu_temperature": {"frugal": 60, "hungry": 60}})
+    api.add_pod(pod("p", gpus=1))
+    drain(scheduler, api)
+    [record] = ring.query(pod="default/p")
+    scores = {c.node: next(t for t in c.terms if t.plugin == "WideRange").normalized for c in record.candidates}
+    assert scores == {"frugal": 50.0, "hungry": 50.0}

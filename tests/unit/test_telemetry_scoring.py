@@ -288,10 +288,25 @@ finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.jus
        better=st.sampled_from(["lower", "higher"]),
        method=st.sampled_from(["minmax", "range"]))
 def test_normalised_scores_are_within_0_100_or_missing(values: list[float], better: Any, method: Any) -> None:
-    scores = Scale(method, 0.0, 100.0).apply(np.array(values), better)
+    with np.errstate(over="raise", invalid="raise"):  # no overflow on the way, even near the float limits
+        scores = Scale(method, 0.0, 100.0).apply(np.array(values), better)
     finite = scores[~np.isnan(scores)]
     assert ((finite >= 0) & (finite <= 100)).all()
     assert np.isnan(scores[~np.isfinite(np.array(values))]).all()
+    assert not np.isnan(scores[np.isfinite(np.array(values))]).any()  # every finite value is scored
+
+
+def test_values_at_the_float_limits_are_scored_at_the_ends_of_the_scale() -> None:
+    """minmax between -max and +max double: the difference overflows unless halved (it was a NaN, a missing
+    value, for the highest, with overflow warnings)."""
+    top = float(np.finfo(np.float64).max)
+    values = np.array([-top, 0.0, top])
+    with np.errstate(over="raise", invalid="raise"):
+        assert Scale("minmax").apply(values, "higher").tolist() == [0.0, 50.0, 100.0]
+        assert Scale("minmax").apply(values, "lower").tolist() == [100.0, 50.0, 0.0]
+        wide = Scale("range", -top, top)
+        assert [wide.apply_one(v, "higher") for v in values.tolist()] == [0.0, 50.0, 100.0]
+        assert wide.apply(values, "higher").tolist() == [0.0, 50.0, 100.0]
 
 
 @settings(max_examples=300, deadline=None)
