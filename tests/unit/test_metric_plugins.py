@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from metrics_sched.audit import DecisionRing
 from metrics_sched.cli.explain_cmd import render_decision
 from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.framework import MetricScorePlugin, MetricTerm, Scale
 from metrics_sched.framework.registry import Registry
+from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.plugins.custom_metric import CustomMetric
-from tests.unit.fakes import pod
+from tests.unit.fakes import FakeAPI, pod
 from tests.unit.test_observability import audited
 from tests.unit.test_scheduler import drain
 from tests.unit.test_telemetry_scoring import feed, gpu_nodes, make
@@ -136,16 +138,22 @@ class GPUPower(MetricScorePlugin):
     TERMS = (MetricTerm("gpu_power_watts", better="lower", scale=Scale("range", 100, 700)),)
 
 
-def test_a_new_metric_plugin_shows_in_explain_decisions_and_metrics() -> None:
-    config = {"profiles": [{"plugins": {"score": {"enabled": [{"name": "GPUPower", "weight": 4}]}}}]}
+def placed_by(plugin: type[MetricScorePlugin], weight: int = 1) -> tuple[FakeAPI, DecisionRing, SchedulerMetrics]:
+    """Pod default/p placed by `plugin` alone (audited) on two GPU nodes drawing 150 W (frugal) and 650 W (hungry)."""
+    config = {"profiles": [{"plugins": {"score": {"enabled": [{"name": plugin.name, "weight": weight}]}}}]}
     registry = Registry.default(third_party=False)
-    registry.register(GPUPower)
+    registry.register(plugin)
     scheduler, api, cache = make(config, registry=registry)
     ring, metrics = audited(scheduler)
     gpu_nodes(scheduler, ["frugal", "hungry"])
     feed(cache, {"gpu_power_watts": {"frugal": 150, "hungry": 650}, "gpu_temperature": {"frugal": 60, "hungry": 60}})
     api.add_pod(pod("p", gpus=1))
     drain(scheduler, api)
+    return api, ring, metrics
+
+
+def test_a_new_metric_plugin_shows_in_explain_decisions_and_metrics() -> None:
+    api, ring, metrics = placed_by(GPUPower, weight=4)
     assert api.binds == [("default/p", "frugal")]
 
     [record] = ring.query(pod="default/p")  # what /decisions serves
@@ -178,15 +186,7 @@ class WideRange(MetricScorePlugin):
 def test_a_range_wider_than_a_double_scores_as_scale_apply_does() -> None:
     """Its span overflows: the plugin scores it through Scale.apply (which halves: every ordinary value is about the
     middle of such a range, 50), not through its fused columns (which would divide by inf: 100 for every node)."""
-    config = {"profiles": [{"plugins": {"score": {"enabled": [{"name": "WideRange"}]}}}]}
-    registry = Registry.default(third_party=False)
-    registry.register(WideRange)
-    scheduler, api, cache = make(config, registry=registry)
-    ring, _ = audited(scheduler)
-    gpu_nodes(scheduler, ["frugal", "hungry"])
-    feed(cache, {"gpu_power_watts": {"frugal": 150, "hungry": 650}, "gpu_temperature": {"frugal": 60, "hungry": 60}})
-    api.add_pod(pod("p", gpus=1))
-    drain(scheduler, api)
+    _, ring, _ = placed_by(WideRange)
     [record] = ring.query(pod="default/p")
     scores = {c.node: next(t for t in c.terms if t.plugin == "WideRange").normalized for c in record.candidates}
     assert scores == {"frugal": 50.0, "hungry": 50.0}
