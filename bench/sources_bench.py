@@ -7,7 +7,10 @@ thread per source as MetricCache runs them. Reported per source: queries per ref
 seconds (this process, all threads) per refresh as median and spread (min-max), samples and errors;
 and the concurrent refresh of all sources through a MetricCache, one thread per source as the scheduler
 runs them (fetch, then ingest: coverage, expiry), which is what one round costs the scheduler: its wall,
-its CPU, and the process' resident memory across those rounds (VmRSS before and after, VmHWM: the peak).
+its CPU, and the process' resident memory across those rounds (VmRSS before and after, VmHWM: the peak). And each
+dev-cluster process' CPU seconds per round of those refreshes, all of it and beyond what it spends anyway (its rate
+over IDLE_SECONDS with no refresh running: scrapes, rule evaluations, node heartbeats): on 2 shared cores the wall of
+a round is set as much by Prometheus' and the emulator's CPU as by this process'.
 
 Prometheus is measured both ways it can be configured (`--queries both`, the default): the presets over the
 raw series (`raw`), and over the per-node recording rules the dev cluster then loads (`recorded`,
