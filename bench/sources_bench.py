@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from adapters.http_common import SourceError
-from bench.e2e_bench import SCRAPE_INTERVAL
+from bench.e2e_bench import SCRAPE_INTERVAL, proc_stats, running
 from devcluster import DevCluster
 from devcluster.kubeapi import Credentials, tls_context
 from metrics_sched.ports import FetchResult, NodeDirectory
@@ -182,8 +182,6 @@ def concurrent_refresh(cache: MetricCache, sources: Sequence[PolledSource]) -> t
 
 def process_cpu(cluster: DevCluster) -> dict[str, float]:
     """CPU seconds so far of each of the dev cluster's live processes (Prometheus, the emulator, the API server...)."""
-    from bench.e2e_bench import proc_stats, running
-
     out: dict[str, float] = {}
     for name, pid in running(cluster).items():
         try:

@@ -33,7 +33,7 @@ def injected(emulator: Emulator, endpoint: str, as_json: bool) -> tuple[Fault, R
 
 
 def json_response(payload: object, fault: Fault) -> Response:
-    if fault.nan or fault.inf or fault.malformed:
+    if fault.malformed or fault.value_override() is not None:
         # json.dumps writes NaN/Infinity as bare tokens, as a buggy producer would (orjson writes null).
         text = json.dumps(payload)
         return Response(200, (garble_json(text) if fault.malformed else text).encode(), JSON_TYPE)

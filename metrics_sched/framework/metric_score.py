@@ -18,7 +18,7 @@ import importlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -78,11 +78,8 @@ class Scale:
         # NaN passes through these without a warning (no errstate: entering one costs more than the arithmetic on a
         # few patched rows).
         scaled: FloatArray = _CLIP(values, low, high)  # np.clip's result
-        if high - low == math.inf:
-            # Bounds further apart than a double holds (values near the float limits): halved, exactly, so that
-            # neither the difference nor a value's distance from `low` overflows (a finite value scored as none).
-            scaled *= 0.5
-            low, high = low * 0.5, high * 0.5
+        if high - low == math.inf:  # a minmax between values near the float limits, or a range as `halved` says
+            scaled, low, high = _halved(scaled, low, high)
         scaled -= low
         scaled /= high - low
         if better == "lower":
@@ -99,9 +96,8 @@ class Scale:
             return math.nan
         low, high = self.low, self.high
         scaled = min(max(value, low), high)  # np.clip
-        if high - low == math.inf:  # as apply()
-            scaled *= 0.5
-            low, high = low * 0.5, high * 0.5
+        if self.halved:
+            scaled, low, high = _halved(scaled, low, high)
         scaled -= low
         scaled /= high - low
         if better == "lower":
@@ -112,6 +108,20 @@ class Scale:
     def pointwise(self) -> bool:
         """A node's score depends on its value alone (not on the other candidates')."""
         return self.method == "range"
+
+    @property
+    def halved(self) -> bool:
+        """Its fixed bounds are further apart than a double holds: values are scaled on halves (_halved)."""
+        return self.high - self.low == math.inf
+
+
+_Scaled = TypeVar("_Scaled", float, FloatArray)
+
+
+def _halved(scaled: _Scaled, low: float, high: float) -> tuple[_Scaled, float, float]:
+    """The clipped value(s) and the bounds halved, exactly, for bounds further apart than a double holds: neither
+    their difference nor a value's distance from `low` then overflows (the highest value was scored as none)."""
+    return scaled * 0.5, low * 0.5, high * 0.5
 
 
 @dataclass(frozen=True)
@@ -213,10 +223,8 @@ class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
         super().__init__(args, handle)
         self._terms = tuple(self.make_terms())
         # Every term pointwise: score() keeps their weighted mean over all rows (fixed with the terms).
-        # (And their spans finite: bounds further apart than a double holds are scaled by Scale.apply's halving,
-        # which the fused columns below do not do.)
-        self._pointwise = all(t.scale.pointwise and not t.per_resource and t.scale.high - t.scale.low < math.inf
-                              for t in self._terms)
+        # (Not a halved one: the fused columns below do not halve; Scale.apply does.)
+        self._pointwise = all(t.scale.pointwise and not t.per_resource and not t.scale.halved for t in self._terms)
         self._weights = [t.weight for t in self._terms]
         # The terms' bounds, spans and weights as columns (every term pointwise: a range scale), for scoring a few
         # rows of all of them at once (_fused_rows); a span is high - low as Scale.apply computes it.
