@@ -12,6 +12,8 @@ holds kube-apiserver and kube-scheduler only has to compile it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -19,7 +21,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -313,11 +315,37 @@ def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | 
         versions = load_versions(kubernetes=kubernetes)
     except ValueError as exc:
         raise BuildError(str(exc)) from None
-    missing = [c for c in components(versions, with_staging=False) if force or not c.is_built()]
-    if not missing:
+    if not force and all(c.is_built() for c in components(versions, with_staging=False)):
         progress(f"all present in {cache_dir() / 'bin'} (kubernetes v{versions.kubernetes}, "
                  f"etcd v{versions.etcd}, kwok v{versions.kwok}, helm v{versions.helm})")
         return binaries(versions)
+    # Two builds at once (`make test` beside an e2e run of another checkout, both sharing this cache) would
+    # rename each other's `.partial` dirs away: one builds, the other waits and then finds it all built.
+    with _build_lock(progress):
+        _build_missing(versions, force, progress)
+    return binaries(versions)
+
+
+@contextlib.contextmanager
+def _build_lock(progress: Callable[[str], None]) -> Iterator[None]:
+    path = cache_dir() / "build.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("another build of the control plane is running: waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build_missing(versions: Versions, force: bool, progress: Callable[[str], None]) -> None:
+    missing = [c for c in components(versions, with_staging=False) if force or not c.is_built()]
+    if not missing:
+        return
     _go()
     needed = {c.name for c in missing}
     with_staging = any(c.upstream == "k8s.io/kubernetes" for c in missing)
@@ -325,7 +353,6 @@ def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | 
         if component.name in needed:
             _build_component(component, versions, progress)
             progress(f"{component.name} v{component.version}: ready in {component.bin_dir}")
-    return binaries(versions)
 
 
 __all__ = ["BuildError", "ControlPlaneBinaries", "binaries", "ensure_built", "helm_binary", "repo_root"]
