@@ -1,5 +1,5 @@
 """The bind loop: runs each pod's binding cycle (Framework.run_binding_cycle) on a pool of workers and
-turns its outcome into a queue action and a report.
+hands its outcome to the scheduler's failure handler (scheduler.failures: the queue action and the report).
 
 What a bind error means is decided by the Bind plugin (DefaultBinder re-reads the pod): bound by us
 after all, bound elsewhere, gone, rejected, or unknown. An unknown outcome keeps the pod assumed
@@ -27,6 +27,7 @@ batch over at its end: the next decision does, first thing, so no one decision p
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -34,11 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from queue import SimpleQueue
 
-from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.framework.interfaces import BindOutcomeKind, BindStatus
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.framework.status import Code
 from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.scheduler.failures import FailureHandler, Outcome, bind_outcome
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.scheduler.reporting import PodReporter
 from metrics_sched.state.cluster_state import ClusterState
@@ -164,11 +165,16 @@ class Binder:
         max_pending: int | None = None,
         on_outcome: Callable[[BindOutcome, CycleResult], None] | None = None,
         supervisor: Supervisor | None = None,
+        failures: FailureHandler | None = None,
     ) -> None:
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.state = state
         self.queue = queue
         self.reporter = reporter
+        # What an outcome does to the pod (the scheduler's table, shared with its loop and Permit callback); an
+        # unknown bind outcome comes back here to run the binding cycle again.
+        self.failures = failures if failures is not None else FailureHandler(state, queue, reporter, self.supervisor)
+        self.failures.rebind = self._retry_later
         self.is_leader = is_leader
         self.on_outcome = on_outcome
         # The Scheduled events of a batch of binds are written by a worker of the pool once the batch is bound,
@@ -244,7 +250,8 @@ class Binder:
             outcome = self._bind(framework, result)
         except Exception as exc:  # noqa: BLE001 - a bug outside the cycle: counted, the pod un-assumed and retried
             self.supervisor.failed(Worker.BINDER, exc, pod=result.pod.key)
-            self.supervisor.guard(Worker.BINDER, lambda: self._recover(framework, result), pod=result.pod.key)
+            recover = functools.partial(self.failures.handle, Outcome.BIND_EXCEPTION, result, framework)
+            self.supervisor.guard(Worker.BINDER, recover, pod=result.pod.key)
             outcome = BindOutcome(result.pod, result.node or "", BindOutcomeKind.ERROR, repr(exc))
         finally:
             # Always given back, or the scheduling loop would one day wait for room forever.
@@ -260,21 +267,14 @@ class Binder:
                 self.supervisor.failed(Worker.BINDER, exc, pod=result.pod.key)
         return outcome
 
-    def _recover(self, framework: Framework, result: CycleResult) -> None:
-        framework.unwind(result)
-        self.queue.retry_later(result.pod.uid)
-        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=result.pod.uid)
-
     def _bind(self, framework: Framework, result: CycleResult) -> BindOutcome:
         pod, node = result.pod, result.node
         assert node is not None
         if not self.is_leader():
-            self._not_leader(framework, result)
+            self.failures.handle(Outcome.NOT_LEADER, result, framework)
             return BindOutcome(pod, node, BindOutcomeKind.NOT_LEADER)
         if not self.state.has_node(node):
-            framework.unwind(result)
-            self.queue.requeue(pod)
-            self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
+            self.failures.handle(Outcome.NODE_GONE, result, framework)
             return BindOutcome(pod, node, BindOutcomeKind.NODE_GONE)
         try:
             status = framework.run_binding_cycle(result)
@@ -286,40 +286,13 @@ class Binder:
         if kind in (BindOutcomeKind.ERROR, BindOutcomeKind.REJECTED) and not self.is_leader():
             # The fence closed during the cycle (the bind was refused unsent, or failed meanwhile): not the
             # pod's fault, and a replica about to lose the lease reports nothing on it.
-            self._not_leader(framework, result)
+            self.failures.handle(Outcome.NOT_LEADER, result, framework)
             return BindOutcome(pod, node, BindOutcomeKind.NOT_LEADER, status.reason)
         try:
-            self._after(framework, result, status, kind)
+            self.failures.handle(bind_outcome(kind), result, framework, status)
         except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
             self.supervisor.failed(Worker.BINDER, exc, pod=pod.key)
         return BindOutcome(pod, node, kind, status.reason)
-
-    def _after(self, framework: Framework, result: CycleResult, status: BindStatus, kind: BindOutcomeKind) -> None:
-        pod, node = result.pod, result.node
-        assert node is not None
-        if kind in (BindOutcomeKind.BOUND, BindOutcomeKind.ALREADY_BOUND):
-            self.queue.done(pod.uid)
-            self.reporter.scheduled(pod, node, result.summary, wake=False)
-            return
-        if kind == BindOutcomeKind.UNKNOWN:
-            self._retry_later(framework, result)
-            return
-        # The pod was un-assumed: the room it held may let a parked pod fit.
-        if kind in (BindOutcomeKind.GONE, BindOutcomeKind.BOUND_ELSEWHERE):
-            self.queue.done(pod.uid)  # the watch counts a pod bound elsewhere where it is
-        elif kind == BindOutcomeKind.REJECTED:
-            self.queue.unschedulable(pod.uid, {status.plugin})
-            self.reporter.failed(pod, f"{status.plugin}: {status.reason}", reason="Unschedulable")
-        else:
-            self.queue.retry_later(pod.uid)
-            where = f"{status.plugin}: " if status.plugin else ""
-            self.reporter.failed(pod, f"binding rejected: {where}{status.reason}", reason="SchedulerError")
-        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
-
-    def _not_leader(self, framework: Framework, result: CycleResult) -> None:
-        framework.unwind(result)
-        self.queue.retry_later(result.pod.uid)
-        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=result.pod.uid)
 
     def _retry_later(self, framework: Framework, result: CycleResult) -> None:
         """Runs the same binding cycle again after a backoff (growing with each unknown outcome, up to the

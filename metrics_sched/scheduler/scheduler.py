@@ -2,7 +2,8 @@
 
 The loop pops a pod, lets its profile's Framework run the scheduling cycle (which assumes the pod and
 runs Reserve and Permit), and hands the binding cycle to the binder's workers. It holds no
-extension-point logic of its own: it only turns the cycle's Status into a queue action and a report.
+extension-point logic of its own: what a cycle's Status does to the pod (a queue action and a report) is the
+failure handler's table (scheduler.failures), which the binder and the Permit callback use too.
 
 A shadow profile (`shadow: true`) observes the pods of its schedulerName (e.g. default-scheduler's, which
 kube-scheduler binds): PreFilter → Filter → PreScore → Score pick where the pod would go, the cycle observers
@@ -29,6 +30,7 @@ from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.ports import NodeDirectory, PodGroupStatusWriter, PodWriter, Preemptor, VolumeWriter
 from metrics_sched.scheduler.binding import Binder, BindOutcome
 from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
+from metrics_sched.scheduler.failures import FailureHandler, Outcome, attempt_outcome, permit_outcome
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.scheduler.reporting import PodReporter
 from metrics_sched.state.cluster_state import ClusterState
@@ -102,8 +104,10 @@ class Scheduler:
         self.cycle_observers: list[CycleObserver] = []
         self.bind_observers: list[BindObserver] = []
         self.node_deleted_observers: list[Callable[[str], None]] = []  # e.g. drop the node's metric series
+        self.failures = FailureHandler(self.state, self.queue, self.reporter, self.supervisor)
         self.binder = Binder(self.state, self.queue, self.reporter, workers=config.bind_workers,
-                             is_leader=is_leader, on_outcome=self._bind_outcome, supervisor=self.supervisor)
+                             is_leader=is_leader, on_outcome=self._bind_outcome, supervisor=self.supervisor,
+                             failures=self.failures)
         self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
                                              on_pod_deleted=self._pod_deleted, on_pod_bound=self.reporter.bound,
                                              on_node_deleted=self._node_deleted)
@@ -176,9 +180,7 @@ class Scheduler:
                     self.queue.done(pod.uid)
                     self._observe(result)
                     return result
-                # Retrying cannot fix the pod: park it until it is updated (or the periodic flush).
-                self.queue.unschedulable(pod.uid, {"PodInfo"})
-                self.reporter.failed(pod, pod.parse_error, reason="SchedulerError")
+                self.failures.handle(Outcome.UNREADABLE, result)
                 self._observe(result)
                 return result
             if framework.profile.shadow:
@@ -195,7 +197,7 @@ class Scheduler:
                 self.binder.submit(framework, cycle, hold=True)
                 self.binder.hand_over(more=self.queue.has_ready(), began=began)
             else:
-                self._failed(cycle)
+                self.failures.handle(attempt_outcome(cycle.status), cycle)
             return cycle
         except Exception as exc:  # noqa: BLE001 - logged and counted by the supervisor
             return self._recover(pod, framework, cycle, exc)
@@ -233,29 +235,10 @@ class Scheduler:
         if cycle is None and record is not None and record.assumed:
             # Assumed by this attempt, whose result was lost with the exception: unwind what we know of it.
             result = CycleResult(pod=pod, profile=profile, node=record.node, assumed=True)
-        freed = result.assumed
-        if framework is not None:
-            self.supervisor.guard(Worker.SCHEDULING_LOOP, lambda: framework.unwind(result), pod=pod.key)
-        if result.assumed:  # no framework, or its unwind failed: the pod must not keep its room
-            self.state.forget(pod.uid)
-            result.assumed = False
         result.status = Status.error(f"scheduler error: {exc!r}", "scheduler")
-        self.queue.retry_later(pod.uid)
-        if freed:
-            self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=pod.uid)
-        self.supervisor.guard(Worker.SCHEDULING_LOOP, lambda: self.reporter.failed(
-            pod, result.message(), reason="SchedulerError"), pod=pod.key)
+        self.failures.handle(Outcome.LOOP_EXCEPTION, result, framework)
         self._observe(result)
         return result
-
-    def _failed(self, result: CycleResult) -> None:
-        pod, status = result.pod, result.status
-        if status.code == Code.ERROR:
-            self.queue.retry_later(pod.uid)
-            self.reporter.failed(pod, result.message(), reason="SchedulerError")
-            return
-        self.queue.unschedulable(pod.uid, result.rejected_by if result.node is None else {status.plugin})
-        self.reporter.failed(pod, result.message(), reason="Unschedulable")
 
     def _permit_resolved(self, result: CycleResult, status: Status) -> None:
         """A pod held at Permit was allowed (bind it) or rejected (the framework already unwound it). Runs on
@@ -271,12 +254,10 @@ class Scheduler:
         if self._stop.is_set():
             return  # stopping: the pod stays pending for the next leader
         if self.queue.deleted(result.pod.uid):
-            self.queue.done(result.pod.uid)
+            self.failures.handle(Outcome.DELETED_WHILE_WAITING, result)
             return
         result.status = status
-        self._failed(result)
-        # The room it held may fit a parked pod (not itself: kube-scheduler excludes the pod that caused it).
-        self.queue.move_all(ClusterEvent.POD_DELETED, None, besides=result.pod.uid)
+        self.failures.handle(permit_outcome(status), result)
         assert result.node is not None
         self._bind_outcome(BindOutcome(result.pod, result.node, BindOutcomeKind.REJECTED, status.reason), result)
 
