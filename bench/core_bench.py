@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
-from metrics_sched.cli.run_cmd import GC_THRESHOLDS, keep_to_one_cpu
+from metrics_sched.app.cli.run_cmd import GC_THRESHOLDS, keep_to_one_cpu
 from metrics_sched.config.model import DEFAULT_CPU_AFFINITY
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
