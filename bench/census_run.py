@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from types import FrameType
 
-from metrics_sched.cli import main
+from metrics_sched.app.cli import main
 
 
 def census() -> dict[str, tuple[int, int]]:

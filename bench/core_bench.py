@@ -10,9 +10,9 @@ ReplicaSets (labelled as their selector selects; the ReplicaSets are known to th
 PodTopologySpread's system defaults spread them, as ZoneSpread did before it left the default
 profile), a few carry a toleration, a nodeSelector or a preferred node affinity.
 
-The collector is set as the scheduler sets it after its initial sync (cli.run_cmd.tune_gc). The process keeps to
+The collector is set as the scheduler sets it after its initial sync (app.cli.run_cmd.tune_gc). The process keeps to
 one CPU while it measures, as `metrics-sched run` does with its default cpuAffinity, one
-(cli.run_cmd.keep_to_one_cpu); `--cpu-affinity all` leaves the OS to place the threads, as cpuAffinity: all does.
+(app.cli.run_cmd.keep_to_one_cpu); `--cpu-affinity all` leaves the OS to place the threads, as cpuAffinity: all does.
 
 Two measurements per cluster size, each on a fresh scheduler (and at 5,000 nodes once more with the default
 profile alone, `default_profile`: what issue 18's core target names):
@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
-from metrics_sched.cli.run_cmd import GC_THRESHOLDS, keep_to_one_cpu
+from metrics_sched.app.cli.run_cmd import GC_THRESHOLDS, keep_to_one_cpu
 from metrics_sched.config.model import DEFAULT_CPU_AFFINITY
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
@@ -321,7 +321,7 @@ def cycle_kinds(seconds: Sequence[float], full: Sequence[bool]) -> dict[str, Any
 
 
 def synced() -> None:
-    """The collector as the scheduler sets it once its caches are synced (cli.run_cmd.tune_gc): larger young
+    """The collector as the scheduler sets it once its caches are synced (app.cli.run_cmd.tune_gc): larger young
     generations, and what is alive now (the nodes, their telemetry) frozen out of the full collections. Undone by
     released() when the measurement ends, so the next cluster of this process is not kept alive."""
     gc.set_threshold(*GC_THRESHOLDS)

@@ -329,7 +329,7 @@ def start_contender(cluster: DevCluster, contender: Contender, lease_namespace: 
     port = free_port()
     path = cluster.run_dir / f"{contender.key}.yaml"
     path.write_text(yaml.safe_dump(metrics_sched_config(contender, cluster, port, lease_namespace)))
-    managed = cluster.group.start(contender.key, [sys.executable, "-m", "metrics_sched.cli", "run", "--config",
+    managed = cluster.group.start(contender.key, [sys.executable, "-m", "metrics_sched.app.cli", "run", "--config",
                                                   str(path), "--kubeconfig", str(cluster.kubeconfig),
                                                   "--log-format", "text", "--log-level", "warning"])
     url = f"http://127.0.0.1:{port}"

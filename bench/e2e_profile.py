@@ -58,7 +58,7 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metrics", ("observability/metrics",)),
     ("audit", ("metrics_sched/audit/",)),
     ("telemetry", ("metrics_sched/telemetry/", "adapters/prometheus", "adapters/metrics_server",
-                   "adapters/cmdb", "adapters/custom_metrics", "metrics_sched/cli/sources")),
+                   "adapters/cmdb", "adapters/custom_metrics", "metrics_sched/app/sources")),
     ("events/status", ("scheduler/reporting", "event_recorder", "events.py")),
     ("bind", ("scheduler/binding", "kubernetes/pod_writer", "kubernetes/rate_limit")),
     ("watch decoding", ("kubernetes/reflector", "kubernetes/known_objects", "model/podinfo",
@@ -266,7 +266,7 @@ def main() -> None:
         started_at = time.monotonic()
         census_file = args.out / f"census-{tag}.jsonl"
         census_file.unlink(missing_ok=True)
-        entry = ["bench.census_run"] if args.census else ["metrics_sched.cli"]
+        entry = ["bench.census_run"] if args.census else ["metrics_sched.app.cli"]
         managed = cluster.group.start(name, [sys.executable, "-m", *entry, "run", "--config",
                                                  str(path), "--kubeconfig", str(cluster.kubeconfig),
                                                  "--log-format", "text", "--log-level", "warning"],

@@ -65,10 +65,8 @@ from bench.core_bench import CORE_CONFIG, make_cluster, replicaset
 from bench.scenario import NOW, pod_object
 from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
-from metrics_sched.audit.endpoint import decisions as decisions_endpoint
 from metrics_sched.config import LeaderElectionConfig, parse_config
 from metrics_sched.framework.registry import Registry
-from metrics_sched.http_server import HTTPServer
 from metrics_sched.leader import LeaderElector, MemoryLeaseStore, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.ports import (
@@ -81,6 +79,8 @@ from metrics_sched.ports import (
 )
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import BindOutcome
+from metrics_sched.serving.decisions import decisions as decisions_endpoint
+from metrics_sched.serving.http_server import HTTPServer
 from metrics_sched.telemetry import MetricCache, SourceHealth
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
@@ -192,7 +192,8 @@ class Wiring:
 
 
 def wire(ring_size: int, seed: int) -> Wiring:
-    """The core as cli/app.py's build() wires it, minus the adapters: a recording writer, an in-memory Lease."""
+    """The core as app/scheduler_app.py's build() wires it, minus the adapters: a recording writer, an in-memory
+    Lease."""
     registry = Registry.default(third_party=False)
     config = parse_config(copy.deepcopy(CORE_CONFIG), registry.catalog())
     clock = SimClock()

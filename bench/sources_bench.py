@@ -82,7 +82,7 @@ def build(cluster: DevCluster, prometheus_timeout: float | None = None,
           recording_rules: bool | None = None) -> list[PolledSource]:
     """The sources the scheduler would build from the dev cluster's `sources:` entries (with Prometheus'
     query timeout raised to `prometheus_timeout` seconds when given: a slow query is then measured, not cut)."""
-    from metrics_sched.cli.sources import build_sources
+    from metrics_sched.app.sources import build_sources
     from metrics_sched.config import parse_config
     from metrics_sched.framework.registry import Registry
 

@@ -19,7 +19,7 @@ import httpx
 import yaml
 
 from devcluster.ports import free_port
-from metrics_sched.cli.explain_cmd import table
+from metrics_sched.app.cli.explain_cmd import table
 
 DEMO_SCHEDULER = "metrics-sched"
 REASONS = {"GPUTemperature": "cold", "Cost": "cheap", "NodeLoad": "lightly loaded"}
@@ -131,7 +131,7 @@ def _demo(args: argparse.Namespace) -> int:
         config_path = cluster.run_dir / "demo-scheduler.yaml"
         config_path.write_text(yaml.safe_dump(scheduler_config(cluster.telemetry_sources(interval=2.0), port)))
         _say("starting metrics-sched")
-        cluster.group.start("metrics-sched", [sys.executable, "-m", "metrics_sched.cli", "run", "--config",
+        cluster.group.start("metrics-sched", [sys.executable, "-m", "metrics_sched.app.cli", "run", "--config",
                                               str(config_path), "--kubeconfig", str(cluster.kubeconfig),
                                               "--log-format", "text"])
         url = f"http://127.0.0.1:{port}"

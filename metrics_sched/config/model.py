@@ -49,7 +49,7 @@ class LeaderElectionConfig:
     retry_period: float = 2.0
     resource_name: str = "metrics-sched"
     # Upstream's default. A config file that does not set it loads as LEASE_NAMESPACE_UNSET instead: the pod's
-    # own namespace in a cluster, else this, decided at wiring time (cli/lease_namespace.py), since the file
+    # own namespace in a cluster, else this, decided at wiring time (app/lease_namespace.py), since the file
     # alone cannot know where it runs.
     resource_namespace: str = "kube-system"
 

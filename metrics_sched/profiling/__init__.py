@@ -1,9 +1,9 @@
-"""pprof-style profiling of the running scheduler: /debug/pprof/profile, /debug/pprof/heap, /debug/threads.
+"""pprof-style profiling of the running scheduler: a sampling CPU profiler, a heap tracer, thread dumps.
 
-Served only with `enableProfiling: true` (off by default; see README "Profiling").
+Served as /debug/pprof/profile, /debug/pprof/heap and /debug/threads (metrics_sched/serving/debug.py) only with
+`enableProfiling: true` (off by default; see README "Profiling").
 """
 
-from metrics_sched.profiling.routes import DebugEndpoints, debug_routes
 from metrics_sched.profiling.sampler import Frame, Profile, ProfilerBusy, SamplingProfiler
 
-__all__ = ["DebugEndpoints", "Frame", "Profile", "ProfilerBusy", "SamplingProfiler", "debug_routes"]
+__all__ = ["Frame", "Profile", "ProfilerBusy", "SamplingProfiler"]

@@ -72,7 +72,7 @@ def start_scheduler(cluster: DevCluster, scheduler_name: str, config_path: str, 
     identity = f"{scheduler_name}-{replica}"
     name = f"{scheduler_name}-{replica}"
     managed = cluster.group.start(name, [
-        sys.executable, "-m", "metrics_sched.cli", "run", "--config", config_path,
+        sys.executable, "-m", "metrics_sched.app.cli", "run", "--config", config_path,
         "--kubeconfig", str(kubeconfig or cluster.kubeconfig), "--port", str(port), "--identity", identity,
         "--log-format", log_format,
     ], env=None if env is None else {**os.environ, **env})

@@ -48,7 +48,7 @@ def test_every_dashboard_query_returns_series_and_explain_matches_the_emulator(
                     "nodeName"), 15, "first pod bound")
                 served = emulator.values(bound)
 
-                out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "explain", f"{namespace}/first",
+                out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "explain", f"{namespace}/first",
                                       "--url", proc.url], capture_output=True, text=True, timeout=30)
                 assert out.returncode == 0, out.stderr
                 winner = next(line for line in out.stdout.splitlines() if line.startswith("winner"))
@@ -68,7 +68,7 @@ def test_every_dashboard_query_returns_series_and_explain_matches_the_emulator(
                 create_pods(api, namespace, ["too-big"], name, gpus=8, **in_pool(pool))
                 kube.poll(lambda: sum(1 for p in kube.list_pods(api, namespace) if p["spec"].get("nodeName")) == 6,
                           20, "six pods bound")
-                sources = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "sources", "--url", proc.url],
+                sources = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "sources", "--url", proc.url],
                                          capture_output=True, text=True, timeout=30)
                 assert sources.returncode == 0 and "prometheus" in sources.stdout and "up" in sources.stdout
 

@@ -11,7 +11,7 @@ from devcluster.processes import leftovers
 
 def test_demo_once(tmp_path: Path) -> None:
     run_dir = tmp_path / "demo"
-    out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "demo", "--once", "--dir", str(run_dir)],
+    out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "demo", "--once", "--dir", str(run_dir)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "why this node" in out.stdout

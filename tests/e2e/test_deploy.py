@@ -374,7 +374,7 @@ def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI
     identity = f"deploy-test-{secrets.token_hex(3)}"
     name = f"metrics-sched-sa-{secrets.token_hex(3)}"
     managed = cluster.group.start(name, [
-        sys.executable, "-m", "metrics_sched.cli", "run", "--config", str(config_file),
+        sys.executable, "-m", "metrics_sched.app.cli", "run", "--config", str(config_file),
         "--kubeconfig", str(kubeconfig), "--port", str(port), "--identity", identity, "--log-format", "text",
     ])
     url = f"http://127.0.0.1:{port}"

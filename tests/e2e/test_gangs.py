@@ -173,6 +173,6 @@ def test_a_gang_lands_entirely_in_the_cold_zone(cluster: DevCluster, api: KubeAP
             [note] = notes
             assert f"topology.kubernetes.io/zone={pool}-zone-1" in note and "scores best" in note, note
             # `explain` shows the link on every member's record.
-            out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "explain", f"{namespace}/w0",
+            out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "explain", f"{namespace}/w0",
                                   "--url", proc.url], capture_output=True, text=True, timeout=30)
             assert out.returncode == 0 and note in out.stdout, out.stdout + out.stderr

@@ -95,7 +95,7 @@ def config_of(objects: list[dict[str, Any]], fullname: str) -> dict[str, Any]:
 def check_config(config: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path = tmp_path / f"config-{secrets.token_hex(3)}.yaml"
     path.write_text(yaml.safe_dump(config))
-    return subprocess.run([sys.executable, "-m", "metrics_sched.cli", "check-config", str(path)],
+    return subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "check-config", str(path)],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -395,7 +395,8 @@ def test_helm_install_schedules_the_example_gpu_pod(release: Release, cluster: D
     identity = f"helm-test-{secrets.token_hex(3)}"
     name = f"metrics-sched-helm-{secrets.token_hex(3)}"
     managed = cluster.group.start(name, [
-        sys.executable, "-m", "metrics_sched.cli", "run", "--config", str(config_file), "--kubeconfig", str(kubeconfig),
+        sys.executable, "-m", "metrics_sched.app.cli", "run", "--config", str(config_file),
+        "--kubeconfig", str(kubeconfig),
         "--port", "0", "--identity", identity, "--log-format", "text",
     ])
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{release.namespace}/leases/{release.fullname}"

@@ -32,7 +32,7 @@ def test_sources_shows_how_each_metric_found_its_nodes(cluster: DevCluster, api:
                     "node_load_per_cpu": {"instance/internal_ip"}, "node_hourly_cost": {"node"}}
         kube.poll(lambda: rules() == expected, 10, f"series matched by {expected}", interval=0.2)
 
-        out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "sources", "--url", proc.url],
+        out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "sources", "--url", proc.url],
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         assert "prometheus/node_load_per_cpu: " in out.stdout and "instance/internal_ip=" in out.stdout

@@ -83,7 +83,7 @@ def test_third_party_permit_postfilter_prebind_and_score_plugins_end_to_end(
             busy = next(t for t in record["candidates"][0]["terms"] if t["plugin"] == "GPUBusy")
             assert busy["weight"] == 50 and busy["metrics"][0]["metric"] == "gpu_utilisation"
             assert busy["metrics"][0]["value"] == utilisation[1]
-            out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "explain", f"{namespace}/solo",
+            out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "explain", f"{namespace}/solo",
                                   "--url", proc.url], capture_output=True, text=True, timeout=30)
             assert out.returncode == 0, out.stderr
             assert "GPUBusy" in out.stdout and f"gpu_utilisation={utilisation[1]:.2f}" in out.stdout, out.stdout

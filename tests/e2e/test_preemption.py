@@ -130,7 +130,7 @@ def test_a_high_priority_pod_preempts_the_minimal_victims_is_nominated_then_boun
                            "the preemption's decision record")
         assert record["nominated_node"] == node
         # `explain --all`: the attempt that preempted (its victims, their priorities, why that node), then the bind.
-        out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "explain", f"{namespace}/infer", "--all",
+        out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "explain", f"{namespace}/infer", "--all",
                               "--url", proc.url], capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         assert f"nominated by PostFilter: {node}" in out.stdout, out.stdout

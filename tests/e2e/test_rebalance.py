@@ -209,8 +209,8 @@ def test_a_hot_node_is_drained_at_the_configured_rate_and_its_pods_replaced_on_c
 
         # explain: why the pod was moved, and where its replacement went.
         record = evicted[0]
-        out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "explain", record["pod"], "--url", proc.url],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "explain", record["pod"],
+                              "--url", proc.url], capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         owner = record["owner"]
         [replacement] = [p for p in replacements
@@ -338,8 +338,9 @@ def test_a_dry_run_prints_the_plan_and_changes_nothing(cluster: DevCluster, api:
         del cli_config["profile"]
         path = cluster.run_dir / f"{namespace}-rebalance.yaml"
         path.write_text(yaml.safe_dump(cli_config))
-        out = subprocess.run([sys.executable, "-m", "metrics_sched.cli", "rebalance", "--config", str(path), "--once",
-                              "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "rebalance", "--config", str(path),
+                              "--once", "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True,
+                             timeout=60)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
         lines = out.stdout.splitlines()
         assert "(dry run): 2 candidate pod(s) on bad nodes, 2 verdict(s)" in lines[0], out.stdout

@@ -27,7 +27,7 @@ GPUS = 20  # 200 GPUs: the 200 one-GPU pods fill the pool
 
 
 def replay_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "metrics_sched.cli", "replay", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "replay", *args], capture_output=True,
                           text=True, timeout=120)
 
 

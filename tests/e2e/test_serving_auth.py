@@ -183,7 +183,7 @@ def test_explain_asks_the_leader_behind_the_service(cluster: DevCluster, api: Ku
             return bool(body["decisions"])
 
         kube.poll(recorded, 30, "the leader's decision on too-big")
-        command = [sys.executable, "-m", "metrics_sched.cli", "explain", f"{namespace}/too-big",
+        command = [sys.executable, "-m", "metrics_sched.app.cli", "explain", f"{namespace}/too-big",
                    "--kubeconfig", str(cluster.kubeconfig), "--ca-file", str(pair.ca_file)]
         for where in (["--service", f"{namespace}/{SERVICE}"], ["--url", f"https://{SERVICE}.{namespace}.svc:10259"]):
             out = subprocess.run([*command, *where, "--lease", f"default/{name}"], capture_output=True, text=True,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from metrics_sched import cli
+from metrics_sched.app import cli
 
 pytestmark = pytest.mark.unit
 
@@ -98,7 +98,7 @@ def test_help_works_without_the_dev_package() -> None:
     code = textwrap.dedent("""
         import sys
         sys.modules["devcluster"] = None  # import devcluster -> ModuleNotFoundError
-        from metrics_sched.cli import main
+        from metrics_sched.app.cli import main
         main(["--help"])
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)

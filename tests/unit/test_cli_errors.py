@@ -17,10 +17,11 @@ import yaml
 
 from adapters.kubernetes import KubeConfig, StaticToken
 from devcluster.certs import ClusterPKI, generate_pki
-from metrics_sched import __version__, cli
-from metrics_sched.cli.app import check_api_server
-from metrics_sched.cli.errors import UserError
-from metrics_sched.cli.lease_namespace import default_lease_namespace, resolve_lease_namespace
+from metrics_sched import __version__
+from metrics_sched.app import cli
+from metrics_sched.app.api_probe import check_api_server
+from metrics_sched.app.errors import UserError
+from metrics_sched.app.lease_namespace import default_lease_namespace, resolve_lease_namespace
 from metrics_sched.config import ConfigError
 from metrics_sched.config.loader import parse_config
 from metrics_sched.config.model import LeaderElectionConfig
@@ -253,7 +254,7 @@ def test_a_configured_lease_namespace_wins_and_the_choice_is_logged(tmp_path: Pa
 
 def test_a_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str], config: Path, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("metrics_sched.cli.app.check_api_server", lambda *_, **__: None)  # no API server here
+    monkeypatch.setattr("metrics_sched.app.core.check_api_server", lambda *_, **__: None)  # no API server here
     path = kubeconfig(tmp_path / "kubeconfig")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

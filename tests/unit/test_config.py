@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from metrics_sched.cli import main
+from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.framework.registry import Registry
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from devcluster.demo import scheduler_config as demo_config
-from metrics_sched.cli import main
+from metrics_sched.app.cli import main
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from metrics_sched.cli import main
+from metrics_sched.app.cli import main
 from metrics_sched.config import parse_config
 from metrics_sched.config.schema import json_schema, keys, render, schema_errors
 from metrics_sched.framework.registry import Registry

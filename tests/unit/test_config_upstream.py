@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from metrics_sched.cli import main
+from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, PluginRef, load_config, parse_config
 from metrics_sched.config.loader import DEFAULT_PLUGINS
 from metrics_sched.framework.registry import Registry
@@ -352,7 +352,7 @@ def test_check_config_prints_each_warning_and_the_run_path_logs_them(
                        "profile here)"]
     assert out[2].endswith("valid (1 profile(s): metrics-sched; config hash " + out[2].rsplit(" ", 1)[1])
 
-    from metrics_sched.cli.config_cmd import load_or_exit
+    from metrics_sched.app.cli.config_cmd import load_or_exit
 
     with caplog.at_level(logging.WARNING, logger="metrics_sched.config"):
         load_or_exit(path, Registry.default(third_party=False))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from metrics_sched.cli.sources import build_sources
+from metrics_sched.app.sources import build_sources
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
 from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, REBALANCE_RULES, SERVICE_ACCOUNT, Rule

@@ -18,9 +18,9 @@ from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.known_objects import KnownObjects, tombstone
 from adapters.kubernetes.tokens import StaticToken
+from metrics_sched.app.cli.run_cmd import GC_THRESHOLDS, tune_gc
 from metrics_sched.audit import build_record
 from metrics_sched.audit.record import _finite_rows, _top_positions
-from metrics_sched.cli.run_cmd import GC_THRESHOLDS, tune_gc
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler.event_handlers import ALL_CACHES
@@ -248,13 +248,13 @@ def test_malloc_arenas_are_capped_unless_the_environment_says(monkeypatch: pytes
     import subprocess
     import sys
 
-    from metrics_sched.cli.run_cmd import limit_malloc_arenas
+    from metrics_sched.app.cli.run_cmd import limit_malloc_arenas
 
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert limit_malloc_arenas() is False
     monkeypatch.delenv("MALLOC_ARENA_MAX")
     # In a fresh interpreter (this one's arenas are the test run's): glibc accepts the cap.
-    code = "from metrics_sched.cli.run_cmd import limit_malloc_arenas; print(limit_malloc_arenas())"
+    code = "from metrics_sched.app.cli.run_cmd import limit_malloc_arenas; print(limit_malloc_arenas())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
 
@@ -274,7 +274,7 @@ def test_one_cpu_for_the_process_and_the_threads_it_starts() -> None:
     assert parse_config({"cpuAffinity": "one"}, catalog).cpu_affinity == "one"
     code = (
         "import os, threading\n"
-        "from metrics_sched.cli.run_cmd import keep_to_one_cpu\n"
+        "from metrics_sched.app.cli.run_cmd import keep_to_one_cpu\n"
         "allowed = os.sched_getaffinity(0)\n"
         "cpu = keep_to_one_cpu()\n"
         "seen = []\n"

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from metrics_sched.app.cli import main
+from metrics_sched.app.cli.explain_cmd import render_eviction
 from metrics_sched.audit import DecisionRecord, DecisionRing, build_record, new_eviction_record
-from metrics_sched.audit.endpoint import decisions
-from metrics_sched.cli import main
-from metrics_sched.cli.explain_cmd import render_eviction
-from metrics_sched.http_server import HTTPServer
+from metrics_sched.serving.decisions import decisions
+from metrics_sched.serving.http_server import HTTPServer
 from tests.unit.fakes import node, pod
 from tests.unit.test_telemetry_scoring import make
 

@@ -14,10 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from metrics_sched.audit import DecisionRing, build_record, endpoint
-from metrics_sched.audit.endpoint import MAX_LIMIT, decisions
-from metrics_sched.cli.app import MAX_VALUES_NODES, App
-from metrics_sched.http_server import HTTPServer, text
+from metrics_sched.audit import DecisionRing, build_record
+from metrics_sched.serving import decisions as serving_decisions
+from metrics_sched.serving.decisions import MAX_LIMIT, decisions
+from metrics_sched.serving.http_server import HTTPServer
+from metrics_sched.serving.route import text
+from metrics_sched.serving.status import MAX_VALUES_NODES, SchedulerEndpoints
 from tests.polling import poll
 from tests.unit.fakes import node, pod
 from tests.unit.test_telemetry_scoring import make
@@ -91,9 +93,9 @@ def test_a_repeated_parameter_answers_400(server: HTTPServer) -> None:
     assert response.status_code == 400 and "pod" in response.text
 
 
-def test_values_and_sources_refuse_bad_parameters(ring: DecisionRing) -> None:
+def test_values_and_sources_refuse_bad_parameters() -> None:
     scheduler, _, _ = make()
-    app = App(config=None, scheduler=scheduler, server=None, elector=None, source=None, ring=ring)  # type: ignore[arg-type]
+    app = SchedulerEndpoints(config=None, scheduler=scheduler, elector=None)  # type: ignore[arg-type]
     with serving() as server:
         server.route("/values", app.values)
         server.route("/sources", app.sources)
@@ -174,7 +176,7 @@ def _status(server: HTTPServer) -> int:
 def test_one_decisions_answer_is_rendered_at_a_time(ring: DecisionRing, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rendering holds the GIL: a second request while one renders is refused at once (503), and the slot comes
     back when the first answer ends, fails, or is dropped unread."""
-    monkeypatch.setattr(endpoint, "RENDER_WAIT", 0.01)
+    monkeypatch.setattr(serving_decisions, "RENDER_WAIT", 0.01)
     status, _, first = decisions(ring, {"limit": ["5"]})
     assert status == 200
     assert decisions(ring, {})[0] == 503  # waited its turn (briefly here), then refused

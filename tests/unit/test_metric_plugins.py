@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from metrics_sched.app.cli.explain_cmd import render_decision
 from metrics_sched.audit import DecisionRing
-from metrics_sched.cli.explain_cmd import render_decision
 from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.framework import MetricScorePlugin, MetricTerm, Scale
 from metrics_sched.framework.registry import Registry

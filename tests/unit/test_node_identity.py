@@ -13,7 +13,7 @@ import pytest
 from adapters.prometheus.config import MetricSpec
 from adapters.prometheus.node_names import BUILT_IN_LABELS, IndexCache, NodeIndex, strip_port
 from adapters.prometheus.series import PART_LABEL, UNMATCHED_EXAMPLES, reduce_result
-from metrics_sched.cli.sources import render_series_matching
+from metrics_sched.app.cli.sources import render_series_matching
 from metrics_sched.ports import FetchResult, NodeDirectory
 from metrics_sched.telemetry.health import SourceHealth
 

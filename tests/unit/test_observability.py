@@ -8,9 +8,9 @@ import tracemalloc
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from metrics_sched.app.cli.explain_cmd import render_decision
 from metrics_sched.audit import DecisionRing, build_record
 from metrics_sched.audit.auditor import Auditor
-from metrics_sched.cli.explain_cmd import render_decision
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.scheduler import Scheduler
 from tests.unit.fakes import node, pod

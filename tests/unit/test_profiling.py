@@ -13,11 +13,11 @@ import pytest
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework.registry import Registry
-from metrics_sched.http_server import BadRequest
-from metrics_sched.profiling import DebugEndpoints, Frame, Profile, ProfilerBusy, SamplingProfiler
+from metrics_sched.profiling import Frame, Profile, ProfilerBusy, SamplingProfiler
 from metrics_sched.profiling.formats import collapsed, speedscope
-from metrics_sched.profiling.routes import MAX_SECONDS
 from metrics_sched.profiling.sampler import sample
+from metrics_sched.serving.debug import MAX_SECONDS, DebugEndpoints
+from metrics_sched.serving.route import BadRequest
 from tests.polling import poll
 
 CATALOG = Registry.default(third_party=False).catalog()

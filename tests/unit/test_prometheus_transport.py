@@ -27,7 +27,7 @@ from adapters.prometheus import PRESETS, from_config
 from adapters.prometheus.client import PrometheusClient, QueryError
 from adapters.prometheus.config import PrometheusConfig, parse_config
 from adapters.prometheus.series import Element
-from metrics_sched.cli import main
+from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError
 from metrics_sched.telemetry import SourceContext
 from tests.e2e.tenant_proxy import TENANT_HEADER, ClientPKI, TenantProxy, client_pki

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from metrics_sched.cli import main
+from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, SchedulerConfig, parse_config
 from metrics_sched.framework.registry import Registry
 from metrics_sched.rebalance.model import EvictionLimits, NodeRule, RebalanceConfig, RuleKind

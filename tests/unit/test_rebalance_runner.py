@@ -15,11 +15,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from metrics_sched.audit import DecisionRing, EvictionRecord
-from metrics_sched.audit.endpoint import decisions
 from metrics_sched.observability.metrics import RebalanceMetrics
 from metrics_sched.ports import ApiError
 from metrics_sched.rebalance.model import EvictionVerdict, Verdict
 from metrics_sched.rebalance.runner import RebalanceRunner
+from metrics_sched.serving.decisions import decisions
 from metrics_sched.supervision import Supervisor, Worker
 from tests.polling import poll
 from tests.unit.fakes import FakeAPI

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
+from metrics_sched.app.cli import main
 from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
-from metrics_sched.audit.endpoint import decisions
 from metrics_sched.audit.record import Candidate, DecisionRecord
 from metrics_sched.audit.replay import plans_of, read_jsonl, replay
 from metrics_sched.audit.sink import JsonlFileSink
-from metrics_sched.cli import main
 from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.framework.registry import Registry
-from metrics_sched.http_server import BadRequest
+from metrics_sched.serving.decisions import decisions
+from metrics_sched.serving.route import BadRequest
 from tests.unit.fakes import pod
 from tests.unit.test_scheduler import drain
 from tests.unit.test_telemetry_scoring import feed, gpu_nodes, make

@@ -14,7 +14,6 @@ import pytest
 from metrics_sched.config import ConfigError
 from metrics_sched.config.loader import parse_config
 from metrics_sched.framework.registry import Registry
-from metrics_sched.http_server import HTTPServer, text
 from metrics_sched.serving import (
     CachedAuthenticator,
     CachedAuthorizer,
@@ -26,6 +25,8 @@ from metrics_sched.serving import (
     User,
 )
 from metrics_sched.serving.gate import bearer_token, path_allowed
+from metrics_sched.serving.http_server import HTTPServer
+from metrics_sched.serving.route import text
 from metrics_sched.serving.self_signed import generate
 from metrics_sched.serving.ttl_cache import TTLCache
 from tests.polling import poll

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 
 from adapters.kubernetes import KubeClient, KubeConfig, StaticToken
 from adapters.kubernetes.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, KubeReviews
-from metrics_sched.cli.errors import UserError
-from metrics_sched.cli.explain_cmd import connect
-from metrics_sched.cli.leader_target import find_leader, holds, service_of_host
-from metrics_sched.cli.serving_setup import build_server
+from metrics_sched.app.errors import UserError
+from metrics_sched.app.leader_target import find_leader, holds, service_of_host
+from metrics_sched.app.scheduler_client import connect
+from metrics_sched.app.serving_setup import build_server
 from metrics_sched.config.model import ServerConfig
 from metrics_sched.serving import ReviewUnavailable, User
 

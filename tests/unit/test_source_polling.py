@@ -158,14 +158,14 @@ def test_source_health_keeps_its_positional_constructor() -> None:
 
 
 def test_the_sources_endpoint_shows_the_breaker_through_the_health_model() -> None:
-    from metrics_sched.cli.app import App
+    from metrics_sched.serving.status import SchedulerEndpoints
 
     src = Scripted([RuntimeError("down")], breaker=CircuitBreaker(failure_threshold=1, clock=Clock(0.0)))
     src.poll(NODES)
     cache = MetricCache()
     cache.add_source(src)
     app = cast(Any, types.SimpleNamespace(scheduler=types.SimpleNamespace(metrics=cache)))
-    status, content_type, body = App.sources(app, {})
+    status, content_type, body = SchedulerEndpoints.sources(app, {})
     entry = json.loads(body)["scripted"]
     assert status == 200 and content_type == "application/json"
     assert entry["breaker"]["state"] == "open" and entry["consecutive_failures"] == 1 and entry["up"] is False

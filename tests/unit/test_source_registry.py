@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.cli.sources import build_sources
+from metrics_sched.app.sources import build_sources
 from metrics_sched.config import ConfigError, SchedulerConfig
 from metrics_sched.ports import FetchResult, NodeDirectory, Sample
 from metrics_sched.telemetry import (
@@ -171,7 +171,7 @@ def test_sources_built_before_a_bad_one_are_closed() -> None:
 
 
 def test_the_cli_builds_sources_without_importing_adapters() -> None:
-    import metrics_sched.cli.sources as module
+    import metrics_sched.app.sources as module
 
     tree = ast.parse(Path(module.__file__ or "").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

@@ -10,7 +10,6 @@ from typing import Any, cast
 
 import pytest
 
-from metrics_sched.cli.app import App
 from metrics_sched.config import parse_config
 from metrics_sched.framework import CycleState, PodInfo, ReservePlugin, Status
 from metrics_sched.framework.registry import Registry
@@ -18,6 +17,7 @@ from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler import scheduler as scheduler_module
+from metrics_sched.serving.status import SchedulerEndpoints
 from metrics_sched.supervision import Supervisor, Worker
 from tests.polling import poll
 from tests.unit.fakes import FakeAPI, node, pod
@@ -71,7 +71,7 @@ def bound(api: FakeAPI) -> set[str]:
 
 def healthz(scheduler: Scheduler) -> tuple[int, str]:
     app = cast(Any, types.SimpleNamespace(lost=threading.Event(), scheduler=scheduler))
-    status, _, body = App.healthz(app, {})
+    status, _, body = SchedulerEndpoints.healthz(app, {})
     return status, body.decode()
 
 
@@ -172,7 +172,7 @@ def test_leadership_lost_still_fails_healthz_first(running: Callable[[], tuple[S
     scheduler, _ = running()
     app = cast(Any, types.SimpleNamespace(lost=threading.Event(), scheduler=scheduler))
     app.lost.set()
-    assert App.healthz(app, {})[0] == 500
+    assert SchedulerEndpoints.healthz(app, {})[0] == 500
 
 
 @pytest.mark.parametrize("ending", ["raises", "system-exit", "returns"])

@@ -50,7 +50,7 @@ def test_the_wheel_holds_the_core_and_the_adapters_and_no_dev_tooling(wheel: zip
     for package in PRODUCT:
         assert f"{package}/__init__.py" in wheel.namelist()
         assert f"{package}/py.typed" in wheel.namelist()
-    assert module_in_wheel(wheel, "metrics_sched.cli")
+    assert module_in_wheel(wheel, "metrics_sched.app.cli")
     assert module_in_wheel(wheel, "adapters.kubernetes")
 
 

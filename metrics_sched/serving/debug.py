@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import json
 
-from metrics_sched.http_server import (
-    RESPONSE_TIMEOUT,
-    BadRequest,
-    Query,
-    Response,
-    Route,
-    check_params,
-    int_param,
-    param,
-    text,
-)
 from metrics_sched.profiling.formats import collapsed, speedscope
 from metrics_sched.profiling.heap import MAX_FRAMES, HeapTracer
 from metrics_sched.profiling.sampler import MAX_HZ, ProfilerBusy, SamplingProfiler
 from metrics_sched.profiling.threads import thread_dump
+from metrics_sched.serving.http_server import RESPONSE_TIMEOUT
+from metrics_sched.serving.route import BadRequest, Query, Response, Route, check_params, int_param, param, text
 
 # The server gives a handler and its client RESPONSE_TIMEOUT in total: the profile must end well before.
 MAX_SECONDS = int(RESPONSE_TIMEOUT) - 5

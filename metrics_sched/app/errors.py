@@ -1,7 +1,8 @@
 """User errors of the `metrics-sched` command: one line on stderr and exit 2, never a traceback.
 
-A command raises UserError for anything the user can fix (a missing or invalid kubeconfig, an API server that
-cannot be reached or refuses the credentials, a bad flag value); main() prints it and exits EXIT_USER_ERROR.
+A command, or the wiring it calls, raises UserError for anything the user can fix (a missing or invalid
+kubeconfig, an API server that cannot be reached or refuses the credentials, a port taken, a bad flag value);
+the CLI's main() prints it and exits EXIT_USER_ERROR. It lives in the app because the wiring raises it.
 """
 
 from __future__ import annotations
@@ -15,3 +16,6 @@ class UserError(Exception):
     def one_line(self) -> str:
         # Messages may quote multi-line text (e.g. an API server's answer): fold it, the line is the contract.
         return " ".join(str(self).split())
+
+
+__all__ = ["EXIT_USER_ERROR", "UserError"]

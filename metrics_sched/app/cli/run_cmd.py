@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from metrics_sched.cli.config_cmd import load_or_exit
-from metrics_sched.cli.logging_setup import LEVELS, log_level, setup_logging
+from metrics_sched.app.cli.config_cmd import load_or_exit
+from metrics_sched.app.cli.logging_setup import LEVELS, log_level, setup_logging
 from metrics_sched.framework.registry import Registry
 
 
@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         cpu = keep_to_one_cpu()
         if cpu is not None:
             logging.getLogger(__name__).debug("keeping to CPU %d (cpuAffinity: one)", cpu)
-    from metrics_sched.cli import app
+    from metrics_sched.app import scheduler_app as app
 
     built = app.build(config, registry, args.kubeconfig, port=args.port, identity=args.identity,
                       config_dir=args.config.resolve().parent,

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 
 from metrics_sched.audit.record import KINDS, EvictionRecord, Kind, StoredDecision
 from metrics_sched.audit.ring import DecisionRing
-from metrics_sched.http_server import BadRequest, Query, Response, check_params, float_param, int_param, param
+from metrics_sched.serving.route import BadRequest, Query, Response, check_params, float_param, int_param, param
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -119,3 +119,6 @@ def _render_lines(records: list[StoredDecision | EvictionRecord]) -> Iterator[by
         started = time.perf_counter()
         yield b"".join(json.dumps(r.as_dict()).encode() + b"\n" for r in records[start:start + _CHUNK])
         time.sleep(time.perf_counter() - started)  # as _render: at most half the interpreter
+
+
+__all__ = ["DEFAULT_LIMIT", "FORMATS", "MAX_LIMIT", "PARAMS", "RENDER_WAIT", "decisions"]

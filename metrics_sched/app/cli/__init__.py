@@ -4,8 +4,11 @@ Built-in commands (`run`, `check-config`, `explain`, `rebalance`, ...) are regis
 come from the entry-point group `metrics_sched.cli` (the dev tooling's `demo` and `devcluster` verbs, which a
 product install does not have). Each entry point names a callable `register(subparsers)`.
 
+The commands parse flags and print; what they build and run is the wiring of the app around them
+(metrics_sched/app/, the composition root).
+
 Every user error (a bad flag value, a missing or invalid kubeconfig, an unreachable API server) ends as one
-line on stderr and exit 2 (cli/errors.py), never a traceback.
+line on stderr and exit 2 (app/errors.py), never a traceback.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NoReturn
 
 from metrics_sched import __version__
-from metrics_sched.cli import config_cmd, explain_cmd, rebalance_cmd, replay_cmd, run_cmd
-from metrics_sched.cli.errors import EXIT_USER_ERROR, UserError
+from metrics_sched.app.cli import config_cmd, explain_cmd, rebalance_cmd, replay_cmd, run_cmd
+from metrics_sched.app.errors import EXIT_USER_ERROR, UserError
 
 CLI_GROUP = "metrics_sched.cli"
 

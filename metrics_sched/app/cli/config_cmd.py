@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
 
 def load_or_exit(path: Path, registry: Registry, *, log_warnings: bool = True) -> SchedulerConfig:
     """The config, or exit 2 naming the field; its warnings (accepted fields without effect) are logged."""
-    from metrics_sched.cli.sources import build_sources
+    from metrics_sched.app.sources import build_sources
 
     try:
         config = load_config(path, registry.catalog())

@@ -1,6 +1,6 @@
 """`metrics-sched rebalance --config FILE [--dry-run | --no-dry-run] [--once] [--kubeconfig FILE]`.
 
-The rebalancer on its own: the scheduler's watches and telemetry sources (cli/app.py's build_core, the same
+The rebalancer on its own: the scheduler's watches and telemetry sources (app/core.py's build_core, the same
 config file), no scheduling loop and no lease. Every tick prints its plan, one line per verdict. A dry run
 (the default) evicts nothing and writes nothing to the cluster. `--once` runs one tick as soon as the caches
 are synced and every telemetry source has answered once (or failed: stale or missing data never evicts),
@@ -13,19 +13,17 @@ the other with --no-dry-run, not both.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
+from metrics_sched.app.cli.config_cmd import EXIT_INVALID_CONFIG, load_or_exit
+from metrics_sched.app.cli.explain_cmd import table
+from metrics_sched.app.cli.logging_setup import LEVELS, log_level, setup_logging
 from metrics_sched.audit import DecisionRing
-from metrics_sched.cli.config_cmd import EXIT_INVALID_CONFIG, load_or_exit
-from metrics_sched.cli.explain_cmd import table
-from metrics_sched.cli.logging_setup import LEVELS, log_level, setup_logging
 from metrics_sched.framework.registry import Registry
 from metrics_sched.rebalance.model import EvictionVerdict
 from metrics_sched.telemetry import MetricCache
@@ -108,23 +106,19 @@ def _rebalance(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INVALID_CONFIG
     setup_logging(args.log_format, args.log_level)
-    from metrics_sched.cli import app
+    from metrics_sched.app.core import build_core, build_rebalancer, start_caches
+    from metrics_sched.app.signals import stop_on_termination
 
-    core = app.build_core(config, registry, args.kubeconfig, config_dir=args.config.resolve().parent,
+    core = build_core(config, registry, args.kubeconfig, config_dir=args.config.resolve().parent,
                           leader_election=False)
     ring = DecisionRing(config.audit.ring_size)
-    runner = app.build_rebalancer(config, core, ring, None, dry_run=args.dry_run)
+    runner = build_rebalancer(config, core, ring, None, dry_run=args.dry_run)
     scheduler = core.scheduler
     stop = threading.Event()
-
-    def on_signal(signum: int, _: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_termination(stop)
     telemetry = TelemetryWait(scheduler.metrics)
     try:
-        if not app.start_caches(scheduler, core.source, stop):
+        if not start_caches(scheduler, core.source, stop):
             return EXIT_INTERRUPTED
         intervals = [h.interval for h in scheduler.metrics.health.values()]
         late = telemetry.wait(stop, timeout=3 * max(intervals, default=0.0) + 30.0)

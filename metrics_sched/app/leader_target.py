@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from metrics_sched.cli.errors import UserError
+from metrics_sched.app.errors import UserError
 from metrics_sched.ports import ApiError
 
 if TYPE_CHECKING:
@@ -96,3 +96,6 @@ def find_leader(client: KubeClient, namespace: str, name: str, lease_namespace: 
     pods = ", ".join(sorted(seen)) or "none"
     raise UserError(f"the leader {holder!r} ({lease_what}) is not an endpoint of {service_what} "
                     f"(pods: {pods}; is it ready, and is the Lease the Service's scheduler's? see --lease)")
+
+
+__all__ = ["PREFERRED_PORT", "LeaderTarget", "find_leader", "holds", "service_of_host"]

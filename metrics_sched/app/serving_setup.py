@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from metrics_sched.cli.errors import UserError
+from metrics_sched.app.errors import UserError
 from metrics_sched.config.model import ServerConfig
-from metrics_sched.http_server import HTTPServer
 from metrics_sched.serving import (
     CachedAuthenticator,
     CachedAuthorizer,
@@ -21,6 +20,7 @@ from metrics_sched.serving import (
     ServingCertificate,
     TLSFilesError,
 )
+from metrics_sched.serving.http_server import HTTPServer
 from metrics_sched.serving.self_signed import generate, host_names
 
 if TYPE_CHECKING:
@@ -66,3 +66,6 @@ def build_server(server: ServerConfig, port: int, kube: KubeConfig, *, registry:
     except OSError as exc:
         reviews.close()
         raise UserError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+
+
+__all__ = ["build_server", "serving_certificate"]

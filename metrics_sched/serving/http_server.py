@@ -19,25 +19,20 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import socket
 import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from metrics_sched.serving.gate import Refusal
+from metrics_sched.serving.route import BadRequest, Route, text
 
 log = logging.getLogger(__name__)
-
-Query = dict[str, list[str]]
-Body = bytes | Iterator[bytes]
-Response = tuple[int, str, Body]
-Route = Callable[[Query], Response]
 
 MAX_THREADS = 16
 REQUEST_TIMEOUT = 10.0  # seconds for the request line and headers, in total
@@ -48,61 +43,6 @@ class Guard(Protocol):
     def check(self, verb: str, path: str, authorization: str | None) -> Refusal | None: ...
 
 
-class BadRequest(ValueError):
-    """A bad query parameter: answered 400 with the message."""
-
-
-def text(status: int, body: str) -> Response:
-    return status, "text/plain; charset=utf-8", body.encode()
-
-
-# -- query parameters ------------------------------------------------------------------------------
-def check_params(query: Query, known: Collection[str], *, repeatable: Collection[str] = ()) -> None:
-    """Refuses a parameter not in `known` (a typo must not silently widen the answer), or given twice unless
-    it is `repeatable`."""
-    for key, values in query.items():
-        if key not in known:
-            expected = f"expected one of: {', '.join(sorted(known))}" if known else "this path takes none"
-            raise BadRequest(f"unknown parameter {key!r} ({expected})")
-        if len(values) > 1 and key not in repeatable:
-            raise BadRequest(f"parameter {key!r} given more than once")
-
-
-def param(query: Query, key: str) -> str | None:
-    values = query.get(key)
-    return values[0] if values else None
-
-
-def int_param(query: Query, key: str, *, minimum: int, maximum: int | None = None) -> int | None:
-    """An integer within [minimum, maximum], or None when absent."""
-    value = param(query, key)
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadRequest(f"{key}: must be an integer, got {value!r}") from None
-    if number < minimum or (maximum is not None and number > maximum):
-        bounds = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise BadRequest(f"{key}: must be {bounds}, got {number}")
-    return number
-
-
-def float_param(query: Query, key: str) -> float | None:
-    """A finite number, or None when absent."""
-    value = param(query, key)
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise BadRequest(f"{key}: must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise BadRequest(f"{key}: must be finite, got {value!r}")
-    return number
-
-
-# -- the server ------------------------------------------------------------------------------------
 class _DeadlineReader(io.RawIOBase):
     """The socket's input with one deadline for the whole request: a socket timeout alone restarts with
     every byte received, so a client sending a byte at a time would hold its thread forever."""
@@ -259,5 +199,4 @@ class HTTPServer:
         self._server.server_close()
 
 
-__all__ = ["BadRequest", "Body", "Guard", "HTTPServer", "Query", "Response", "Route", "check_params",
-           "float_param", "int_param", "param", "text"]
+__all__ = ["MAX_THREADS", "REQUEST_TIMEOUT", "RESPONSE_TIMEOUT", "Guard", "HTTPServer"]

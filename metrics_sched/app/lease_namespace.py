@@ -48,3 +48,6 @@ def resolve_lease_namespace(config: LeaderElectionConfig, *, environ: Mapping[st
     log.info("lease %s/%s: leaderElection.resourceNamespace not set; using %s", namespace, config.resource_name,
              why)
     return dataclasses.replace(config, resource_namespace=namespace)
+
+
+__all__ = ["NAMESPACE_FILE", "OUTSIDE_CLUSTER_NAMESPACE", "default_lease_namespace", "resolve_lease_namespace"]

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from metrics_sched.app.errors import UserError
 from metrics_sched.audit.replay import ReplayReport, plans_of, read_jsonl, replay
-from metrics_sched.cli.errors import UserError
 from metrics_sched.config import ConfigError, load_config
 from metrics_sched.framework.registry import Registry
 
@@ -51,7 +51,7 @@ def _lines(source: str, args: argparse.Namespace) -> list[str]:
     if source.startswith(("http://", "https://")):
         import httpx
 
-        from metrics_sched.cli.explain_cmd import connect
+        from metrics_sched.app.scheduler_client import connect
 
         # The same client as explain's: plain HTTP on loopback as is, HTTPS with the token and verified TLS.
         endpoint = connect(argparse.Namespace(url=source, service=None, lease=None,

@@ -1,5 +1,0 @@
-import sys
-
-from metrics_sched.cli import main
-
-sys.exit(main())
