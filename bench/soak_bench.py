@@ -67,10 +67,10 @@ from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
 from metrics_sched.audit.endpoint import decisions as decisions_endpoint
 from metrics_sched.config import LeaderElectionConfig, parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.http_server import HTTPServer
 from metrics_sched.leader import LeaderElector, MemoryLeaseStore, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import (
     EventSeries,
     FetchResult,
@@ -193,7 +193,7 @@ class Wiring:
 
 def wire(ring_size: int, seed: int) -> Wiring:
     """The core as cli/app.py's build() wires it, minus the adapters: a recording writer, an in-memory Lease."""
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     config = parse_config(copy.deepcopy(CORE_CONFIG), registry.catalog())
     clock = SimClock()
     cache = MetricCache(config.metrics, clock=clock)

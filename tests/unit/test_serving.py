@@ -13,8 +13,8 @@ import pytest
 
 from metrics_sched.config import ConfigError
 from metrics_sched.config.loader import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.http_server import HTTPServer, text
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.serving import (
     CachedAuthenticator,
     CachedAuthorizer,
@@ -32,7 +32,7 @@ from tests.polling import poll
 
 pytestmark = pytest.mark.unit
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 READER = User("reader", uid="u1", groups=("team",))
 NOBODY = User("nobody")
 
