@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import EventSeries, FetchResult, KubeObject, Sample, SchedulingEvent
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.telemetry import MetricCache, SourceHealth
@@ -113,7 +113,7 @@ class Harness:
 
 def build_scheduler(config: Mapping[str, Any] | None = None, *, seed: int | None = 0) -> Harness:
     """The real core (all built-in plugins, no third-party ones) with a no-op writer and a frozen clock."""
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     parsed = parse_config(dict(config or {}), registry.catalog())
     clock = FrozenClock()
     cache = MetricCache(parsed.metrics, clock=clock)

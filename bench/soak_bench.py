@@ -66,9 +66,9 @@ from bench.scenario import NOW, pod_object
 from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
 from metrics_sched.config import LeaderElectionConfig, parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.leader import LeaderElector, MemoryLeaseStore, bind_timeout
 from metrics_sched.observability import SchedulerMetrics
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import (
     EventSeries,
     FetchResult,
@@ -194,7 +194,7 @@ class Wiring:
 def wire(ring_size: int, seed: int) -> Wiring:
     """The core as app/scheduler_app.py's build() wires it, minus the adapters: a recording writer, an in-memory
     Lease."""
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     config = parse_config(copy.deepcopy(CORE_CONFIG), registry.catalog())
     clock = SimClock()
     cache = MetricCache(config.metrics, clock=clock)

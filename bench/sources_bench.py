@@ -84,10 +84,10 @@ def build(cluster: DevCluster, prometheus_timeout: float | None = None,
     query timeout raised to `prometheus_timeout` seconds when given: a slow query is then measured, not cut)."""
     from metrics_sched.app.sources import build_sources
     from metrics_sched.config import parse_config
-    from metrics_sched.framework.registry import Registry
+    from metrics_sched.plugins import in_tree_registry
 
     specs = _prometheus_specs(cluster, prometheus_timeout, recording_rules)
-    config = parse_config({"sources": specs}, Registry.default().catalog())
+    config = parse_config({"sources": specs}, in_tree_registry().catalog())
     creds = Credentials.from_kubeconfig(cluster.kubeconfig)
 
     def kube_http() -> httpx.Client:

@@ -199,8 +199,8 @@ class Preemptor(Protocol):
         ...
 
 
-# The served group versions of the two pod-group APIs (metrics_sched.gangs.membership.GroupApi's groups): the CRD,
-# and the Workload API's PodGroup as 1.36 (v1alpha2) and 1.37 (v1beta1) serve it.
+# The served group versions of the two pod-group APIs (metrics_sched.model.group_membership.GroupApi's groups):
+# the CRD, and the Workload API's PodGroup as 1.36 (v1alpha2) and 1.37 (v1beta1) serve it.
 PodGroupApi = Literal["scheduling.x-k8s.io/v1alpha1", "scheduling.k8s.io/v1alpha2", "scheduling.k8s.io/v1beta1"]
 
 

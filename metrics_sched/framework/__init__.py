@@ -57,6 +57,7 @@ from metrics_sched.framework.metric_score import (
     Scale,
     read_metric,
 )
+from metrics_sched.framework.plugin_events import MetricKind, MetricSample, PluginEvents, PluginMetric
 from metrics_sched.framework.status import SUCCESS, Code, Status
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
 from metrics_sched.model.podinfo import PodInfo
@@ -68,9 +69,10 @@ __all__ = [
     "ArgsError",
     "BindOutcomeKind", "BindPlugin", "BindStatus", "BoolArray", "ClusterEvent", "Code", "CycleState", "Direction",
     "EventHint", "FilterPlugin", "Filtered", "FloatArray", "FreshnessContract", "Handle", "HintFn", "IntArray",
-    "MetricAwarePlugin", "MetricColumn", "MetricEvidence", "MetricRead", "MetricReader", "MetricScorePlugin",
+    "MetricAwarePlugin", "MetricColumn", "MetricEvidence", "MetricKind", "MetricRead", "MetricReader",
+    "MetricSample", "MetricScorePlugin",
     "MetricTerm", "NoArgs", "NodeTable", "Normalization", "Normalized", "OnMissing", "PermitPlugin", "Plugin",
-    "PodInfo",
+    "PluginEvents", "PluginMetric", "PodInfo",
     "PostBindPlugin", "PostFilterPlugin", "PostFilterResult", "PreBindPlugin", "PreEnqueuePlugin", "PreFilterPlugin",
     "PreScorePlugin", "QueueSortPlugin", "QueueingHint", "ReservePlugin", "Scale", "ScoreDetail", "ScorePlugin",
     "Services", "StateData", "StateKey", "Status", "WaitingPod", "WaitingPods", "annotate_binding", "explain",

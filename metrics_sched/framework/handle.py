@@ -10,6 +10,7 @@
     activator     moves pods straight back to the active queue (a gang waking its members)
     group_status  where PodGroup status is reported (written off the hot path); None: not wired
     may_write     whether this replica may write now (the leader's fence; always True without leader election)
+    events        typed events the plugin publishes (e.g. the values of the metrics it declares) to subscribers
     run_filters   the profile's filters, for PostFilter's what-if runs on a cloned CycleState
 """
 
@@ -23,12 +24,13 @@ from metrics_sched.config.contract import FreshnessContract
 from metrics_sched.framework.activation import PodActivator
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.interfaces import Filtered
+from metrics_sched.framework.plugin_events import PluginEvents
 from metrics_sched.framework.waiting import WaitingPods
-from metrics_sched.gangs.status import GroupStatusSink
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.ports import PodWriter, Preemptor, VolumeWriter
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+from metrics_sched.state.pod_groups import GroupStatusSink
 from metrics_sched.telemetry.cache import MetricColumn
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
@@ -78,6 +80,7 @@ class Services:
     activator: PodActivator = field(default_factory=PodActivator)
     group_status: GroupStatusSink | None = None
     may_write: Callable[[], bool] = _always
+    events: PluginEvents = field(default_factory=PluginEvents)
 
 
 @dataclass
@@ -88,7 +91,7 @@ class Handle(Services):
     def of(cls, services: Services) -> Handle:
         return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods,
                    services.volume_writer, services.preemptor, services.activator, services.group_status,
-                   services.may_write)
+                   services.may_write, services.events)
 
     @property
     def table(self) -> NodeTable:

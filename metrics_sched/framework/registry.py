@@ -1,4 +1,5 @@
-"""Plugin registry: the built-ins plus third-party plugins found through an entry-point group.
+"""Plugin registry: the plugins it is given (metrics_sched.plugins builds the in-tree one) plus third-party plugins
+found through an entry-point group.
 
 A third-party package declares, in its pyproject.toml:
 
@@ -11,7 +12,7 @@ The class subclasses one or more extension-point interfaces exported by metrics_
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
 
 from metrics_sched.config.loader import PluginSpec
@@ -20,6 +21,8 @@ from metrics_sched.framework.interfaces import EXTENSION_POINTS, Plugin
 
 ENTRY_POINT_GROUP = "metrics_sched.plugins"
 log = logging.getLogger(__name__)
+
+__all__ = ["ENTRY_POINT_GROUP", "Registry", "points_of"]
 
 
 def points_of(cls: type[Plugin]) -> frozenset[str]:
@@ -31,12 +34,12 @@ class Registry:
         self.plugins = dict(plugins)
 
     @classmethod
-    def default(cls, *, third_party: bool = True) -> Registry:
-        from metrics_sched.plugins import BUILTIN
-
+    def of(cls, plugins: Iterable[type[Plugin]], *, third_party: bool = True) -> Registry:
+        """`plugins` (e.g. the in-tree ones: metrics_sched.plugins.in_tree_registry), each with the same checks as
+        a third-party plugin, then the entry points' unless `third_party` is False."""
         registry = cls({})
-        for plugin in BUILTIN.values():
-            registry.register(plugin)  # the same checks as a third-party plugin
+        for plugin in plugins:
+            registry.register(plugin)
         if third_party:
             registry.load_entry_points()
         return registry

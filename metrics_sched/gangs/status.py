@@ -1,8 +1,9 @@
 """PodGroup status, written off the scheduling thread.
 
 The plugin reports a group's status as it changes (Scheduling when members start waiting at Permit, Scheduled
-when the quorum is reached, Pending after a failed attempt); a single writer thread sends the latest status of
-each group, so a burst of changes to one group costs one write, and the scheduling cycle never waits for the
+when the quorum is reached, Pending after a failed attempt) to its Handle's group_status, a GroupStatusSink (see
+metrics_sched.state.pod_groups) that GroupStatusReporter implements; a single writer thread sends the latest status
+of each group, so a burst of changes to one group costs one write, and the scheduling cycle never waits for the
 API. A group deleted meanwhile (404) is dropped; other failures are logged and the next change retries.
 """
 
@@ -10,13 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Protocol
 
-from metrics_sched.gangs.membership import GroupKey
+from metrics_sched.model.group_membership import GroupKey
 from metrics_sched.ports import ApiError, PodGroupApi, PodGroupStatus, PodGroupStatusWriter
 from metrics_sched.state.pod_groups import PodGroup
 
-__all__ = ["GroupStatusReporter", "GroupStatusSink"]
+__all__ = ["GroupStatusReporter"]
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,3 @@ class GroupStatusReporter:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
-
-
-class GroupStatusSink(Protocol):
-    """Where the plugin reports a group's status (GroupStatusReporter; a list in tests)."""
-
-    def report(self, group: PodGroup, status: PodGroupStatus) -> None: ...

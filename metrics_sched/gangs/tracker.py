@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metrics_sched.gangs.membership import GroupKey
 from metrics_sched.gangs.placement import DomainChoice
+from metrics_sched.model.group_membership import GroupKey
 
-__all__ = ["FAILURE_REASONS", "Attempt", "FailureReason", "GangDecision", "GangTracker"]
+__all__ = ["FAILURE_REASONS", "SCHEDULED", "Attempt", "FailureReason", "GangDecision", "GangTracker"]
+
+SCHEDULED = "scheduled"  # the outcome of an attempt that reached its quorum (the others end with a FailureReason)
 
 
 class FailureReason:
@@ -58,7 +60,7 @@ class Attempt:
     complete: bool = False  # the quorum was reached: every member was allowed
 
 
-Observer = Callable[[GroupKey, str, float], None]  # (group, outcome "scheduled" or a FailureReason, seconds)
+Observer = Callable[[GroupKey, str, float], None]  # (group, outcome SCHEDULED or a FailureReason, seconds)
 
 
 class GangTracker:
@@ -130,7 +132,7 @@ class GangTracker:
             self._last_failure.pop(key, None)
             seconds = self._clock() - found.started
         for observer in self.observers:
-            observer(key, "scheduled", seconds)
+            observer(key, SCHEDULED, seconds)
         return seconds
 
     def fail(self, key: GroupKey, reason: str, backoff: float) -> dict[str, str] | None:

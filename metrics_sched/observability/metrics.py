@@ -12,7 +12,6 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -20,12 +19,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from metrics_sched.audit.record import StoredDecision
+from metrics_sched.framework import PluginEvents
 from metrics_sched.framework.interfaces import BindOutcomeKind
 from metrics_sched.framework.runtime import CycleResult
-from metrics_sched.gangs.membership import GroupKey
-from metrics_sched.gangs.tracker import FAILURE_REASONS
-from metrics_sched.plugins.coscheduling import Coscheduling
-from metrics_sched.preemption.outcome import PREEMPTION
+from metrics_sched.observability.children import Children
+from metrics_sched.observability.plugin_metrics import PluginMetrics
 from metrics_sched.scheduler.binding import BindOutcome
 from metrics_sched.scheduler.scheduler import Scheduler
 from metrics_sched.state.comparer import Comparison, MismatchKind
@@ -41,28 +39,6 @@ DECISION_VALUE_BUCKETS = tuple(sorted({
     *(i / 10 for i in range(11)), 0.25, 0.5, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
     *range(20, 101, 5), 150, 250, 500, 1000, 10_000,
 }))
-
-
-class _Children:
-    """A labelled metric's children by their label values, found with one dict lookup: prometheus_client's labels()
-    validates the values and takes a lock on every call, and the scheduler makes a dozen such calls per pod."""
-
-    __slots__ = ("_by_values", "metric")
-
-    def __init__(self, metric: Counter | Histogram) -> None:
-        self.metric = metric
-        self._by_values: dict[tuple[str, ...], Any] = {}
-
-    def __call__(self, *values: str) -> Any:
-        child = self._by_values.get(values)
-        if child is None:
-            child = self._by_values[values] = self.metric.labels(*values)
-        return child
-
-    def remove(self, *values: str) -> None:
-        """Drops the series (KeyError if it never existed, as the metric's own remove())."""
-        self._by_values.pop(values, None)
-        self.metric.remove(*values)
 
 
 class SchedulerMetrics:
@@ -117,46 +93,20 @@ class SchedulerMetrics:
                                       ["result"], registry=r)
         for result in ("ok", "error"):
             self.cache_compares.labels(result)
-        # kube-scheduler's preemption metrics: every DefaultPreemption PostFilter run, and the victims of each
-        # preemption (its buckets: 1, 2, 4, ... 32).
-        self.preemption_attempts = Counter("scheduler_preemption_attempts", "Total preemption attempts in the cluster "
-                                           "till now.", registry=r)
-        self.preemption_victims = Histogram("scheduler_preemption_victims", "Number of selected preemption victims.",
-                                            buckets=tuple(2**i for i in range(6)), registry=r)
-        # Gangs (Coscheduling): how long each attempt of a gang took, from its first member's reservation to its
-        # quorum (outcome "scheduled") or to its failure (the failure's reason); and failed attempts by reason
-        # (timeout, member_unschedulable, no_domain, member_rejected), every reason shown from the start.
-        self.gang_wait = Histogram("metrics_sched_gang_wait_duration_seconds",
-                                   "Time a gang's attempt held its members at Permit, by how it ended.", ["outcome"],
-                                   buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900),
-                                   registry=r)
-        self.gang_timeouts = Counter("metrics_sched_gang_timeouts",
-                                     "Failed gang attempts (all members rejected together), by reason.", ["reason"],
-                                     registry=r)
-        for reason in FAILURE_REASONS:
-            self.gang_timeouts.labels(reason)
-            self.gang_wait.labels(reason)
-        self.gang_wait.labels("scheduled")  # every outcome shown from the start: the dashboard's panel reads "none"
-        for framework in scheduler.frameworks.values():
-            for plugin in framework.instances.values():
-                if isinstance(plugin, Coscheduling):
-                    plugin.tracker.observers.append(self._gang_attempt)
+        # What the plugins report through their Handle's events (kube-scheduler's preemption metrics from
+        # DefaultPreemption, the gang metrics from Coscheduling...), each as the plugin declared it.
+        self.plugin_metrics = PluginMetrics(r, _buses(scheduler))
         # Present in every scheduler (0 while the rebalancer is off), so the dashboard's panel reads "none".
         self.rebalance = RebalanceMetrics(r)
         r.register(_StateCollector(scheduler, is_leader))
         self._random = random.Random()
         self._decisions = 0
-        # The per-pod observers' children (see _Children).
-        self._attempts, self._attempt_duration = _Children(self.attempts), _Children(self.attempt_duration)
-        self._plugin_duration, self._decision_value = _Children(self.plugin_duration), _Children(self.decision_value)
-        self._bind_results, self._bind_duration = _Children(self.bind_results), _Children(self.bind_duration)
-        self._bindings, self._sli_duration = _Children(self.bindings), _Children(self.sli_duration)
+        # The per-pod observers' children (see Children).
+        self._attempts, self._attempt_duration = Children(self.attempts), Children(self.attempt_duration)
+        self._plugin_duration, self._decision_value = Children(self.plugin_duration), Children(self.decision_value)
+        self._bind_results, self._bind_duration = Children(self.bind_results), Children(self.bind_duration)
+        self._bindings, self._sli_duration = Children(self.bindings), Children(self.sli_duration)
         scheduler.metrics.refresh_observers.append(self._refreshed)
-
-    def _gang_attempt(self, key: GroupKey, outcome: str, seconds: float) -> None:
-        self.gang_wait.labels(outcome).observe(seconds)
-        if outcome != "scheduled":
-            self.gang_timeouts.labels(outcome).inc()
 
     def _refreshed(self, source: str, seconds: float, ok: bool) -> None:
         self.fetch_duration.labels(source).observe(seconds)
@@ -176,7 +126,6 @@ class SchedulerMetrics:
             self._attempt_duration(record.result, record.profile).observe(algorithm)
             for reason, _ in record.rejections:
                 self.unschedulable.labels(reason).inc()
-        self._preemption(result)
         self._decisions += 1
         # Like kube-scheduler, sample plugin timings (10 %), but keep the first ones so a new scheduler shows them.
         if self._decisions <= 100 or self._random.random() < PLUGIN_SAMPLE_RATE:
@@ -191,15 +140,6 @@ class SchedulerMetrics:
                 self.decision_margin.observe(record.margin)
             for metric, value in record.winner_values():
                 self._decision_value(metric).observe(value)
-
-    def _preemption(self, result: CycleResult) -> None:
-        ran = sum(1 for plugin, point, _, _ in result.timings
-                  if point == "PostFilter" and plugin == "DefaultPreemption")
-        if ran:
-            self.preemption_attempts.inc(ran)
-            outcome = result.cycle.get(PREEMPTION)
-            if outcome is not None and outcome.node is not None:
-                self.preemption_victims.observe(len(outcome.victims))
 
     def forget_node(self, name: str) -> None:
         """A deleted node's per-node series go (autoscalers replace nodes all day: series would pile up)."""
@@ -223,6 +163,14 @@ class SchedulerMetrics:
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+def _buses(scheduler: Scheduler) -> list[PluginEvents]:
+    """The events of the scheduler's Handles: one bus, shared by every profile (listed once each in any case)."""
+    found: dict[int, PluginEvents] = {}
+    for framework in scheduler.frameworks.values():
+        found.setdefault(id(framework.handle.events), framework.handle.events)
+    return list(found.values())
 
 
 class RebalanceMetrics:

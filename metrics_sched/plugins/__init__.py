@@ -1,8 +1,10 @@
-"""Built-in plugins, one per module. BUILTIN maps each plugin's name to its class."""
+"""Built-in plugins, one per module. BUILTIN maps each plugin's name to its class; in_tree_registry() is the
+registry of them (and of the third-party plugins installed) that the commands build the scheduler from."""
 
 from __future__ import annotations
 
 from metrics_sched.framework import Plugin
+from metrics_sched.framework.registry import Registry
 from metrics_sched.plugins.coscheduling import Coscheduling
 from metrics_sched.plugins.cost import Cost
 from metrics_sched.plugins.custom_metric import CustomMetric
@@ -44,4 +46,12 @@ BUILTIN: dict[str, type[Plugin]] = {
     )
 }
 
-__all__ = ["BUILTIN"]
+
+
+def in_tree_registry(*, third_party: bool = True) -> Registry:
+    """The built-ins, each checked as a third-party plugin is, plus the entry points' plugins unless `third_party`
+    is False (tests: what an installed package adds must not change them)."""
+    return Registry.of(BUILTIN.values(), third_party=third_party)
+
+
+__all__ = ["BUILTIN", "in_tree_registry"]

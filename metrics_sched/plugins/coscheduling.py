@@ -52,9 +52,10 @@ from metrics_sched.framework import (
 )
 from metrics_sched.framework.interfaces import PlacementPlugin
 from metrics_sched.framework.signature import BatchScope, Reads
-from metrics_sched.gangs.membership import GroupKey, GroupRefError, group_of
+from metrics_sched.gangs.metrics import GANG_FAILURES, GANG_WAIT
 from metrics_sched.gangs.placement import choose_domain
-from metrics_sched.gangs.tracker import FailureReason, GangDecision, GangTracker
+from metrics_sched.gangs.tracker import SCHEDULED, FailureReason, GangDecision, GangTracker
+from metrics_sched.model.group_membership import GroupKey, GroupRefError, group_of
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import PODS
 from metrics_sched.ports import PodGroupStatus
@@ -119,6 +120,15 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
         self.tracker = GangTracker()
         self._timers: dict[GroupKey, threading.Timer] = {}
         self._timers_lock = threading.Lock()
+        handle.events.declare(GANG_WAIT, GANG_FAILURES)
+        self.tracker.observers.append(self._attempt_ended)
+
+    def _attempt_ended(self, key: GroupKey, outcome: str, seconds: float) -> None:
+        """An attempt reached its quorum or failed: its wait and, if it failed, its reason go to the metrics."""
+        events = self.handle.events
+        events.publish(GANG_WAIT.sample(seconds, outcome))
+        if outcome != SCHEDULED:
+            events.publish(GANG_FAILURES.sample(1.0, outcome))
 
     @property
     def store(self) -> PodGroupStore:

@@ -51,7 +51,13 @@ from metrics_sched.preemption import (
 )
 from metrics_sched.preemption.batch import Selected, select_victims_everywhere
 from metrics_sched.preemption.eligibility import NEVER, preemption_policy
-from metrics_sched.preemption.outcome import PREEMPTION, PreemptionOutcome, Victim
+from metrics_sched.preemption.outcome import (
+    PREEMPTION,
+    PREEMPTION_ATTEMPTS,
+    PREEMPTION_VICTIMS,
+    PreemptionOutcome,
+    Victim,
+)
 from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.node_table import BoolArray, NodeTable
 
@@ -73,6 +79,7 @@ NODE_LOCAL_FILTERS = frozenset({
 })
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
+_ATTEMPT = PREEMPTION_ATTEMPTS.sample()  # the same event every run: publishing it builds nothing
 
 
 def resolvable(reason: str) -> bool:
@@ -106,6 +113,7 @@ class DefaultPreemption(PostFilterPlugin):
         if handle.preemptor is not None:
             self.executor = PreemptionExecutor(handle.preemptor, handle.pod_writer, handle.waiting_pods,
                                                on_done=self._preempted)
+        handle.events.declare(PREEMPTION_ATTEMPTS, PREEMPTION_VICTIMS)
 
     def _preempted(self, uid: str, ok: bool) -> None:
         """A failed API call may leave no deletion to requeue the pod: it goes back to the active queue at once
@@ -116,6 +124,7 @@ class DefaultPreemption(PostFilterPlugin):
     # -- PostFilter ------------------------------------------------------------------------------
     def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
                     rejections: Mapping[str, int]) -> tuple[PostFilterResult, Status]:
+        self.handle.events.publish(_ATTEMPT)  # every run is an attempt, whatever it ends with (as upstream counts)
         if self.executor is None:  # a scheduler built without the API's writes (tests, replay): nothing to take
             explain(cycle, "preemption: not wired (no API writer)")
             return PostFilterResult(), Status(Code.UNSCHEDULABLE, "preemption: not wired (no API writer)")
@@ -159,6 +168,7 @@ class DefaultPreemption(PostFilterPlugin):
                 cluster.nominations.remove(other.uid)
             cluster.nominations.nominate(pod, chosen.node, cluster.record_of)
         self._record(cycle, pod, chosen, pick.decided_by, pick.tied, len(candidates))
+        self.handle.events.publish(PREEMPTION_VICTIMS.sample(len(chosen.victims)))
         self.executor.submit(pod, chosen.node, [v for v in chosen.victims if not v.terminating], cleared)
         victims = len(chosen.victims)
         return PostFilterResult(chosen.node), Status(

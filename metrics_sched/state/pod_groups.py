@@ -1,6 +1,6 @@
 """The pod groups the scheduler knows of, and which pods belong to each.
 
-Groups come from two APIs (metrics_sched.gangs.membership): scheduler-plugins' PodGroup CRD
+Groups come from two APIs (metrics_sched.model.group_membership): scheduler-plugins' PodGroup CRD
 (`scheduling.x-k8s.io/v1alpha1`: spec.minMember, spec.scheduleTimeoutSeconds, spec.minResources) and the 1.36
 Workload API's PodGroup (`scheduling.k8s.io/v1alpha2`: spec.schedulingPolicy.gang.minCount, or `basic`, which
 is no gang at all; spec.schedulingConstraints.topologyConstraints[0].topologyKey). Either may carry the
@@ -17,15 +17,16 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from metrics_sched.gangs.membership import GroupApi, GroupKey, GroupRefError, group_of
+from metrics_sched.model.group_membership import GroupApi, GroupKey, GroupRefError, group_of
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.quantity import QuantityError
 from metrics_sched.model.resources import Resources, parse_resource_list
-from metrics_sched.ports import PodGroupApi
+from metrics_sched.ports import PodGroupApi, PodGroupStatus
 
-__all__ = ["TOPOLOGY_KEY_ANNOTATION", "GroupMembers", "PodGroup", "PodGroupStore", "parse_pod_group"]
+__all__ = ["TOPOLOGY_KEY_ANNOTATION", "GroupMembers", "GroupStatusSink", "PodGroup", "PodGroupStore",
+           "parse_pod_group"]
 
 # The topology key a gang is placed within, on either API's PodGroup (the Workload API's own
 # topologyConstraints win when both are set).
@@ -47,6 +48,13 @@ class PodGroup:
     @property
     def gang(self) -> bool:
         return self.min_member > 0
+
+
+class GroupStatusSink(Protocol):
+    """Where the gang plugin reports a group's status (metrics_sched.gangs.status.GroupStatusReporter; a list in
+    tests); here, beside the group, so the Handle that carries it needs nothing from the plugin's library."""
+
+    def report(self, group: PodGroup, status: PodGroupStatus) -> None: ...
 
 
 def _created(meta: Mapping[str, Any]) -> float:

@@ -30,9 +30,9 @@ from adapters.kubernetes import (
 from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import (
     ApiError,
     EventSeries,
@@ -375,7 +375,7 @@ def test_token_file_and_in_cluster_configs_reach_the_server(cluster: DevCluster,
 def test_namespace_labels_and_workload_selectors_reach_the_cluster_state(
     api: KubeAPI, namespace: str, client: KubeClient
 ) -> None:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, KubePodWriter(client))
     state = scheduler.state
     src = KubeClusterSource(client)

@@ -22,10 +22,10 @@ from bench.scenario import Harness, build_scheduler, node_object, pod_object
 from metrics_sched.config import parse_config
 from metrics_sched.config.errors import ConfigError
 from metrics_sched.framework.batching import Batcher, BatchStats
-from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.signature import template_of
 from metrics_sched.model.podinfo import PodInfo, parse_pod
+from metrics_sched.plugins import in_tree_registry
 
 NODES = 120
 
@@ -333,7 +333,7 @@ def test_batching_is_on_by_default_and_can_be_turned_off() -> None:
     finally:
         on.stop()
     with pytest.raises(ConfigError) as raised:
-        parse_config({"profiles": [{"opportunisticBatching": "yes"}]}, Registry.default(third_party=False).catalog())
+        parse_config({"profiles": [{"opportunisticBatching": "yes"}]}, in_tree_registry(third_party=False).catalog())
     assert "opportunisticBatching" in str(raised.value)
 
 

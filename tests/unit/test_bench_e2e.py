@@ -158,7 +158,7 @@ def test_a_drains_cpu_is_per_backlog_pod_for_the_contender_and_the_control_plane
 def test_both_schedulers_stand_by_on_the_runs_lease(tmp_path: Path) -> None:
     """metrics-sched's own loader takes the section kube-scheduler is given too (the same field names)."""
     from metrics_sched.config.loader import load_config
-    from metrics_sched.framework.registry import Registry
+    from metrics_sched.plugins import in_tree_registry
 
     class Cluster:
         def telemetry_sources(self) -> list[dict[str, Any]]:
@@ -167,7 +167,7 @@ def test_both_schedulers_stand_by_on_the_runs_lease(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(metrics_sched_config(BY_KEY["ms-resources"], Cluster(), 1234,  # type: ignore[arg-type]
                                                         lease_namespace="bench-ms-resources-1a2b")))
-    election = load_config(path, Registry.default(third_party=False).catalog()).leader_election
+    election = load_config(path, in_tree_registry(third_party=False).catalog()).leader_election
     assert election.leader_elect and election.resource_namespace == "bench-ms-resources-1a2b"
     assert election.resource_name == lease_config("x")["resourceName"] and election.retry_period == 1.0
     assert metrics_sched_config(BY_KEY["ms-resources"], Cluster(), 1234)["leaderElection"] == {  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import HANDOFF_BATCH, HANDOFF_DELAY, SLOW_DECISION
 from tests.polling import poll
@@ -27,7 +27,7 @@ class Clock:
 
 
 def make(pods: int, config: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, Clock]:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api)
     api.watchers.append(scheduler.handlers)

@@ -26,7 +26,7 @@ from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.plugins import default_binder
+from metrics_sched.plugins import default_binder, in_tree_registry
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import BindOutcome
@@ -206,7 +206,7 @@ def running() -> Iterator[Callable[..., tuple[Scheduler, FaultyAPI]]]:
     started: list[Scheduler] = []
 
     def start(registry: Registry | None = None, config: dict[str, Any] | None = None) -> tuple[Scheduler, FaultyAPI]:
-        registry = registry or Registry.default(third_party=False)
+        registry = registry or in_tree_registry(third_party=False)
         api = FaultyAPI()
         scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api,
                               is_leader=api.may_bind)
@@ -342,7 +342,7 @@ class Refusing(BindPlugin):
 
 
 def plugin_registry() -> tuple[Registry, dict[str, Any]]:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     registry.register(Raising)
     registry.register(Refusing)
     config = {"profiles": [{"plugins": {

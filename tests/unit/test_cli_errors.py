@@ -25,12 +25,12 @@ from metrics_sched.app.lease_namespace import default_lease_namespace, resolve_l
 from metrics_sched.config import ConfigError
 from metrics_sched.config.loader import parse_config
 from metrics_sched.config.model import LeaderElectionConfig
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from tests.local_http import QuietHandler, serving
 
 pytestmark = pytest.mark.unit
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 CONFIG = {"apiVersion": "metrics-sched.io/v1alpha1", "kind": "MetricsSchedulerConfiguration",
           "profiles": [{"schedulerName": "t"}], "server": {"bindAddress": "127.0.0.1"}}
 

@@ -16,9 +16,9 @@ from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.lister import KubeClusterLister
 from adapters.kubernetes.tokens import StaticToken
 from metrics_sched.config import ConfigError, parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.observability import SchedulerMetrics
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import ApiError, KubeObject
 from metrics_sched.state import ClusterState
 from metrics_sched.state.comparer import CacheComparer, Comparison, Mismatch, MismatchKind
@@ -274,7 +274,7 @@ def test_the_kube_lister_pages_through_a_consistent_read() -> None:
 
 
 def test_the_period_is_configurable_and_zero_turns_it_off() -> None:
-    catalog = Registry.default(third_party=False).catalog()
+    catalog = in_tree_registry(third_party=False).catalog()
     assert parse_config({}, catalog).cache_compare_interval == 300
     assert parse_config({"cacheCompareInterval": "30s"}, catalog).cache_compare_interval == 30
     assert parse_config({"cacheCompareInterval": 0}, catalog).cache_compare_interval == 0

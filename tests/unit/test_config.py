@@ -10,9 +10,9 @@ import yaml
 
 from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 
 
 def test_defaults() -> None:

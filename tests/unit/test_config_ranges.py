@@ -13,9 +13,9 @@ import yaml
 from devcluster.demo import scheduler_config as demo_config
 from metrics_sched.app.cli import main
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 
 EDGES: list[tuple[dict[str, Any], str, Any]] = [
     ({"clientConnection": {"watchReadTimeout": "1s"}}, "client_connection.watch_read_timeout", 1.0),
@@ -64,4 +64,4 @@ def test_check_config_exits_2_with_one_line_naming_the_field(
 
 
 def test_the_demo_config_is_within_range() -> None:
-    parse_config(demo_config([], 10260), Registry.default().catalog())
+    parse_config(demo_config([], 10260), in_tree_registry().catalog())

@@ -13,14 +13,14 @@ from jsonschema import Draft202012Validator
 from metrics_sched.app.cli import main
 from metrics_sched.config import parse_config
 from metrics_sched.config.schema import json_schema, keys, render, schema_errors
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from tests.unit.test_config_upstream import DOCS_MINIMAL, DOCS_MULTIPLE_PROFILES, UPSTREAM_DUMP
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "deploy" / "metrics-sched-config.schema.json"
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 
 
 def test_the_shipped_schema_is_the_generated_one() -> None:

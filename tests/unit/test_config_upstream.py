@@ -13,11 +13,11 @@ import yaml
 from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, PluginRef, load_config, parse_config
 from metrics_sched.config.loader import DEFAULT_PLUGINS
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
 pytestmark = pytest.mark.unit
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 
 # kube-scheduler's "Scheduler Configuration" page (kubernetes.io/docs/reference/scheduling/config/), written out
 # for this test: the minimal configuration it opens with.
@@ -355,7 +355,7 @@ def test_check_config_prints_each_warning_and_the_run_path_logs_them(
     from metrics_sched.app.cli.config_cmd import load_or_exit
 
     with caplog.at_level(logging.WARNING, logger="metrics_sched.config"):
-        load_or_exit(path, Registry.default(third_party=False))
+        load_or_exit(path, in_tree_registry(third_party=False))
     assert [vars(r)["field"] for r in caplog.records] == ["percentageOfNodesToScore", "enableContentionProfiling"]
 
 

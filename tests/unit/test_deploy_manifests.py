@@ -17,7 +17,7 @@ import yaml
 
 from metrics_sched.app.sources import build_sources
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, NAMESPACE, REBALANCE_RULES, SERVICE_ACCOUNT, Rule
 
 pytestmark = pytest.mark.unit
@@ -346,7 +346,7 @@ def test_bindings_grant_the_roles_to_the_service_account_only(kind: str, role_ki
 
 # -- the config, the Service, monitoring, the NetworkPolicy ----------------------------------------------
 def test_the_config_is_valid_and_has_the_three_sources(tmp_path: Path) -> None:
-    registry = Registry.default()
+    registry = in_tree_registry()
     config = scheduler_config()
     assert [p["schedulerName"] for p in config["profiles"]] == ["metrics-sched"]
     by_type = {s["type"]: s for s in config["sources"]}

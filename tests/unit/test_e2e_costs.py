@@ -266,9 +266,9 @@ def test_one_cpu_for_the_process_and_the_threads_it_starts() -> None:
     import sys
 
     from metrics_sched.config import parse_config
-    from metrics_sched.framework.registry import Registry
+    from metrics_sched.plugins import in_tree_registry
 
-    catalog = Registry.default(third_party=False).catalog()
+    catalog = in_tree_registry(third_party=False).catalog()
     assert parse_config({}, catalog).cpu_affinity == "one"
     assert parse_config({"cpuAffinity": "all"}, catalog).cpu_affinity == "all"
     assert parse_config({"cpuAffinity": "one"}, catalog).cpu_affinity == "one"

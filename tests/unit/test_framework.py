@@ -41,9 +41,9 @@ from metrics_sched.framework import (
     Status,
     parse_args,
 )
-from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.default_binder import REREAD_ATTEMPTS, DefaultBinder
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
@@ -126,7 +126,7 @@ def reset() -> Any:
 
 
 def make(*, binder: str = "Step") -> tuple[Scheduler, FakeAPI]:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     registry.register(Step)
     registry.register(Second)
     config = {"profiles": [{"plugins": {
@@ -286,7 +286,7 @@ class Nominate(PostFilterPlugin):
 
 
 def test_post_filter_runs_when_nothing_fits_and_its_nomination_is_recorded() -> None:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     registry.register(Nominate)
     config = {"profiles": [{"plugins": {"postFilter": {"disabled": [{"name": "*"}],
                                                        "enabled": [{"name": "Nominate"}]}}}]}
@@ -490,7 +490,7 @@ def test_pods_parked_for_room_get_another_try_when_a_held_pod_gives_its_room_bac
 
 
 def test_queueing_hints_move_a_parked_pod_only_for_a_node_that_can_help() -> None:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api)
     api.watchers.append(scheduler.handlers)
@@ -528,7 +528,7 @@ class Picky(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
 
 @pytest.mark.parametrize("skip", [True, False])
 def test_skip_at_prefilter_and_prescore_skips_that_plugins_filter_and_score(skip: bool) -> None:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     registry.register(Picky)
     Picky.skip = skip
     config = {"profiles": [{"plugins": {point: {"enabled": [{"name": "Picky"}]}
@@ -549,14 +549,14 @@ def test_percentage_of_nodes_to_score_samples_round_robin_at_least_100_nodes() -
     each cycle starting where the last stopped; below 100 nodes, or at 100 %, every feasible node."""
     from metrics_sched.config import parse_config
     from metrics_sched.framework.handle import Services
-    from metrics_sched.framework.registry import Registry
     from metrics_sched.framework.runtime import Framework
+    from metrics_sched.plugins import in_tree_registry
     from metrics_sched.state.cluster_state import ClusterState
     from metrics_sched.telemetry.cache import MetricCache
     from metrics_sched.telemetry.ledger import InFlightLedgerStore
     from tests.unit.fakes import FakeAPI, node
 
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     config = parse_config({"percentageOfNodesToScore": 10}, registry.catalog())
     state = ClusterState()
     framework = Framework(config.profiles[0], registry.plugins,
@@ -585,14 +585,14 @@ def test_the_sample_wraps_to_the_first_feasible_node_past_the_last() -> None:
 
     from metrics_sched.config import parse_config
     from metrics_sched.framework.handle import Services
-    from metrics_sched.framework.registry import Registry
     from metrics_sched.framework.runtime import Framework
+    from metrics_sched.plugins import in_tree_registry
     from metrics_sched.state.cluster_state import ClusterState
     from metrics_sched.telemetry.cache import MetricCache
     from metrics_sched.telemetry.ledger import InFlightLedgerStore
     from tests.unit.fakes import FakeAPI
 
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     config = parse_config({"percentageOfNodesToScore": 10}, registry.catalog())
     framework = Framework(config.profiles[0], registry.plugins,
                           Services(ClusterState(), MetricCache(), InFlightLedgerStore(), FakeAPI()))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from metrics_sched.config import ConfigError, parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 
 
 def test_the_default_profile_honours_gangs_at_every_point() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metrics_sched.gangs.membership import GroupApi, GroupKey, GroupRefError, group_of_raw
 from metrics_sched.gangs.placement import choose_domain, member_capacity
+from metrics_sched.model.group_membership import GroupApi, GroupKey, GroupRefError, group_of_raw
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.pod_groups import PodGroupStore, parse_pod_group

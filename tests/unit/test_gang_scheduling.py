@@ -8,9 +8,9 @@ from typing import Any
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework.cycle_state import EXPLANATIONS
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.observability import SchedulerMetrics
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.coscheduling import Coscheduling
 from metrics_sched.ports import PodGroupApi, PodGroupStatus
 from metrics_sched.scheduler import Scheduler
@@ -44,7 +44,7 @@ class StatusLog:
 
 
 def make(args: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, StatusLog]:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     log = StatusLog()
     config = parse_config({"profiles": [{

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from metrics_sched.gangs.membership import GroupApi, GroupKey
 from metrics_sched.gangs.tracker import GangDecision, GangTracker
+from metrics_sched.model.group_membership import GroupApi, GroupKey
 
 KEY = GroupKey(GroupApi.COSCHEDULING, "ns", "pg")
 

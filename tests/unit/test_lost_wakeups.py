@@ -10,9 +10,9 @@ import pytest
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework import SUCCESS, ClusterEvent, CycleState, EventHint, PermitPlugin, PodInfo, Status
-from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.queue import SchedulingQueue
 from tests.unit.fakes import FakeAPI, node, pod
@@ -33,7 +33,7 @@ class Hold(PermitPlugin):
 
 
 def make(*, taints: list[dict[str, str]] | None = None) -> tuple[Scheduler, FakeAPI]:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     registry.register(Hold)
     config = {"profiles": [{"plugins": {"permit": {"enabled": [{"name": "Hold"}]}}}]}
     api = FakeAPI()

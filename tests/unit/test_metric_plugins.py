@@ -14,8 +14,8 @@ from metrics_sched.app.cli.explain_cmd import render_decision
 from metrics_sched.audit import DecisionRing
 from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.framework import MetricScorePlugin, MetricTerm, Scale
-from metrics_sched.framework.registry import Registry
 from metrics_sched.observability import SchedulerMetrics
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.custom_metric import CustomMetric
 from tests.unit.fakes import FakeAPI, pod
 from tests.unit.test_observability import audited
@@ -118,7 +118,7 @@ def test_custom_metric_on_missing_deny_filters_and_lowest_scores_zero() -> None:
     ({"metrics": [{"metric": "m", "colour": "red"}]}, "metrics[0].colour"),
 ])
 def test_custom_metric_args_errors_name_the_field(args: dict[str, Any], field: str) -> None:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     config = {"profiles": [{"plugins": {"score": {"enabled": [{"name": "CustomMetric"}]}},
                             "pluginConfig": [{"name": "CustomMetric", "args": args}]}]}
     with pytest.raises(ConfigError) as info:
@@ -141,7 +141,7 @@ class GPUPower(MetricScorePlugin):
 def placed_by(plugin: type[MetricScorePlugin], weight: int = 1) -> tuple[FakeAPI, DecisionRing, SchedulerMetrics]:
     """Pod default/p placed by `plugin` alone (audited) on two GPU nodes drawing 150 W (frugal) and 650 W (hungry)."""
     config = {"profiles": [{"plugins": {"score": {"enabled": [{"name": plugin.name, "weight": weight}]}}}]}
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     registry.register(plugin)
     scheduler, api, cache = make(config, registry=registry)
     ring, metrics = audited(scheduler)

@@ -9,8 +9,8 @@ import pytest
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework.events import ClusterEvent
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.selectors import EVERYTHING, NOTHING, LabelSelector
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.event_handlers import ALL_CACHES, ClusterEventHandlers
 from metrics_sched.state.cluster_state import ClusterState
@@ -148,7 +148,7 @@ def test_concurrent_changes_and_lookups() -> None:
 
 # -- the handlers --------------------------------------------------------------------------------------
 def make() -> Scheduler:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     return Scheduler(parse_config({}, registry.catalog()), registry.plugins, FakeAPI())
 
 

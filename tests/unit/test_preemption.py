@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.selectors import LabelSelector
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.default_preemption import DefaultPreemption
 from metrics_sched.ports import ApiError
 from metrics_sched.preemption import Candidate, candidate_count, pick_one_node, select_victims, split_by_budget
@@ -73,7 +73,7 @@ class FakePreemptor:
 
 
 def make(config: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, FakePreemptor]:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     preemptor = FakePreemptor(api)
     scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api, preemptor=preemptor)
@@ -469,7 +469,7 @@ class RefusingPreemptor:
 
 def test_a_preemption_whose_api_calls_fail_sends_the_pod_back_to_the_active_queue() -> None:
     """No victim leaves, so no deletion event would requeue the pod: it is activated, and tries again."""
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api, preemptor=RefusingPreemptor())
     api.watchers.append(scheduler.handlers)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.profiling import Frame, Profile, ProfilerBusy, SamplingProfiler
 from metrics_sched.profiling.formats import collapsed, speedscope
 from metrics_sched.profiling.sampler import sample
@@ -20,7 +20,7 @@ from metrics_sched.serving.debug import MAX_SECONDS, DebugEndpoints
 from metrics_sched.serving.route import BadRequest
 from tests.polling import poll
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 
 
 def parked_in_a_known_function(ready: threading.Event, release: threading.Event) -> None:

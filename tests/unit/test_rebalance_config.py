@@ -10,12 +10,12 @@ import yaml
 
 from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, SchedulerConfig, parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.rebalance.model import EvictionLimits, NodeRule, RebalanceConfig, RuleKind
 
 pytestmark = pytest.mark.unit
 
-CATALOG = Registry.default().catalog()
+CATALOG = in_tree_registry().catalog()
 HOT = {"name": "hot-gpu", "metric": "gpu_temperature", "above": 85, "for": "5m"}
 EXPENSIVE = {"name": "expensive", "metric": "node_hourly_cost", "aboveQuantile": 0.9, "for": "10m"}
 

@@ -16,7 +16,7 @@ from metrics_sched.audit.record import Candidate, DecisionRecord
 from metrics_sched.audit.replay import plans_of, read_jsonl, replay
 from metrics_sched.audit.sink import JsonlFileSink
 from metrics_sched.config import ConfigError, parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.serving.decisions import decisions
 from metrics_sched.serving.route import BadRequest
 from tests.unit.fakes import pod
@@ -54,7 +54,7 @@ def recorded(n: int = 6) -> list[dict[str, Any]]:
 
 
 def plans(config: dict[str, Any]) -> Any:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     return plans_of(parse_config(config, registry.catalog()), registry.plugins)
 
 
@@ -142,7 +142,7 @@ def test_file_sink_rotates_by_size(tmp_path: Path) -> None:
 
 
 def test_audit_file_config_names_its_fields() -> None:
-    catalog = Registry.default(third_party=False).catalog()
+    catalog = in_tree_registry(third_party=False).catalog()
     config = parse_config({"audit": {"file": {"path": "d.jsonl", "maxBytes": 8192, "backups": 1}}}, catalog)
     assert config.audit.file is not None and config.audit.file.max_bytes == 8192
     with pytest.raises(ConfigError, match=r"audit\.file\.maxBytes"):

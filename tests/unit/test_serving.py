@@ -13,7 +13,7 @@ import pytest
 
 from metrics_sched.config import ConfigError
 from metrics_sched.config.loader import parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.serving import (
     CachedAuthenticator,
     CachedAuthorizer,
@@ -33,7 +33,7 @@ from tests.polling import poll
 
 pytestmark = pytest.mark.unit
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 READER = User("reader", uid="u1", groups=("team",))
 NOBODY = User("nobody")
 

@@ -8,7 +8,7 @@ import pytest
 from metrics_sched.audit import DecisionRing
 from metrics_sched.audit.auditor import Auditor
 from metrics_sched.config import ConfigError, parse_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from tests.unit.fakes import node, pod
 from tests.unit.test_scheduler import drain
 from tests.unit.test_telemetry_scoring import feed, gpu_nodes, make
@@ -54,7 +54,7 @@ def test_a_shadow_pod_bound_by_kube_scheduler_counts_where_it_went() -> None:
 
 
 def test_only_a_shadow_profile_may_take_default_scheduler_without_replacing_it() -> None:
-    catalog = Registry.default(third_party=False).catalog()
+    catalog = in_tree_registry(third_party=False).catalog()
     assert parse_config(CONFIG, catalog).profiles[1].shadow
     with pytest.raises(ConfigError, match=r"profiles\[0\]\.schedulerName"):
         parse_config({"profiles": [{"schedulerName": "default-scheduler"}]}, catalog)

@@ -12,9 +12,9 @@ import pytest
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework import CycleState, PodInfo, ReservePlugin, Status
-from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.observability import SchedulerMetrics
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler import scheduler as scheduler_module
 from metrics_sched.serving.status import SchedulerEndpoints
@@ -48,7 +48,7 @@ def running() -> Iterator[Callable[[], tuple[Scheduler, FakeAPI]]]:
 
     def start() -> tuple[Scheduler, FakeAPI]:
         UNRESERVED.clear()
-        registry = Registry.default(third_party=False)
+        registry = in_tree_registry(third_party=False)
         registry.register(Exploding)
         config = {"profiles": [{"plugins": {"reserve": {"enabled": [{"name": "Exploding"}]}}}]}
         api = FakeAPI()

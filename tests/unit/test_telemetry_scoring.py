@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from metrics_sched.config import parse_config
 from metrics_sched.framework import Scale
 from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import FetchResult, Sample
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.node_table import NodeTable
@@ -33,7 +34,7 @@ class Clock:
 
 def make(config: dict[str, Any] | None = None, clock: Clock | None = None,
          registry: Registry | None = None) -> tuple[Scheduler, FakeAPI, MetricCache]:
-    registry = registry or Registry.default(third_party=False)
+    registry = registry or in_tree_registry(third_party=False)
     parsed = parse_config(config or {}, registry.catalog())
     clock = clock or Clock()
     cache = MetricCache(parsed.metrics, clock=clock)

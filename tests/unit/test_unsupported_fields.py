@@ -9,9 +9,8 @@ import pytest
 from metrics_sched.config import parse_config
 from metrics_sched.config.errors import ConfigError
 from metrics_sched.framework import ArgsError, Code, CycleState, Handle
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins import BUILTIN
+from metrics_sched.plugins import BUILTIN, in_tree_registry
 from metrics_sched.plugins.unsupported_fields import FIELDS, UnsupportedFields, unsupported_fields
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
@@ -87,7 +86,7 @@ def test_ignore_accepts_only_known_fields() -> None:
     with pytest.raises(ArgsError, match=r"ignore\[1\]: unknown field 'spec.hostPorts'"):
         UnsupportedFields.parse_args({"ignore": ["spec.resourceClaims", "spec.hostPorts"]})
     assert UnsupportedFields.parse_args({"ignore": list(FIELDS)}).ignore == FIELDS
-    catalog = Registry.default(third_party=False).catalog()
+    catalog = in_tree_registry(third_party=False).catalog()
     config = {"profiles": [{"pluginConfig": [{"name": "UnsupportedFields", "args": {"ignore": ["nope"]}}]}]}
     with pytest.raises(ConfigError, match="ignore"):
         parse_config(config, catalog)
@@ -95,7 +94,7 @@ def test_ignore_accepts_only_known_fields() -> None:
 
 def test_it_is_built_in_and_first_in_the_default_pre_filters() -> None:
     assert BUILTIN["UnsupportedFields"] is UnsupportedFields
-    profile = parse_config({}, Registry.default(third_party=False).catalog()).profiles[0]
+    profile = parse_config({}, in_tree_registry(third_party=False).catalog()).profiles[0]
     assert profile.enabled("preFilter")[0].name == "UnsupportedFields"
 
 

@@ -34,9 +34,9 @@ import pytest
 
 from metrics_sched.config import parse_config
 from metrics_sched.framework import ClusterEvent, Code, CycleState, Handle, QueueingHint, Status
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.volumes import ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, parse_claim
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.volume_binding import (
     ERR_BIND_CONFLICT,
     ERR_NODE_CONFLICT,
@@ -1047,7 +1047,7 @@ def test_registered_events() -> None:
 def test_scheduler_binds_two_claims_to_the_two_static_pvs() -> None:
     """A WaitForFirstConsumer class with a local PV on each of nodes a and b (none on c). The first pod's PV is
     assumed at Reserve and its write held back; the second pod, scheduled meanwhile, must take the other PV."""
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     writer_box: list[FakeVolumeWriter] = []
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api,

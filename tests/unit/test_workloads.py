@@ -9,8 +9,8 @@ import pytest
 
 from adapters.kubernetes.source import DEFAULT_RESOURCES
 from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector, Requirement
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.workloads import WorkloadSelectors, parse_group_version
@@ -277,7 +277,7 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
 
 
 def test_workload_events_reach_the_cluster_state() -> None:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, FakeAPI())
     handlers, workloads = scheduler.handlers, scheduler.state.workloads
     rs = labelled_set("ReplicaSet", "rs", {"matchLabels": {"app": "web"}})

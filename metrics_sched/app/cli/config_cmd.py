@@ -14,6 +14,7 @@ import yaml
 from metrics_sched.config import ConfigError, SchedulerConfig, load_config
 from metrics_sched.config.schema import render, schema_errors
 from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
 EXIT_INVALID_CONFIG = 2
 
@@ -48,7 +49,7 @@ def load_or_exit(path: Path, registry: Registry, *, log_warnings: bool = True) -
 
 
 def _check(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.file, Registry.default(), log_warnings=False)
+    config = load_or_exit(args.file, in_tree_registry(), log_warnings=False)
     # The loader has the last word on values; the schema must agree with it (editors and Helm validate with it).
     errors = schema_errors(yaml.safe_load(args.file.read_text()) or {})
     if errors:

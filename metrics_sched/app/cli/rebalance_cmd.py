@@ -24,7 +24,7 @@ from metrics_sched.app.cli.config_cmd import EXIT_INVALID_CONFIG, load_or_exit
 from metrics_sched.app.cli.explain_cmd import table
 from metrics_sched.app.cli.logging_setup import LEVELS, log_level, setup_logging
 from metrics_sched.audit import DecisionRing
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.rebalance.model import EvictionVerdict
 from metrics_sched.telemetry import MetricCache
 
@@ -99,7 +99,7 @@ class TelemetryWait:
 
 
 def _rebalance(args: argparse.Namespace) -> int:
-    registry = Registry.default()
+    registry = in_tree_registry()
     config = load_or_exit(args.config, registry)
     if not config.rebalance.rules:
         print(f"invalid config {args.config}: rebalance.rules: at least one rule is needed to rebalance",

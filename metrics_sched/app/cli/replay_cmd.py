@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from metrics_sched.app.errors import UserError
 from metrics_sched.audit.replay import ReplayReport, plans_of, read_jsonl, replay
 from metrics_sched.config import ConfigError, load_config
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
 EXIT_INVALID_CONFIG = 2
 EXIT_BAD_INPUT = 1
@@ -74,7 +74,7 @@ def _lines(source: str, args: argparse.Namespace) -> list[str]:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    registry = Registry.default()
+    registry = in_tree_registry()
     try:
         config = load_config(args.config, registry.catalog())
     except ConfigError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from metrics_sched.app.cli.config_cmd import load_or_exit
 from metrics_sched.app.cli.logging_setup import LEVELS, log_level, setup_logging
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
 
 def register(sub: Any) -> None:
@@ -58,7 +58,7 @@ def seconds(value: str) -> float:
 def _run(args: argparse.Namespace) -> int:
     limit_malloc_arenas()  # before any thread allocates
     setup_logging(args.log_format, args.log_level)
-    registry = Registry.default()
+    registry = in_tree_registry()
     config = load_or_exit(args.config, registry)
     if config.cpu_affinity == "one":  # before any thread starts: threads take their creator's CPUs
         cpu = keep_to_one_cpu()
