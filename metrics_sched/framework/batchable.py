@@ -9,7 +9,9 @@ not batched). The other hooks have safe defaults and only make a batched cycle c
 A plugin that is not Batchable (a third-party one written without batching in mind) keeps batching on for the rest
 of its profile: it is treated as reading the whole cluster (Reads.CLUSTER), so a batched cycle runs its PreFilter,
 PreScore and Score afresh, over every candidate; only when its Filter has something to check (its PreFilter did
-not skip) is the pod refused, counted per plugin (metrics_sched_batch_refusals_total).
+not skip) is the pod refused, counted per plugin (metrics_sched_batch_refusals_total). One that defines
+`batch_scope` without listing Batchable (written before the protocol) is taken at its word where no other hook is
+asked of it (a Filter reading neither the pods nor the ledger on a node, no Score).
 """
 
 from __future__ import annotations

@@ -40,10 +40,23 @@ class EvenRows(FilterPlugin):
         return Filtered.single(np.arange(table.capacity) % 2 == 0, "odd row")
 
 
+class Legacy(FilterPlugin):
+    """Written against the hook before the Batchable protocol: a batch_scope of its own, no Batchable base."""
+
+    name = "Legacy"
+
+    def batch_scope(self, pod: PodInfo) -> sdk.BatchScope | None:
+        return sdk.BatchScope(sdk.Reads.NODE)
+
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        return Filtered.single(np.arange(table.capacity) % 2 == 0, "odd row")
+
+
 def _placed(batching: bool, enabled: dict[str, Any], count: int) -> tuple[list[CycleResult], Batcher | None]:
     registry = Registry.default(third_party=False)
     registry.register(Crowded)
     registry.register(EvenRows)
+    registry.register(Legacy)
     config = {"profiles": [{"opportunisticBatching": batching, "plugins": enabled}]}
     scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, FakeAPI())
     for i in range(12):
@@ -87,6 +100,16 @@ def test_a_filter_that_is_not_batchable_refuses_the_pod_and_is_counted() -> None
     assert batcher.stats.batched == 0
     assert batcher.stats.refusals["EvenRows", "not batchable"] == 5, batcher.stats
     assert batcher.stats.refused["EvenRows not batchable"] == 5
+
+
+def test_a_filter_with_the_hook_but_not_the_protocol_keeps_its_answer() -> None:
+    """A plugin that defines batch_scope without listing Batchable (written before the protocol) is taken at its
+    word where no other hook is asked of it: a Filter reading only the node keeps batching on."""
+    enabled = {"filter": {"enabled": [{"name": "Legacy"}]}}
+    plain, _ = _placed(False, enabled, 12)
+    batched, batcher = _placed(True, enabled, 12)
+    assert [_decision(r) for r in plain] == [_decision(r) for r in batched]
+    assert isinstance(batcher, Batcher) and batcher.stats.batched == 10, batcher.stats
 
 
 def test_the_sdk_exports_the_batching_protocol() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 from metrics_sched.framework.batchable import Batchable, BatchScope, Reads
 from metrics_sched.framework.handle import Handle
 from metrics_sched.framework.incremental import IncrementalScorer, row_positions
-from metrics_sched.framework.interfaces import Normalized, Plugin
+from metrics_sched.framework.interfaces import Normalized, Plugin, ScorePlugin
 from metrics_sched.framework.runtime.batching.batch import (
     CHANGES_ON_ROW,
     Batch,
@@ -46,13 +46,10 @@ def stored_batch(full: FullCycle, stats: BatchStats, consulted: Sequence[Plugin]
         return None
     scopes: dict[str, BatchScope] = {}
     for plugin in consulted:
-        if isinstance(plugin, Batchable):
-            scope = plugin.batch_scope(pod)
-            if scope is None:
-                stats.refuse("cannot sign", plugin.name)
-                return None
-        else:
-            scope = NOT_BATCHABLE
+        scope = _scope_of(plugin, pod)
+        if scope is None:
+            stats.refuse("cannot sign", plugin.name)
+            return None
         scopes[plugin.name] = scope
     filter_skipped = result.filter_skipped
     recheck: list[Recheck] = []
@@ -128,3 +125,18 @@ def _deadline(handle: Handle, table: NodeTable, metrics: Sequence[str]) -> float
         return None
     return min(reader.fresh_until(metric, table) for metric in dict.fromkeys(metrics))
 
+
+def _scope_of(plugin: Plugin, pod: PodInfo) -> BatchScope | None:
+    """What `plugin` reads for `pod` (None: it cannot say). A plugin that is not Batchable reads anything
+    (NOT_BATCHABLE), except one written against the hook before the protocol (a `batch_scope` of its own, no
+    Batchable base): its answer stands where no other hook is asked of it (a Filter reading neither the pods nor
+    the ledger on a node, no Score), else it too reads anything."""
+    if isinstance(plugin, Batchable):
+        return plugin.batch_scope(pod)
+    hook = getattr(plugin, "batch_scope", None)
+    if hook is None:
+        return NOT_BATCHABLE
+    scope: BatchScope | None = hook(pod)
+    if scope is None or (not isinstance(plugin, ScorePlugin) and not scope.filter_reads & CHANGES_ON_ROW):
+        return scope
+    return NOT_BATCHABLE
