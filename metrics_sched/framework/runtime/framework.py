@@ -63,6 +63,7 @@ class Framework(FullCycle):
     def __init__(self, profile: ProfileConfig, plugins: Mapping[str, type[Plugin]], services: Services) -> None:
         self.profile = profile
         handle = Handle.of(services)
+        handle.filters = self  # before any plugin is built, as a plugin may keep the handle's runner
         self.instances: dict[str, Plugin] = {}
         for point in profile.plugins:
             for ref in profile.enabled(point):
@@ -83,7 +84,6 @@ class Framework(FullCycle):
             post_filters=[] if profile.shadow else self._at("postFilter", PostFilterPlugin),
             pre_scores=self._at("preScore", PreScorePlugin),
             scores=[(self._typed(ref.name, ScorePlugin), ref.weight) for ref in profile.enabled("score")])
-        handle.filters = self
         self.reserves = self._at("reserve", ReservePlugin)
         self.permits = self._at("permit", PermitPlugin)
         self.pre_binds = self._at("preBind", PreBindPlugin)
