@@ -37,8 +37,8 @@ import numpy as np
 
 from bench.core_bench import CORE_CONFIG, as_the_scheduler_runs, make_cluster, released, replicaset, synced
 from bench.scenario import Harness, build_scheduler, pod_object
-from metrics_sched.framework.batching import Batcher
 from metrics_sched.framework.runtime import CycleResult, Framework
+from metrics_sched.framework.runtime.batching import Batcher
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.state.cluster_state import ClusterState
 

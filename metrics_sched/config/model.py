@@ -31,7 +31,7 @@ class ProfileConfig:
     shadow: bool = False  # score this schedulerName's pods and record the decision, never bind
     percentage_of_nodes_to_score: int = 100  # the profile's or the top-level value; see SchedulerConfig
     # Pods of one template reuse the previous such pod's cycle, re-evaluating only the nodes that changed (the
-    # same decisions: metrics_sched.framework.batching); off: every pod's cycle runs over every node.
+    # same decisions: metrics_sched.framework.runtime.batching); off: every pod's cycle runs over every node.
     opportunistic_batching: bool = True
 
     def enabled(self, point: str) -> tuple[PluginRef, ...]:

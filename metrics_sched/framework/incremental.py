@@ -41,7 +41,7 @@ class IncrementalScores(abc.ABC):
 
     def narrowed(self, table: NodeTable, keep: BoolArray, rows: IntArray,
                  position: IntArray) -> IncrementalScores | None:
-        """The same scores over the batch's rows where `keep` (candidates left a batch: Batcher._drop): `rows`, with
+        """The same scores over the batch's rows where `keep` (candidates left a batch: batching.drop): `rows`, with
         their row_positions `position` (shared with the batch, read-only); this object's state handed over (it is
         not used again: it may be changed in place and returned), when that is cheaper than preparing them afresh;
         None: the batcher prepares them afresh (PreScore, incremental_scores). Counts of rows changed since the last

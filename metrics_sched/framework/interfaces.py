@@ -26,7 +26,6 @@ import numpy as np
 from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint
-from metrics_sched.framework.signature import BatchScope
 from metrics_sched.framework.status import Status
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
@@ -179,12 +178,6 @@ class Plugin:
         """Events that may make a pod this plugin rejected schedulable; override to add queueing hints."""
         return [EventHint(event) for event in self.events]
 
-    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
-        """What this plugin's verdict on one node reads of the cluster for `pod` (see framework.signature), so that
-        pods of the same template may reuse a cycle (opportunistic batching); None: it cannot say, and the pod
-        is never batched. The default: a plugin that does not know about batching turns it off."""
-        return None
-
 
 class MetricAwarePlugin(Plugin):
     """A plugin whose filter depends on telemetry: told after each refresh, it answers whether a node
@@ -214,20 +207,6 @@ class PreFilterPlugin(Plugin):
 class FilterPlugin(Plugin):
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         raise NotImplementedError
-
-    def filter_rows(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> BoolArray:
-        """filter()'s verdict on `rows` only (a batched cycle re-checks the nodes that changed); override when a
-        plugin can answer for a few rows without a pass over the table."""
-        return np.asarray(self.filter(cycle, pod, table).feasible[rows], dtype=bool)
-
-    def reasons_on_row(self, cycle: CycleState, pod: PodInfo, table: NodeTable, row: int) -> frozenset[str] | None:
-        """filter()'s verdict on one row: None when it lets the row through, else the reasons it lists the row
-        under (a batched cycle counts a node that filled up, Batcher._drop); override when a plugin can answer
-        for one row without a pass over the table."""
-        verdict = self.filter(cycle, pod, table)
-        if verdict.feasible[row]:
-            return None
-        return frozenset(reason for reason, rows in verdict.reasons.items() if rows[row])
 
 
 class PlacementPlugin(Plugin):
@@ -270,29 +249,12 @@ class ScorePlugin(Plugin):
     to 0-100 (NaN = no value: the term drops out for that node and the others are re-weighted)."""
 
     normalized: ClassVar[Normalized] = Normalized.UNCHECKED
-    # normalize() maps each raw value with the highest of them alone (top_score: max_normalize's scale), so
-    # candidates that leave a batch move no other normalised value while the highest stays (Batcher._drop).
-    # tests/unit/test_score_promises.py holds every built-in plugin that says so to it.
-    normalize_by_top: ClassVar[bool] = False
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | ScoreDetail:
         raise NotImplementedError
 
     def normalize(self, scores: FloatArray) -> FloatArray:
         return np.clip(scores, 0.0, 100.0)
-
-    def row_local_scores(self) -> bool:
-        """Whether score() gives each row a value read from that row alone (its node, its pods, its telemetry),
-        never from the other rows scored (a minmax scale over them, a count over the candidates): a batch that
-        loses a candidate then keeps the others' raw scores. False re-scores them (the safe answer)."""
-        return False
-
-    def scores_kept_without(self, table: NodeTable, rows: IntArray, gone: IntArray) -> bool:
-        """For a plugin whose scores read the candidates (row_local_scores False) and whose score() over the
-        candidate `rows` gave a batch its raw scores (nothing it reads has changed since): whether score() over
-        the candidates left when the rows `gone` leave gives the others the same raw scores (e.g. a minmax scale
-        whose lowest and highest values are elsewhere). False re-scores them (the safe answer)."""
-        return False
 
 
 def unchanged(plugin: ScorePlugin, scores: FloatArray) -> FloatArray:
@@ -362,7 +324,7 @@ def top_score(scores: FloatArray) -> float:
 
 def max_normalize(scores: FloatArray, reverse: bool = False) -> FloatArray:
     """kube-scheduler's DefaultNormalizeScore: scale so the best is 100 (reverse: the lowest is best); each value
-    with top_score alone (ScorePlugin.normalize_by_top)."""
+    with top_score alone (Batchable.normalize_by_top)."""
     if scores.size == 0:
         return scores
     top = top_score(scores)

@@ -24,6 +24,7 @@ import numpy as np
 
 from metrics_sched.config.contract import FreshnessContract, OnMissing
 from metrics_sched.config.errors import ArgsError
+from metrics_sched.framework.batchable import MAX_DIRTY, Batchable, BatchScope, Reads
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.framework.handle import Handle
@@ -39,7 +40,6 @@ from metrics_sched.framework.interfaces import (
     unchanged,
 )
 from metrics_sched.framework.scoring import nan_weighted_mean, weighted_mean_down
-from metrics_sched.framework.signature import MAX_DIRTY, BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
@@ -212,7 +212,7 @@ class _Memo:
     evidence: MetricEvidence | None = None  # what the audit is shown of this read (built once per memo)
 
 
-class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin):
+class MetricScorePlugin(FilterPlugin, ScorePlugin, MetricAwarePlugin, Batchable):
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.METRIC_CHANGED})
     TERMS: ClassVar[tuple[MetricTerm, ...]] = ()
     normalized = Normalized.IN_RANGE  # Scale.apply gives 0-100, NaN where a node has no value

@@ -299,8 +299,8 @@ class _StateCollector(Collector):
                                      "Scheduling cycles by how they ran: batched (a batch of the pod's template "
                                      "reused) or full.", labels=["profile", "kind"])
         refusals = CounterMetricFamily("metrics_sched_batch_refusals",
-                                       "Why a pod's cycle did not reuse or store a batch, by reason.",
-                                       labels=["profile", "reason"])
+                                       "Why a pod's cycle did not reuse or store a batch, by plugin (empty: none's) "
+                                       "and reason.", labels=["profile", "plugin", "reason"])
         for framework in list(s.frameworks.values()):
             batcher = framework.batcher
             if batcher is None:
@@ -308,8 +308,8 @@ class _StateCollector(Collector):
             stats = batcher.stats
             cycles.add_metric([framework.name, "batched"], stats.batched)
             cycles.add_metric([framework.name, "full"], stats.full)
-            for reason, count in list(stats.refused.items()):
-                refusals.add_metric([framework.name, reason], count)
+            for (plugin, reason), count in list(stats.refusals.items()):
+                refusals.add_metric([framework.name, plugin, reason], count)
         yield cycles
         yield refusals
         # Every worker from the start, so 0 reads as "none"; a fatal one also fails /healthz.

@@ -35,6 +35,8 @@ import numpy as np
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
+    Batchable,
+    BatchScope,
     Code,
     CycleState,
     Filtered,
@@ -45,13 +47,13 @@ from metrics_sched.framework import (
     PostFilterResult,
     PreFilterPlugin,
     QueueSortPlugin,
+    Reads,
     ReservePlugin,
     StateKey,
     Status,
     explain,
 )
 from metrics_sched.framework.interfaces import PlacementPlugin
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.gangs.metrics import GANG_FAILURES, GANG_WAIT
 from metrics_sched.gangs.placement import choose_domain
 from metrics_sched.gangs.tracker import SCHEDULED, FailureReason, GangDecision, GangTracker
@@ -82,7 +84,7 @@ _GANG = StateKey[GangCycle]("Coscheduling/gang")
 
 
 class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlugin, PostFilterPlugin,
-                   ReservePlugin, PermitPlugin):
+                   ReservePlugin, PermitPlugin, Batchable):
     name = "Coscheduling"
 
     @dataclass(frozen=True)

@@ -20,16 +20,18 @@ from typing import Any
 import numpy as np
 
 from metrics_sched.framework import (
+    Batchable,
+    BatchScope,
     CycleState,
     FloatArray,
     IntArray,
     NodeTable,
     Normalized,
     PodInfo,
+    Reads,
     ScorePlugin,
     unchanged,
 )
-from metrics_sched.framework.signature import BatchScope, Reads
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB
@@ -68,7 +70,7 @@ def calculate_priority(sums: IntArray, images: int) -> IntArray:
     return clamped
 
 
-class ImageLocality(ScorePlugin):
+class ImageLocality(ScorePlugin, Batchable):
     name = "ImageLocality"
     normalized = Normalized.COMPLETE  # calculate_priority's 0-100
     events = frozenset()  # a score: it never rejects a pod

@@ -30,6 +30,8 @@ import numpy as np
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
@@ -42,11 +44,11 @@ from metrics_sched.framework import (
     PreFilterPlugin,
     PreScorePlugin,
     QueueingHint,
+    Reads,
     ScorePlugin,
     StateKey,
     Status,
 )
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.affinity import AffinityTerm, PodAffinityTerms, TermKind, parse_affinity
 from metrics_sched.model.selectors import SelectorError
 from metrics_sched.state.cluster_state import PodRecord
@@ -99,7 +101,7 @@ def _at(codes: IntArray, sums: FloatArray) -> FloatArray:
     return values
 
 
-class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, Batchable):
     name = "InterPodAffinity"
     normalized = Normalized.COMPLETE  # min-max to 0-100 of finite sums
     # Pods coming and going change the counts; node labels change the domains; namespace labels what a

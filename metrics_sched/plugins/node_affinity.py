@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from metrics_sched.framework import (
+    Batchable,
+    BatchScope,
     ClusterEvent,
     CycleState,
     EventHint,
@@ -22,10 +24,10 @@ from metrics_sched.framework import (
     NoArgs,
     Normalized,
     QueueingHint,
+    Reads,
     ScorePlugin,
     max_normalize,
 )
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.plugins.node_selector import selector_mask, term_mask
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
@@ -33,7 +35,7 @@ from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, Node
 _CACHE_SIZE = 256
 
 
-class NodeAffinity(FilterPlugin, ScorePlugin):
+class NodeAffinity(FilterPlugin, ScorePlugin, Batchable):
     name = "NodeAffinity"
     normalized = Normalized.COMPLETE  # max_normalize of non-negative weight sums
     normalize_by_top = True  # max_normalize

@@ -12,13 +12,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from metrics_sched.framework import ArgsError, ClusterEvent, CycleState, Filtered, FilterPlugin, Handle
-from metrics_sched.framework.signature import BatchScope, Reads
+from metrics_sched.framework import (
+    ArgsError,
+    Batchable,
+    BatchScope,
+    ClusterEvent,
+    CycleState,
+    Filtered,
+    FilterPlugin,
+    Handle,
+    Reads,
+)
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, NodeTable
 
 
-class NodeLabelFilter(FilterPlugin):
+class NodeLabelFilter(FilterPlugin, Batchable):
     name = "NodeLabelFilter"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
 

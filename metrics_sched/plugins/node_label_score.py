@@ -12,13 +12,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrics_sched.framework import ArgsError, ClusterEvent, CycleState, Handle, Normalized, ScorePlugin, unchanged
-from metrics_sched.framework.signature import BatchScope, Reads
+from metrics_sched.framework import (
+    ArgsError,
+    Batchable,
+    BatchScope,
+    ClusterEvent,
+    CycleState,
+    Handle,
+    Normalized,
+    Reads,
+    ScorePlugin,
+    unchanged,
+)
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 
-class NodeLabelScore(ScorePlugin):
+class NodeLabelScore(ScorePlugin, Batchable):
     name = "NodeLabelScore"
     normalized = Normalized.COMPLETE  # the mean over keys of one 0-100 weight each
     normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing

@@ -19,6 +19,8 @@ import numpy as np
 
 from metrics_sched.framework import (
     SUCCESS,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
@@ -29,10 +31,10 @@ from metrics_sched.framework import (
     PodInfo,
     PreFilterPlugin,
     QueueingHint,
+    Reads,
     StateKey,
     Status,
 )
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.pod_shape import WILDCARD_IP, HostPort, host_ports
 
@@ -53,7 +55,7 @@ def ports_conflict(wanted: Sequence[HostPort], used: Sequence[HostPort]) -> bool
     return False
 
 
-class NodePorts(PreFilterPlugin, FilterPlugin):
+class NodePorts(PreFilterPlugin, FilterPlugin, Batchable):
     name = "NodePorts"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.POD_DELETED})
 

@@ -6,13 +6,12 @@ that may run without that controller (or ahead of it) checks the condition itsel
 
 from __future__ import annotations
 
-from metrics_sched.framework import ClusterEvent, CycleState, Filtered, FilterPlugin
-from metrics_sched.framework.signature import BatchScope, Reads
+from metrics_sched.framework import Batchable, BatchScope, ClusterEvent, CycleState, Filtered, FilterPlugin, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import NodeTable
 
 
-class NodeReady(FilterPlugin):
+class NodeReady(FilterPlugin, Batchable):
     name = "NodeReady"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
 

@@ -21,6 +21,8 @@ import numpy as np
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
+    Batchable,
+    BatchScope,
     BoolArray,
     Code,
     CycleState,
@@ -30,6 +32,7 @@ from metrics_sched.framework import (
     Normalized,
     PodInfo,
     PreScorePlugin,
+    Reads,
     ScorePlugin,
     StateKey,
     Status,
@@ -37,7 +40,6 @@ from metrics_sched.framework import (
 )
 from metrics_sched.framework.handle import Handle
 from metrics_sched.framework.row_memo import RowScores
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 _REQUESTS = StateKey[tuple[int, ...]]("NodeResourcesBalancedAllocation/requests")
@@ -51,7 +53,7 @@ class ResourceSpec:
     weight: int = 1
 
 
-class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
+class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin, Batchable):
     name = "NodeResourcesBalancedAllocation"
     normalized = Normalized.COMPLETE  # 100 * (1 - std) of fractions in [0, 1]
     events = frozenset()  # a score: it never rejects a pod

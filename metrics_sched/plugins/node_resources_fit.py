@@ -15,6 +15,8 @@ import numpy as np
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     CycleState,
     EventHint,
@@ -24,13 +26,13 @@ from metrics_sched.framework import (
     Normalized,
     PreFilterPlugin,
     QueueingHint,
+    Reads,
     ScorePlugin,
     StateKey,
     Status,
     unchanged,
 )
 from metrics_sched.framework.row_memo import RowScores
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, MEMORY, PODS
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
@@ -56,7 +58,7 @@ class ScoringStrategy:
     resources: tuple[ResourceWeight, ...] = (ResourceWeight(CPU), ResourceWeight(MEMORY))
 
 
-class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
+class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin, Batchable):
     name = "NodeResourcesFit"
     normalized = Normalized.COMPLETE  # 100 * (1 - used/capacity), used/capacity held to [0, 1]
     normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from metrics_sched.framework import ClusterEvent, CycleState, Filtered, FilterPlugin
-from metrics_sched.framework.signature import BatchScope, Reads
+from metrics_sched.framework import Batchable, BatchScope, ClusterEvent, CycleState, Filtered, FilterPlugin, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import NodeTable
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
-class NodeUnschedulable(FilterPlugin):
+class NodeUnschedulable(FilterPlugin, Batchable):
     name = "NodeUnschedulable"
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
 

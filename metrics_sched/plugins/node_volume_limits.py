@@ -34,6 +34,8 @@ import numpy as np
 
 from metrics_sched.framework import (
     SUCCESS,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
@@ -47,9 +49,10 @@ from metrics_sched.framework import (
     PodInfo,
     PreFilterPlugin,
     QueueingHint,
+    Reads,
     Status,
+    has_only_local_volumes,
 )
-from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.volumes import (
     AttachmentInfo,
     PersistentVolumeClaim,
@@ -124,7 +127,7 @@ class _Attached:
     limits: dict[str, IntArray]  # driver -> allocatable.count per row, -1 where there is none
 
 
-class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
+class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
     name = "NodeVolumeLimits"
     events = frozenset({ClusterEvent.CSI_NODE_CHANGED, ClusterEvent.POD_DELETED, ClusterEvent.PVC_CHANGED,
                         ClusterEvent.VOLUME_DETACHED})

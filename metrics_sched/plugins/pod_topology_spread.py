@@ -32,24 +32,28 @@ import numpy as np
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
     EventHint,
     Filtered,
     FilterPlugin,
+    IncrementalScorer,
+    IncrementalScores,
     NodeTable,
     Normalized,
     PodInfo,
     PreFilterPlugin,
     PreScorePlugin,
     QueueingHint,
+    Reads,
     ScorePlugin,
     StateKey,
     Status,
+    row_positions,
 )
-from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.selectors import LabelSelector, Requirement, SelectorError
 from metrics_sched.plugins.node_selector import pod_required_affinity_mask
 from metrics_sched.plugins.taint_toleration import tolerated_rows
@@ -131,7 +135,7 @@ _FILTER = StateKey[list[Constraint]]("PodTopologySpread/filter")
 _SCORE = StateKey[_ScoreState]("PodTopologySpread/score")
 
 
-class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, IncrementalScorer):
+class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, IncrementalScorer, Batchable):
     name = "PodTopologySpread"
     normalized = Normalized.COMPLETE  # upstream's integer formula, 0 for ignored nodes
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.NODE_TAINTS,

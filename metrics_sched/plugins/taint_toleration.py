@@ -11,15 +11,17 @@ import numpy as np
 import numpy.typing as npt
 
 from metrics_sched.framework import (
+    Batchable,
+    BatchScope,
     ClusterEvent,
     CycleState,
     Filtered,
     FilterPlugin,
     Normalized,
+    Reads,
     ScorePlugin,
     max_normalize,
 )
-from metrics_sched.framework.signature import BatchScope, Reads
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable, Taint
 
@@ -70,7 +72,7 @@ def tolerated_rows(pod: PodInfo, table: NodeTable) -> BoolArray:
     return cast(BoolArray, _MEMO.get(table, ("tolerated", pod.tolerations), compute))
 
 
-class TaintToleration(FilterPlugin, ScorePlugin):
+class TaintToleration(FilterPlugin, ScorePlugin, Batchable):
     name = "TaintToleration"
     normalized = Normalized.COMPLETE  # max_normalize (reversed) of taint counts
     normalize_by_top = True  # max_normalize

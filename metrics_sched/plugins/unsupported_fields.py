@@ -27,14 +27,16 @@ from typing import Any, ClassVar
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
     PodInfo,
     PreFilterPlugin,
+    Reads,
     Status,
 )
-from metrics_sched.framework.signature import BatchScope, Reads
 
 RESOURCE_CLAIMS = "spec.resourceClaims"
 # A gang member of the 1.36 Workload API: honoured by Coscheduling now (refused before it existed).
@@ -58,7 +60,7 @@ def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozens
     return found
 
 
-class UnsupportedFields(PreFilterPlugin):
+class UnsupportedFields(PreFilterPlugin, Batchable):
     name = "UnsupportedFields"
     events: ClassVar[frozenset[ClusterEvent]] = frozenset()  # no cluster event helps: only the pod's update
 

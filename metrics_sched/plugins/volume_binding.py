@@ -33,6 +33,8 @@ import numpy as np
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
@@ -44,12 +46,13 @@ from metrics_sched.framework import (
     PreBindPlugin,
     PreFilterPlugin,
     QueueingHint,
+    Reads,
     ReservePlugin,
     StateKey,
     Status,
     explain,
+    has_only_local_volumes,
 )
-from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.selectors import LabelSelector
 from metrics_sched.model.volumes import (
     ANN_BIND_COMPLETED,
@@ -180,7 +183,7 @@ _PLAN = StateKey[_Plan]("VolumeBinding/plan")
 _SENT = StateKey[frozenset[tuple[str, str]]]("VolumeBinding/sent")  # ("pv", name) / ("pvc", key) PreBind wrote
 
 
-class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin):
+class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin, Batchable):
     name = "VolumeBinding"
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

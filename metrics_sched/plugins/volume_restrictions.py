@@ -21,6 +21,8 @@ import numpy as np
 
 from metrics_sched.framework import (
     SUCCESS,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
@@ -31,10 +33,11 @@ from metrics_sched.framework import (
     PodInfo,
     PreFilterPlugin,
     QueueingHint,
+    Reads,
     StateKey,
     Status,
+    has_only_local_volumes,
 )
-from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.volumes import PersistentVolumeClaim, PodVolumes, claim_key
 from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.volume_usage import disks_conflict
@@ -61,7 +64,7 @@ def _claim_names(volumes: PodVolumes) -> set[str]:
     return {c.claim for c in volumes.claims if not c.ephemeral}
 
 
-class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
+class VolumeRestrictions(PreFilterPlugin, FilterPlugin, Batchable):
     name = "VolumeRestrictions"
     events = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.PVC_CHANGED})
 

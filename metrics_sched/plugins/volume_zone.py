@@ -21,6 +21,8 @@ import numpy as np
 
 from metrics_sched.framework import (
     SUCCESS,
+    Batchable,
+    BatchScope,
     ClusterEvent,
     Code,
     CycleState,
@@ -31,11 +33,12 @@ from metrics_sched.framework import (
     PodInfo,
     PreFilterPlugin,
     QueueingHint,
+    Reads,
     StateKey,
     Status,
     explain,
+    has_only_local_volumes,
 )
-from metrics_sched.framework.signature import BatchScope, Reads, has_only_local_volumes
 from metrics_sched.model.volumes import PersistentVolume, PersistentVolumeClaim, StorageClass, claim_key
 
 ERR_REASON_CONFLICT = "node(s) had no available volume zone"
@@ -84,7 +87,7 @@ def _claim_names(pod: PodInfo) -> list[str]:
 _STATE = StateKey[tuple[PVTopology, ...]]("VolumeZone/topologies")
 
 
-class VolumeZone(PreFilterPlugin, FilterPlugin):
+class VolumeZone(PreFilterPlugin, FilterPlugin, Batchable):
     name = "VolumeZone"
     events = frozenset({ClusterEvent.STORAGE_CLASS_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS,
                         ClusterEvent.PVC_CHANGED, ClusterEvent.PV_CHANGED})

@@ -10,16 +10,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrics_sched.framework import ClusterEvent, CycleState, Handle, Normalized, ScorePlugin, unchanged
-from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores
-from metrics_sched.framework.signature import BatchScope, Reads
+from metrics_sched.framework import (
+    Batchable,
+    BatchScope,
+    ClusterEvent,
+    CycleState,
+    Handle,
+    IncrementalScorer,
+    IncrementalScores,
+    Normalized,
+    Reads,
+    ScorePlugin,
+    unchanged,
+)
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
-class ZoneSpread(ScorePlugin, IncrementalScorer):
+class ZoneSpread(ScorePlugin, IncrementalScorer, Batchable):
     name = "ZoneSpread"
     normalized = Normalized.COMPLETE  # 100 * (high - count) / (high - low), or 100
     normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing

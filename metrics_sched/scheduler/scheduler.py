@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable, Mapping
 
 from metrics_sched.config.model import SchedulerConfig
-from metrics_sched.framework.batching import Batcher
 from metrics_sched.framework.events import ClusterEvent, EventHint
 from metrics_sched.framework.handle import Services
 from metrics_sched.framework.interfaces import BindOutcomeKind, Plugin
@@ -80,12 +79,8 @@ class Scheduler:
         self.group_status = GroupStatusReporter(group_status_writer) if group_status_writer is not None else None
         services.group_status = self.group_status
         self.waiting_pods = services.waiting_pods
+        # Each Framework picks its cycle runner (batched or full) and, for a shadow profile, drops PostFilter.
         self.frameworks = {p.scheduler_name: Framework(p, plugins, services) for p in config.profiles}
-        for framework in self.frameworks.values():
-            if framework.profile.shadow:
-                framework.post_filters = []  # a shadow nominates and preempts nothing
-            if framework.profile.opportunistic_batching:
-                framework.batcher = Batcher(framework)
         first = next(iter(self.frameworks.values()))
         self.queue = SchedulingQueue(
             first.queue_sort.sort_key,

@@ -21,9 +21,9 @@ from bench.core_bench import CORE_CONFIG, cluster, make_cluster
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
 from metrics_sched.config import parse_config
 from metrics_sched.config.errors import ConfigError
-from metrics_sched.framework.batching import Batcher, BatchStats
 from metrics_sched.framework.runtime import CycleResult
-from metrics_sched.framework.signature import template_of
+from metrics_sched.framework.runtime.batching import Batcher, BatchStats
+from metrics_sched.framework.runtime.batching.signature import template_of
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.plugins import in_tree_registry
 

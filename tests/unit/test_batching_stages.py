@@ -11,20 +11,20 @@ import pytest
 
 from bench.core_bench import cluster
 from bench.scenario import pod_object
-from metrics_sched.framework.batching import (
-    _FEW,
-    _light_result,
-    _restage,
-    _row_total,
-    _rows_total,
-    _staged_total,
-    _stages,
-    _Term,
-)
 from metrics_sched.framework.interfaces import Normalized, ScorePlugin, unchanged
 from metrics_sched.framework.runtime import CycleResult, ScoreTerm
+from metrics_sched.framework.runtime.batching.batch import light_result
+from metrics_sched.framework.runtime.batching.signature import template_of
+from metrics_sched.framework.runtime.batching.terms import Term
+from metrics_sched.framework.runtime.batching.totals import (
+    FEW,
+    restage,
+    row_total,
+    rows_total,
+    staged_total,
+    stages_of,
+)
 from metrics_sched.framework.scoring import WeightedMean
-from metrics_sched.framework.signature import template_of
 from metrics_sched.model.podinfo import parse_pod
 
 
@@ -37,14 +37,14 @@ class _Scorer(ScorePlugin):
         pass
 
 
-def _term(values: Any, weight: int, everywhere: bool) -> _Term:
+def _term(values: Any, weight: int, everywhere: bool) -> Term:
     values = np.asarray(values, dtype=np.float64)
     gaps = bool(np.isnan(values).any())
-    return _Term(ScoreTerm("S", weight, values, values), _Scorer(), cluster=everywhere, pods=not everywhere,
+    return Term(ScoreTerm("S", weight, values, values), _Scorer(), cluster=everywhere, pods=not everywhere,
                  ledger=(), gaps=gaps, per_node=True, everywhere=everywhere, identity=True)
 
 
-def _weighted_mean(terms: list[_Term]) -> np.ndarray[Any, Any]:
+def _weighted_mean(terms: list[Term]) -> np.ndarray[Any, Any]:
     mean = WeightedMean(terms[0].term.normalized.size)
     for entry in terms:
         mean.add(entry.term.normalized, entry.term.weight, gaps=entry.gaps)
@@ -64,9 +64,9 @@ def test_staged_totals_are_weighted_means_before_and_after_a_patch(seed: int) ->
         return drawn
 
     terms = [_term(values(gaps=i in (1, 3)), weight, everywhere) for i, (weight, everywhere) in enumerate(layout)]
-    stages = _stages(terms)
-    assert _staged_total(stages).tobytes() == _weighted_mean(terms).tobytes()
-    # Batched cycles: a few rows of the local terms move (up to _FEW one by one in Python, more in numpy), the terms
+    stages = stages_of(terms)
+    assert staged_total(stages).tobytes() == _weighted_mean(terms).tobytes()
+    # Batched cycles: a few rows of the local terms move (up to FEW one by one in Python, more in numpy), the terms
     # that move everywhere move.
     for _ in range(5):
         positions = np.sort(rng.choice(size, size=int(rng.integers(1, 24)), replace=False)).astype(np.int64)
@@ -88,13 +88,13 @@ def test_staged_totals_are_weighted_means_before_and_after_a_patch(seed: int) ->
                 entry.gaps = entry.gaps or gaps
             entry.term = ScoreTerm("S", entry.term.weight, fresh, fresh)
             changed.append(index)
-        _restage(stages, terms, changed, regaps, positions)
-        assert _staged_total(stages).tobytes() == _weighted_mean(terms).tobytes()
+        restage(stages, terms, changed, regaps, positions)
+        assert staged_total(stages).tobytes() == _weighted_mean(terms).tobytes()
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_the_totals_of_many_rows_at_once_are_each_rows_total(seed: int) -> None:
-    """_rows_total (numpy, beyond _FEW changed candidates) gives _row_total's doubles: NaN terms left out, a row
+    """rows_total (numpy, beyond FEW changed candidates) gives row_total's doubles: NaN terms left out, a row
     with no term at all 0."""
     rng = np.random.default_rng(seed)
     size = 300
@@ -105,10 +105,10 @@ def test_the_totals_of_many_rows_at_once_are_each_rows_total(seed: int) -> None:
         terms.append(_term(drawn, weight, everywhere=False))
     for entry in terms:
         entry.term.normalized[:4] = np.nan  # rows without any term
-    positions = np.sort(rng.choice(size, size=_FEW + 20, replace=False)).astype(np.int64)
+    positions = np.sort(rng.choice(size, size=FEW + 20, replace=False)).astype(np.int64)
     positions[0] = 0
-    many = _rows_total(terms, positions)
-    assert many.tobytes() == np.array([_row_total(terms, p) for p in positions.tolist()]).tobytes()
+    many = rows_total(terms, positions)
+    assert many.tobytes() == np.array([row_total(terms, p) for p in positions.tolist()]).tobytes()
     assert many[0] == 0.0
 
 
@@ -126,7 +126,7 @@ def test_a_batched_cycles_light_result_is_the_constructors() -> None:
                 state.assume(info, result.node)
         batch = batcher._batches[-1]
         pod = parse_pod(pod_object("web-x", cpu="100m", memory="500Mi"))
-        light = _light_result(batch, pod, len(state.table))
+        light = light_result(batch, pod, len(state.table))
         made = CycleResult(pod=pod, profile=framework.name, nodes_total=len(state.table), cycle=batch.cycle.clone())
         made.feasible_rows, made.filter_skipped = batch.rows, batch.filter_skipped
         made.rejections.update(batch.rejections)
@@ -140,7 +140,7 @@ def test_a_batched_cycles_light_result_is_the_constructors() -> None:
             else:
                 assert mine == theirs, f.name
             if isinstance(mine, list | dict | set):  # every mutable field is the result's own
-                assert mine is not getattr(_light_result(batch, pod, 1), f.name), f.name
+                assert mine is not getattr(light_result(batch, pod, 1), f.name), f.name
         assert type(light.rejections) is type(made.rejections)
     finally:
         harness.stop()

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from metrics_sched.framework import CycleState, Handle
-from metrics_sched.framework.batching import _equal
 from metrics_sched.framework.incremental import IncrementalScores
+from metrics_sched.framework.runtime.batching.totals import equal
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.plugins.pod_topology_spread import _IGNORED, HOSTNAME, ZONE, PodTopologySpread
 from metrics_sched.plugins.zone_spread import ZoneSpread
@@ -181,8 +181,8 @@ def test_equal_is_array_equal_with_nan() -> None:
         b = a.copy()
         if rng.random() < 0.5 and b.size:
             b[int(rng.integers(0, b.size))] = rng.choice([np.nan, 0.0, 1.0])
-        assert _equal(a, b) == np.array_equal(a, b, equal_nan=True)
-    assert not _equal(np.zeros(3), np.zeros(4))
+        assert equal(a, b) == np.array_equal(a, b, equal_nan=True)
+    assert not equal(np.zeros(3), np.zeros(4))
 
 
 def test_a_workload_change_while_a_batch_is_stored_is_not_lost() -> None:

@@ -39,7 +39,7 @@ EXPECTED = {
     "metrics_sched_inflight_ledger_entries": set(),
     "metrics_sched_leader": set(),
     "metrics_sched_scheduling_cycles": {"profile", "kind"},
-    "metrics_sched_batch_refusals": {"profile", "reason"},
+    "metrics_sched_batch_refusals": {"profile", "plugin", "reason"},
 }
 
 
