@@ -11,10 +11,10 @@ import numpy as np
 import metrics_sched.framework as sdk
 from metrics_sched.config import parse_config
 from metrics_sched.framework import CycleState, Filtered, FilterPlugin, NodeTable, PodInfo, ScorePlugin
-from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.runtime.batching import Batcher
 from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler.scheduler import Scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
@@ -53,7 +53,7 @@ class Legacy(FilterPlugin):
 
 
 def _placed(batching: bool, enabled: dict[str, Any], count: int) -> tuple[list[CycleResult], Batcher | None]:
-    registry = Registry.default(third_party=False)
+    registry = in_tree_registry(third_party=False)
     registry.register(Crowded)
     registry.register(EvenRows)
     registry.register(Legacy)
