@@ -23,7 +23,7 @@ from typing import Protocol
 from metrics_sched.config.contract import FreshnessContract
 from metrics_sched.framework.activation import PodActivator
 from metrics_sched.framework.cycle_state import CycleState
-from metrics_sched.framework.interfaces import Filtered
+from metrics_sched.framework.filtered import Filtered
 from metrics_sched.framework.plugin_events import PluginEvents
 from metrics_sched.framework.waiting import WaitingPods
 from metrics_sched.model.podinfo import PodInfo

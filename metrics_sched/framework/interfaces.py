@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy as np
 from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint
+from metrics_sched.framework.filtered import Filtered
 from metrics_sched.framework.status import Status
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
@@ -63,28 +64,6 @@ __all__ = [
     "top_score",
     "unchanged",
 ]
-
-
-@dataclass
-class Filtered:
-    """A filter's verdict over every row of the table: feasible[row] and why the others failed.
-
-    `reasons` maps a human reason (as in FailedScheduling messages) to the rows it rejects. Every reason
-    a row is listed under is counted, as kube-scheduler counts each reason of a node's status (Insufficient
-    cpu and Insufficient memory); a plugin whose upstream Filter stops at the first failing rule lists the
-    row under that rule only.
-    """
-
-    feasible: BoolArray
-    reasons: dict[str, BoolArray] = field(default_factory=dict)
-
-    @classmethod
-    def single(cls, feasible: BoolArray, reason: str) -> Filtered:
-        return cls(feasible, {reason: ~feasible})
-
-    @classmethod
-    def all(cls, table: NodeTable) -> Filtered:
-        return cls(np.ones(table.capacity, dtype=bool))
 
 
 class InFlightValues(Protocol):

@@ -58,8 +58,8 @@ from metrics_sched.preemption.outcome import (
     PreemptionOutcome,
     Victim,
 )
-from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.node_table import BoolArray, NodeTable
+from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["RESOLVABLE_REASONS", "DefaultPreemption"]
 

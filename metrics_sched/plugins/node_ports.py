@@ -35,7 +35,7 @@ from metrics_sched.framework import (
     StateKey,
     Status,
 )
-from metrics_sched.state.cluster_state import PodRecord
+from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.state.pod_shape import WILDCARD_IP, HostPort, host_ports
 
 ERR_REASON = "node(s) didn't have free ports for the requested pod ports"

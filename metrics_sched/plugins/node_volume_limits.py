@@ -58,7 +58,7 @@ from metrics_sched.model.volumes import (
     PersistentVolumeClaim,
     claim_key,
 )
-from metrics_sched.state.cluster_state import PodRecord
+from metrics_sched.state.pod_record import PodRecord
 
 ERR_REASON_MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 

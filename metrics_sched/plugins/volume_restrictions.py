@@ -39,7 +39,7 @@ from metrics_sched.framework import (
     has_only_local_volumes,
 )
 from metrics_sched.model.volumes import PersistentVolumeClaim, PodVolumes, claim_key
-from metrics_sched.state.cluster_state import PodRecord
+from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.state.volume_usage import disks_conflict
 
 ERR_REASON_DISK_CONFLICT = "node(s) had no available disk"

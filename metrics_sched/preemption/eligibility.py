@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.cluster_state import PodRecord
+from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["NEVER", "TERMINATING", "eligible_to_preempt", "preemption_policy"]
 

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from metrics_sched.framework.waiting import WaitingPods
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.ports import ApiError, PodWriter, Preemptor, SchedulingEvent
-from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.nominations import Nomination
+from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["PreemptionExecutor"]
 

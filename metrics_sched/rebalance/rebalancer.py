@@ -21,7 +21,8 @@ from metrics_sched.rebalance.limits import Budget, Memory
 from metrics_sched.rebalance.model import BadNode, EvictionVerdict, RebalanceConfig, Verdict
 from metrics_sched.rebalance.simulation import Move, PodReader, short_of, simulate
 from metrics_sched.rebalance.victims import VictimPolicy, refusal
-from metrics_sched.state.cluster_state import ClusterState, PodRecord, disruption
+from metrics_sched.state.cluster_state import ClusterState, disruption
+from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["Rebalancer"]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from metrics_sched.state.cluster_state import EVICTABLE_ANNOTATION, Disruption, PodRecord
+from metrics_sched.state.cluster_state import EVICTABLE_ANNOTATION, Disruption
+from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["VictimPolicy", "refusal"]
 

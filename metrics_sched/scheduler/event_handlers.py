@@ -16,7 +16,8 @@ from metrics_sched.model.resize import resource_fields
 from metrics_sched.model.volumes import claim_key
 from metrics_sched.ports import EventType, KubeObject, PodGroupApi, StorageKind, SyncedResource, WorkloadKind
 from metrics_sched.scheduler.queue import SchedulingQueue
-from metrics_sched.state.cluster_state import ClusterState, Placement, PodRecord
+from metrics_sched.state.cluster_state import ClusterState, Placement
+from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.state.volumes import VolumeStore
 
 log = logging.getLogger(__name__)

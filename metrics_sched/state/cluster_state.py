@@ -9,7 +9,6 @@ not know yet are kept aside and counted when the node arrives.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import sys
 import threading
@@ -20,17 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from metrics_sched.model.affinity import NO_TERMS, AffinityTerm, PodAffinityTerms, TermKind
+from metrics_sched.model.affinity import AffinityTerm, TermKind
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resize import ResourceFields, occupied_requests, resource_fields
 from metrics_sched.model.resources import CPU, MEMORY
-from metrics_sched.model.volumes import NO_VOLUMES, PodVolumes
 from metrics_sched.state.disruption_budgets import DisruptionBudgets
 from metrics_sched.state.namespaces import NamespaceIndex
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, NodeTable, parse_node
 from metrics_sched.state.nominations import Nominations
 from metrics_sched.state.pod_groups import PodGroupStore
 from metrics_sched.state.pod_index import PodIndex, PodQuery
+from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.state.pod_shape import WILDCARD_IP, HostPort, PodShapes
 from metrics_sched.state.volume_usage import VolumeUsage
 from metrics_sched.state.volumes import VolumeStore
@@ -51,39 +50,6 @@ class Placement(enum.StrEnum):
     RELABELLED = "relabelled"  # same node, its labels or deletion changed: counted again
     RESIZED = "resized"  # same node, an in-place resize changed what it holds: counted again
     SAME = "same"
-
-
-@dataclass(slots=True)  # one per pod in the cluster: no per-instance __dict__
-class PodRecord:
-    uid: str
-    namespace: str
-    name: str
-    node: str
-    vector: IntArray
-    nonzero: tuple[int, int]
-    owner_key: str | None
-    assumed: bool
-    row: int | None = None
-    host_ports: tuple[HostPort, ...] = ()
-    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    terminating: bool = False  # being deleted: still occupies the node, but topology spreading skips it
-    affinity: PodAffinityTerms = NO_TERMS
-    resources: ResourceFields = b""  # the fields `vector` was computed from: an update that keeps them keeps it
-    volumes: PodVolumes = NO_VOLUMES  # claims and in-line disks it mounts (volume restrictions and limits)
-    # What the rebalancer's victim selection reads (parsed here once, not per tick): see `disruption`.
-    priority: int = 0
-    scheduler_name: str = ""
-    controller: str | None = None  # the controlling owner as kind/namespace/name; None: standalone
-    mirror: bool = False
-    evictable: bool = True  # False when annotated metrics-sched.io/evictable: "false"
-    # status.startTime (else its creation) in unix seconds: preemption spares longer-running pods first.
-    started: float = 0.0
-    # Set while being preempted by the scheduler (DisruptionTarget PreemptionByScheduler and a deletionTimestamp).
-    preempted: bool = False
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True)

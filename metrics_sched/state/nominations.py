@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from metrics_sched.model.podinfo import PodInfo
 
 if TYPE_CHECKING:
-    from metrics_sched.state.cluster_state import PodRecord
     from metrics_sched.state.node_table import NodeTable
+    from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["Nomination", "Nominations"]
 

@@ -19,8 +19,8 @@ from metrics_sched.ports import ApiError
 from metrics_sched.preemption import Candidate, candidate_count, pick_one_node, select_victims, split_by_budget
 from metrics_sched.preemption.outcome import PREEMPTION, PreemptionOutcome
 from metrics_sched.scheduler import Scheduler
-from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.disruption_budgets import Budget, parse_budget
+from metrics_sched.state.pod_record import PodRecord
 from tests.unit.fakes import FakeAPI, node, pod
 
 

@@ -24,7 +24,8 @@ from metrics_sched.plugins.volume_restrictions import (
     ERR_REASON_RWOP_CONFLICT,
     VolumeRestrictions,
 )
-from metrics_sched.state.cluster_state import ClusterState, PodRecord
+from metrics_sched.state.cluster_state import ClusterState
+from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 from tests.unit.fakes import FakeAPI

@@ -1,0 +1,34 @@
+"""A filter's verdict over the whole node table: its own module, so the Handle (which runs the filters for a
+plugin) and the extension-point interfaces (which return it) both stand on it without importing each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from metrics_sched.state.node_table import BoolArray, NodeTable
+
+__all__ = ["Filtered"]
+
+
+@dataclass
+class Filtered:
+    """A filter's verdict over every row of the table: feasible[row] and why the others failed.
+
+    `reasons` maps a human reason (as in FailedScheduling messages) to the rows it rejects. Every reason
+    a row is listed under is counted, as kube-scheduler counts each reason of a node's status (Insufficient
+    cpu and Insufficient memory); a plugin whose upstream Filter stops at the first failing rule lists the
+    row under that rule only.
+    """
+
+    feasible: BoolArray
+    reasons: dict[str, BoolArray] = field(default_factory=dict)
+
+    @classmethod
+    def single(cls, feasible: BoolArray, reason: str) -> Filtered:
+        return cls(feasible, {reason: ~feasible})
+
+    @classmethod
+    def all(cls, table: NodeTable) -> Filtered:
+        return cls(np.ones(table.capacity, dtype=bool))
