@@ -54,6 +54,7 @@ from adapters.cmdb.paths import ItemsMode, split_path
 from adapters.cmdb.presets import PRESETS, apply_preset
 from adapters.http_common import CALLER_KEYS, Credentials, check_keys, read_auth, read_timeout, read_tls, read_url
 from metrics_sched.config import ConfigError
+from metrics_sched.config.numbers import finite_number
 from metrics_sched.config.reader import (
     field_name,
     mapping,
@@ -191,6 +192,8 @@ def _params(raw: object) -> dict[str, str]:
     for key, value in params.items():
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ConfigError(field_name("params", key), "must be a string or number")
+        if not isinstance(value, str):
+            finite_number(value, field_name("params", key))  # `.nan` would be sent as "nan"
         out[key] = str(value)
     return out
 
@@ -202,6 +205,8 @@ def _match(raw: object) -> dict[tuple[str, ...], object]:
             raise ConfigError("match", "paths must not be empty")
         if isinstance(value, Mapping | list):
             raise ConfigError(field_name("match", key), "must be a scalar (string, number, boolean or null)")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            finite_number(value, field_name("match", key))  # NaN equals nothing: every item would be skipped
     return {split_path(key): value for key, value in match.items()}
 
 
