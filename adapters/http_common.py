@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
+from adapters.bounded_answer import BoundedAnswerError, get_bounded
 from metrics_sched.config import ConfigError, reader
 from metrics_sched.config.reader import field_name, mapping, read_duration, read_str
 from metrics_sched.model.quantity import QuantityError, parse_quantity
@@ -278,12 +279,16 @@ def kube_api_client(factory: Callable[[], httpx.Client] | None) -> httpx.Client:
     return factory() if factory is not None else httpx.Client(base_url="https://kubernetes.invalid")
 
 
-def get_body(client: httpx.Client, path: str, *, timeout: float, params: Mapping[str, str] | None = None,
-             accept: str = "application/json") -> bytes:
+def get_body(client: httpx.Client, path: str, *, timeout: float, max_bytes: int,
+             params: Mapping[str, str] | None = None, accept: str = "application/json") -> bytes:
     """GET an aggregated Kubernetes API (metrics.k8s.io, custom/external metrics): the body of a 200 answer, or
-    a SourceError naming the path (transport error, non-200 with the Status message)."""
+    a SourceError naming the path (transport error, non-200 with the Status message, an answer past `max_bytes`
+    or not complete within `timeout`: adapters.bounded_answer)."""
     try:
-        resp = client.get(path, params=params, timeout=timeout, headers={"Accept": accept})
+        resp = get_bounded(client, path, params=params, timeout=timeout, max_bytes=max_bytes,
+                           headers={"Accept": accept})
+    except BoundedAnswerError as exc:
+        raise SourceError(f"GET {path}: {exc}") from None
     except httpx.HTTPError as exc:
         raise SourceError(f"GET {path}: {describe_error(exc)}") from None
     if resp.status_code != 200:
@@ -300,10 +305,11 @@ def loads_body(path: str, content: bytes) -> object:
     return body
 
 
-def get_json(client: httpx.Client, path: str, *, timeout: float, params: Mapping[str, str] | None = None,
-             accept: str = "application/json") -> object:
+def get_json(client: httpx.Client, path: str, *, timeout: float, max_bytes: int,
+             params: Mapping[str, str] | None = None, accept: str = "application/json") -> object:
     """`get_body`, decoded (`loads_body`)."""
-    return loads_body(path, get_body(client, path, timeout=timeout, params=params, accept=accept))
+    return loads_body(path, get_body(client, path, timeout=timeout, max_bytes=max_bytes, params=params,
+                                     accept=accept))
 
 
 def counted_quantity(raw: object, dropped: Counter[str]) -> Fraction | None:

@@ -9,7 +9,10 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
 - `params` (default `{}`): extra query parameters for the first request (and every page with `offset`
   pagination), e.g. `{window: 1h}` or `{role: gpu-node}`; string values.
 - `interval` (default `60s`): seconds between refreshes.
-- `timeout` (default `2s`, at most 2 s): per HTTP request.
+- `timeout` (default `2s`, at most 2 s): per HTTP request, the whole answer (connect to last byte).
+- `maxResponseBytes` (default 67108864, 64 MiB; 4096..1073741824): the largest answer (one page) read,
+  counted after decompression; a larger one is cut off while it streams in and the refresh fails ("answer
+  larger than maxResponseBytes"), so one bad answer cannot exhaust the scheduler's memory.
 - `retries` (default 3, 0..5): extra attempts per request after a connection error, timeout or 5xx, with
   jittered exponential backoff (0.25 s doubling, at most 2 s). 4xx is never retried.
 - `auth` (default none): `{tokenFile: path, scheme: Token|Bearer}` (scheme default: `Token` for netbox,
@@ -50,10 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from adapters.bounded_answer import DEFAULT_MAX_RESPONSE_BYTES, read_max_response_bytes
 from adapters.cmdb.paths import ItemsMode, split_path
 from adapters.cmdb.presets import PRESETS, apply_preset
 from adapters.http_common import CALLER_KEYS, Credentials, check_keys, read_auth, read_timeout, read_tls, read_url
 from metrics_sched.config import ConfigError
+from metrics_sched.config.numbers import finite_number
 from metrics_sched.config.reader import (
     field_name,
     mapping,
@@ -68,8 +73,9 @@ from metrics_sched.config.reader import (
 PaginationType = Literal["none", "next", "link", "offset"]
 _PAGINATION_TYPES: tuple[PaginationType, ...] = ("none", "next", "link", "offset")
 _ITEMS_MODES: tuple[ItemsMode, ...] = ("list", "dictValues")
-_KEYS = {"preset", "url", "params", "interval", "timeout", "retries", "auth", "tls", "itemsPath", "itemsMode",
-         "match", "pagination", "maxPages", "nodeKey", "fields", "timestampPath", "circuitBreaker", *CALLER_KEYS}
+_KEYS = {"preset", "url", "params", "interval", "timeout", "maxResponseBytes", "retries", "auth", "tls", "itemsPath",
+         "itemsMode", "match", "pagination", "maxPages", "nodeKey", "fields", "timestampPath", "circuitBreaker",
+         *CALLER_KEYS}
 _SCHEMES = ("Token", "Bearer")
 
 
@@ -105,6 +111,7 @@ class CmdbConfig:
     params: dict[str, str] = field(default_factory=dict)
     interval: float = 60.0
     timeout: float = 2.0
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     retries: int = 3
     credentials: Credentials | None = None
     ca_file: Path | None = None
@@ -142,6 +149,7 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> CmdbConfig:
         params=_params(spec.get("params") or {}),
         interval=read_duration(spec, "interval", "", 60.0),
         timeout=read_timeout(spec, ""),
+        max_response_bytes=read_max_response_bytes(spec),
         retries=read_int(spec, "retries", "", 3, minimum=0, maximum=5),
         credentials=read_auth(spec, "", base_dir, token_key="tokenFile", schemes=_SCHEMES,
                               default_scheme=token_scheme),
@@ -191,6 +199,8 @@ def _params(raw: object) -> dict[str, str]:
     for key, value in params.items():
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ConfigError(field_name("params", key), "must be a string or number")
+        if not isinstance(value, str):
+            finite_number(value, field_name("params", key))  # `.nan` would be sent as "nan"
         out[key] = str(value)
     return out
 
@@ -202,6 +212,8 @@ def _match(raw: object) -> dict[tuple[str, ...], object]:
             raise ConfigError("match", "paths must not be empty")
         if isinstance(value, Mapping | list):
             raise ConfigError(field_name("match", key), "must be a scalar (string, number, boolean or null)")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            finite_number(value, field_name("match", key))  # NaN equals nothing: every item would be skipped
     return {split_path(key): value for key, value in match.items()}
 
 

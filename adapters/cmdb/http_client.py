@@ -1,8 +1,10 @@
-"""GETs to the CMDB: bounded timeouts, tenacity retries on transient failures, strict JSON, no leaks.
+"""GETs to the CMDB: bounded answers, tenacity retries on transient failures, strict JSON, no leaks.
 
-Retried (jittered exponential backoff): connection errors, timeouts and 5xx. Never retried: 4xx (the
-same request will fail the same way) and 3xx (redirects are not followed: a redirect could carry the
-Authorization header elsewhere; the error names the target so the URL can be fixed).
+Each answer is read within `timeout` (connect to last byte) and `maxResponseBytes` (adapters.bounded_answer).
+Retried (jittered exponential backoff): connection errors, timeouts (a late answer too) and 5xx. Never
+retried: 4xx (the same request will fail the same way), an answer past the size cap (it would be as large
+again) and 3xx (redirects are not followed: a redirect could carry the Authorization header elsewhere; the
+error names the target so the URL can be fixed).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
+from adapters.bounded_answer import AnswerTooLate, BoundedAnswerError, get_bounded
 from adapters.cmdb.values import loads_strict
 from adapters.http_common import Credentials, SourceError, clean_message, describe_error
 
@@ -63,9 +66,11 @@ class HeaderAuth(httpx.Auth):
 
 class CmdbHttp:
     def __init__(self, *, timeout: float, retries: int, credentials: Credentials | None, ca_file: Path | None,
-                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 max_bytes: int, transport: httpx.BaseTransport | None = None,
+                 sleep: Callable[[float], None] = time.sleep, wall_clock: Callable[[], float] = time.time) -> None:
         self.retries = retries
+        self._timeout = timeout
+        self._max_bytes = max_bytes
         self._credentials = credentials
         self._sleep = sleep
         self._wall_clock = wall_clock
@@ -90,7 +95,7 @@ class CmdbHttp:
             stop=stop_after_attempt(self.retries + 1),
             # 0.25 s doubling to 2 s, plus up to 0.25 s of jitter so many schedulers do not retry in step.
             wait=wait_exponential(multiplier=0.25, max=2.0) + wait_random(0, 0.25),
-            retry=retry_if_exception_type((httpx.TransportError, _ServerError)),
+            retry=retry_if_exception_type((httpx.TransportError, _ServerError, AnswerTooLate)),
             sleep=self._sleep,
             reraise=True,
         )
@@ -101,6 +106,10 @@ class CmdbHttp:
             raise Unreachable(self._message(f"GET {target}: {describe_error(exc)} ({attempts} attempts)")) from None
         except _ServerError as exc:
             raise Unreachable(self._message(f"GET {target}: HTTP {exc.status} ({attempts} attempts)")) from None
+        except AnswerTooLate as exc:
+            raise Unreachable(self._message(f"GET {target}: {exc} ({attempts} attempts)")) from None
+        except BoundedAnswerError as exc:
+            raise BadReply(self._message(f"GET {target}: {exc}")) from None
         received_at = self._wall_clock()
         if resp.is_redirect:
             location = resp.headers.get("Location", "?")
@@ -116,9 +125,8 @@ class CmdbHttp:
         return Page(body=body, next_link=next_link or None, received_at=received_at)
 
     def _once(self, target: httpx.URL) -> httpx.Response:
-        resp = self._client.get(target)
+        resp = get_bounded(self._client, target, timeout=self._timeout, max_bytes=self._max_bytes)
         if resp.status_code >= 500:
-            resp.close()
             raise _ServerError(resp.status_code)
         return resp
 

@@ -47,7 +47,8 @@ class CmdbSource(PolledSource):
         super().__init__(name, config.interval, list(config.fields), breaker=breaker, clock=wall_clock)
         self.config = config
         self._http = CmdbHttp(timeout=config.timeout, retries=config.retries, credentials=config.credentials,
-                              ca_file=config.ca_file, transport=transport, sleep=sleep, wall_clock=wall_clock)
+                              ca_file=config.ca_file, max_bytes=config.max_response_bytes, transport=transport,
+                              sleep=sleep, wall_clock=wall_clock)
         self.health.extra.update(url=config.url, pages=0, truncated=False)
 
     def fetch(self, nodes: NodeDirectory) -> FetchResult:

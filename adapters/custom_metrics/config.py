@@ -5,7 +5,11 @@ API server address, credentials and TLS come from the injected Kubernetes client
 metrics APIs are aggregated APIs served through the API server (prometheus-adapter, KEDA, Datadog).
 
 - `interval` (default `15s`): seconds between refreshes.
-- `timeout` (default `5s`, at most 30 s): per request (one per configured metric).
+- `timeout` (default `5s`, at most 30 s): per request (one per configured metric), the whole answer (connect to
+  last byte).
+- `maxResponseBytes` (default 67108864, 64 MiB; 4096..1073741824): the largest answer read, counted after
+  decompression; a larger one is cut off while it streams in and the refresh fails ("answer larger than
+  maxResponseBytes"), so one bad answer cannot exhaust the scheduler's memory.
 - `apiVersion` (default `v1beta2`; or `v1beta1`): the `custom.metrics.k8s.io` version to read.
 - `nodeMetrics`: per-node metrics, each read as `/apis/custom.metrics.k8s.io/<apiVersion>/nodes/*/<metric>`:
   - `name` (required): the metric's name in the telemetry cache (what plugins read, e.g. a `CustomMetric`
@@ -29,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from adapters.bounded_answer import DEFAULT_MAX_RESPONSE_BYTES, read_max_response_bytes
 from adapters.http_common import CALLER_KEYS, check_keys, read_timeout
 from metrics_sched.config import ConfigError
 from metrics_sched.config.reader import (
@@ -43,7 +48,7 @@ from metrics_sched.config.reader import (
 
 ApiVersion = Literal["v1beta2", "v1beta1"]
 API_VERSIONS: tuple[ApiVersion, ...] = ("v1beta2", "v1beta1")
-_KEYS = {"interval", "timeout", "apiVersion", "nodeMetrics", "externalMetrics", *CALLER_KEYS}
+_KEYS = {"interval", "timeout", "maxResponseBytes", "apiVersion", "nodeMetrics", "externalMetrics", *CALLER_KEYS}
 _NODE_KEYS = {"name", "metric", "selector", "scale"}
 _EXTERNAL_KEYS = {*_NODE_KEYS, "namespace", "nodeSelector"}
 
@@ -72,6 +77,7 @@ class CustomMetricsConfig:
     external_metrics: tuple[ExternalMetric, ...] = ()
     interval: float = 15.0
     timeout: float = 5.0
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     api_version: ApiVersion = "v1beta2"
 
     @property
@@ -93,6 +99,7 @@ def parse_config(spec: Mapping[str, Any]) -> CustomMetricsConfig:
         external_metrics=external,
         interval=read_duration(spec, "interval", "", defaults.interval),
         timeout=read_timeout(spec, "", defaults.timeout, maximum=30.0),
+        max_response_bytes=read_max_response_bytes(spec),
         api_version=read_choice(spec, "apiVersion", "", API_VERSIONS, defaults.api_version),
     )
     if not config.names:

@@ -173,7 +173,8 @@ class CustomMetricsSource(PolledSource):
         if selector is not None:
             query["metricLabelSelector"] = selector
         result.queries += 1
-        return get_json(self._client, path, timeout=self.config.timeout, params=query, accept=accept)
+        return get_json(self._client, path, timeout=self.config.timeout, max_bytes=self.config.max_response_bytes,
+                        params=query, accept=accept)
 
     def close(self) -> None:
         if self._close_client:

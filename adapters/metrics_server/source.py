@@ -95,7 +95,8 @@ class MetricsServerSource(PolledSource):
         return result
 
     def _list(self) -> bytes:
-        return get_body(self._client, self.config.path, timeout=self.config.timeout)
+        return get_body(self._client, self.config.path, timeout=self.config.timeout,
+                        max_bytes=self.config.max_response_bytes)
 
     def _typed(self, items: list[_NodeMetrics], nodes: NodeDirectory, result: FetchResult) -> BatchedFetchResult:
         """The values of a well-formed list, one batch per metric: the same outcomes as `_item`, without its

@@ -14,7 +14,10 @@ status and Prometheus' `errorType`/`error` (the library's own error for a non-20
 whose only content is its text).
 
 The session never retries (the next refresh is the retry, and a refresh must stay bounded), never follows
-redirects, never reads proxies or .netrc from the environment, and always verifies TLS.
+redirects, never reads proxies or .netrc from the environment, and always verifies TLS. Each answer is
+streamed and bounded (adapters.bounded_answer): at most `maxResponseBytes` are read (an error answer's
+first ERROR_BODY_BYTES only), and `timeout` is the whole answer's, from the connect to the last byte (the
+session's adapter, adapters.prometheus.watched_adapter, shows the Cutter its sockets).
 
 Decoding: `query` sends exactly what `PrometheusConnect.custom_query` sends (GET, the same session, URL,
 headers and timeout) but decodes the body itself instead of the library's `response.json()` (the
@@ -37,12 +40,23 @@ import orjson
 import requests
 from prometheus_api_client import PrometheusConnect
 from requests.auth import AuthBase
+from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
+from adapters.bounded_answer import (
+    BOUNDED_HEADERS,
+    CHUNK_BYTES,
+    ERROR_BODY_BYTES,
+    AnswerTooLate,
+    BoundedAnswerError,
+    Cutter,
+    read_body,
+)
 from adapters.http_common import Credentials, SecretFile, SourceError, clean_message, describe_error
 from adapters.prometheus.config import PrometheusConfig, SecretHeader
 from adapters.prometheus.series import Element, RawElement
+from adapters.prometheus.watched_adapter import WatchedAdapter
 
 USER_AGENT = "metrics-sched/0.1"
 _DETAIL_LIMIT = 200
@@ -127,21 +141,29 @@ def raise_for_status(response: requests.Response, *args: object, **kwargs: objec
     if response.is_redirect:
         raise HTTPStatusError(response.status_code, "redirects are not followed; set url to the final address")
     detail = ""
+    # The answer is streamed: its first ERROR_BODY_BYTES are enough for the message, and all that is read.
+    head = read_body(_raw_chunks(response), response.headers.get("Content-Encoding", ""), ERROR_BODY_BYTES,
+                     truncate=True)
     try:
-        payload = response.json()
+        payload = orjson.loads(head)
         if isinstance(payload, dict) and payload.get("error"):
             detail = f"{payload.get('errorType', 'error')}: {payload['error']}"
-    except ValueError:
+    except orjson.JSONDecodeError:
         pass
     if not detail:
-        detail = response.content[:_DETAIL_LIMIT].decode("utf-8", "replace").strip() or (response.reason or "")
+        detail = head[:_DETAIL_LIMIT].decode("utf-8", "replace").strip() or (response.reason or "")
     raise HTTPStatusError(response.status_code, detail)
 
 
-def _read_timeout(exc: requests.exceptions.RequestException) -> bool:
+def _raw_chunks(response: requests.Response) -> Any:
+    """The body as it comes off the wire (decoded by read_body, within its cap)."""
+    return response.raw.stream(CHUNK_BYTES, decode_content=False)
+
+
+def _read_timeout(exc: Exception) -> bool:
     """With retries off, requests reports a read timeout as a ConnectionError around urllib3's MaxRetryError
     (waiting for the headers) or around urllib3's ReadTimeoutError (reading the body)."""
-    if isinstance(exc, requests.exceptions.ReadTimeout):
+    if isinstance(exc, requests.exceptions.ReadTimeout | ReadTimeoutError):
         return True
     inner = exc.args[0] if exc.args else None
     if isinstance(inner, MaxRetryError):
@@ -225,6 +247,7 @@ class PrometheusClient:
     def __init__(self, config: PrometheusConfig, *, session: requests.Session | None = None) -> None:
         self.url = config.url
         self.timeout = config.timeout
+        self.max_bytes = config.max_response_bytes
         session = session or requests.Session()
         session.trust_env = False
         session.verify = str(config.ca_file) if config.ca_file else True
@@ -241,7 +264,10 @@ class PrometheusClient:
         self._headers = dict(config.headers) or None
         self._prom: Any = PrometheusConnect(url=config.url, headers=self._headers, session=session,
                                             proxy=proxies, retry=no_retries, timeout=config.timeout)
+        # PrometheusConnect mounted requests' HTTPAdapter with these retries on its URL; the same, watched.
+        session.mount(self._prom.url, WatchedAdapter(max_retries=no_retries))
         self._query_url = f"{self._prom.url}/api/v1/query"
+        self._sent_headers = {**(self._headers or {}), **BOUNDED_HEADERS}
 
     def secrets(self) -> list[str]:
         return self._auth.secrets()
@@ -255,32 +281,48 @@ class PrometheusClient:
         return self._request(promql, Answer)
 
     def _request(self, promql: str, decode: Callable[[bytes], T]) -> T:
+        cutter = Cutter(self.timeout)
         try:
-            # custom_query's own request (GET, the same session PrometheusConnect configured with the proxy and
-            # no-retry adapter, the same headers and timeout); only the decoding differs (module docstring).
-            response = self._session.get(self._query_url, params={"query": promql}, headers=self._headers,
-                                         timeout=self.timeout)
-            if response.status_code != 200:  # the response hook raised for every other status already
-                raise HTTPStatusError(response.status_code, response.reason or "")
-            return decode(response.content)
-        except HTTPStatusError as exc:
+            return decode(self._body(promql, cutter))
+        except Exception as exc:
+            if cutter.cut:  # whatever the cut made the transport say: the answer was late
+                raise QueryError(str(AnswerTooLate(self.timeout))) from None
+            self._raise_typed(exc)
+            raise
+
+    def _body(self, promql: str, cutter: Cutter) -> bytes:
+        """The answer's body within the cap and the deadline. custom_query's own request (GET, the same session
+        PrometheusConnect configured with the proxy and no-retry adapter, the same headers and timeout), streamed;
+        only the reading and decoding differ (module docstring)."""
+        with cutter:
+            response = self._session.get(self._query_url, params={"query": promql}, headers=self._sent_headers,
+                                         timeout=self.timeout, stream=True)
+            with response:
+                if response.status_code != 200:  # the response hook raised for every other status already
+                    raise HTTPStatusError(response.status_code, response.reason or "")
+                return read_body(_raw_chunks(response), response.headers.get("Content-Encoding", ""), self.max_bytes,
+                                 cutter)
+
+    def _raise_typed(self, exc: Exception) -> None:
+        """`exc` as this client's QueryError or PrometheusUnreachable (returns for anything else)."""
+        if isinstance(exc, HTTPStatusError):
             raise QueryError(clean_message(f"HTTP {exc.status}: {exc.detail}", self.secrets())) from None
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+        if isinstance(exc, BoundedAnswerError):
+            raise QueryError(str(exc)) from None
+        if isinstance(exc, requests.exceptions.ReadTimeout | requests.exceptions.ConnectionError | ReadTimeoutError):
             if _read_timeout(exc):
                 raise QueryError(f"no answer within {self.timeout:g}s") from None
             # Refused, DNS, TLS, client certificate refused, connect timeout, proxy: nothing can be asked of
             # this Prometheus now.
             raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {self._cause(exc)}") from None
-        except requests.exceptions.JSONDecodeError:
-            raise QueryError("malformed response: not JSON") from None
-        except MalformedBody as exc:
+        if isinstance(exc, MalformedBody):
             raise QueryError(f"malformed response: {exc}") from None
-        except requests.exceptions.RequestException as exc:
+        if isinstance(exc, requests.exceptions.RequestException | Urllib3Error):
             raise QueryError(self._cause(exc)) from None
-        except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, KeyError | TypeError | ValueError):
             raise QueryError(f"malformed response: {describe_error(exc, self.secrets(), limit=120)}") from None
 
-    def _cause(self, exc: requests.exceptions.RequestException) -> str:
+    def _cause(self, exc: Exception) -> str:
         # requests wraps urllib3's MaxRetryError, whose text repeats the whole query URL; its reason is the point.
         inner = exc.args[0] if exc.args else None
         if isinstance(inner, MaxRetryError) and inner.reason is not None:

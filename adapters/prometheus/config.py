@@ -5,12 +5,16 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
 - `url` (required): the Prometheus base URL, e.g. `http://prometheus.monitoring:9090` (a path prefix such
   as `/prometheus` is kept). No credentials in the URL.
 - `interval` (default `10s`): seconds between refreshes; a number or a duration string ("15s", "1m").
-- `timeout` (default `5s`, or `interval` when shorter; at most `30s`): per query (connect, and each read
-  of the answer). The refresh runs beside scheduling, never in it: a slow Prometheus delays fresh values
+- `timeout` (default `5s`, or `interval` when shorter; at most `30s`): per query, for the whole answer
+  (connect to last byte: a server that drips its answer is cut off then, and the query fails). The refresh
+  runs beside scheduling, never in it: a slow Prometheus delays fresh values
   (they age, and past their ttl the scores go without them) but never holds a pod. A timeout cuts an
   answer Prometheus has mostly computed, so it is generous: the raw GPU presets at 5,000 nodes x 8 GPUs
   took 1-6 s on a busy 2-core Prometheus (read them through `recordingRules` instead). A query front end
   such as Mimir or Thanos may need more than a plain Prometheus.
+- `maxResponseBytes` (default 67108864, 64 MiB; 4096..1073741824): the largest answer read per query,
+  counted after decompression; a larger one is cut off while it streams in and that query fails ("answer
+  larger than maxResponseBytes"), so one bad answer cannot exhaust the scheduler's memory.
 - `auth` (default none): `{bearerTokenFile: path}` or `{basicAuth: {username, passwordFile: path}}`.
   Files are read at load time (missing/empty is an error), re-read as soon as the file changes (checked
   before every query) and at least every 60 s to follow rotation.
@@ -61,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapters.bounded_answer import DEFAULT_MAX_RESPONSE_BYTES, read_max_response_bytes
 from adapters.http_common import (
     CALLER_KEYS,
     Credentials,
@@ -90,8 +95,8 @@ DEFAULT_INTERVAL = 10.0
 DEFAULT_NODE_LABELS: tuple[str, ...] = ()  # the built-in order (node_names.BUILT_IN_LABELS) follows anyway
 DEFAULT_TIMEOUT = 5.0
 MAX_TIMEOUT = 30.0
-_SOURCE_KEYS = {"url", "interval", "timeout", "auth", "headers", "tls", "proxyUrl", "nodeLabels", "recordingRules",
-                "metrics", *CALLER_KEYS}
+_SOURCE_KEYS = {"url", "interval", "timeout", "maxResponseBytes", "auth", "headers", "tls", "proxyUrl", "nodeLabels",
+                "recordingRules", "metrics", *CALLER_KEYS}
 _TLS_KEYS = {"caFile", "certFile", "keyFile"}
 # RFC 9110 field-name: a token.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -144,6 +149,7 @@ class PrometheusConfig:
     metrics: tuple[MetricSpec, ...]
     interval: float = DEFAULT_INTERVAL
     timeout: float = DEFAULT_TIMEOUT
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     credentials: Credentials | None = None
     ca_file: Path | None = None
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
@@ -180,6 +186,7 @@ def parse_config(spec: Mapping[str, Any], *, base_dir: Path) -> PrometheusConfig
         interval=interval,
         # By default no query outlives the refresh interval it belongs to.
         timeout=read_timeout(spec, "", min(DEFAULT_TIMEOUT, interval), maximum=MAX_TIMEOUT),
+        max_response_bytes=read_max_response_bytes(spec),
         credentials=read_auth(spec, "", base_dir, token_key="bearerTokenFile"),
         ca_file=ca_file,
         node_labels=node_labels,

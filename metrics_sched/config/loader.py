@@ -40,6 +40,7 @@ from metrics_sched.config.model import (
     SchedulerConfig,
 )
 from metrics_sched.config.reader import (
+    check_json_shaped,
     check_keys,
     field_name,
     mapping,
@@ -326,6 +327,7 @@ def _leader_election(data: Any) -> LeaderElectionConfig:
 def parse_config(data: Any, catalog: PluginCatalog) -> SchedulerConfig:
     data = mapping(data, "", optional=True)
     check_keys(data, keys(), "")
+    check_json_shaped(data)
     warnings = WarningLog()
     if data.get("apiVersion", API_VERSIONS[0]) not in API_VERSIONS:
         raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
@@ -443,16 +445,24 @@ def _bind_workers(data: Mapping[str, Any]) -> int:
 
 
 def load_config(path: Path, catalog: PluginCatalog) -> SchedulerConfig:
+    """The config in `path`; every way it can be unusable is a ConfigError (the CLI's exit 2), never a traceback."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                              f"{exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError("", f"{path} is not valid YAML{where}") from None
+    except (ValueError, RecursionError) as exc:
+        # Valid YAML that PyYAML cannot build: a date like 2024-13-45, an integer past Python's 4300 digits,
+        # nesting deeper than the recursion limit.
+        raise ConfigError("", f"{path} cannot be read as YAML: {type(exc).__name__}: {str(exc)[:120]}") from None
     return parse_config(data if data is not None else {}, catalog)
 
 

@@ -11,20 +11,22 @@ Conventions:
   without a default (or an explicit `null`) is "is required".
 - `mapping(value, field)` / `sequence(value, field)` check a value already in hand (list items, args).
 - Unknown keys are refused by `check_keys`, never ignored: a typo must not silently fall back to a default.
+- Every number is finite and within range (`metrics_sched.config.numbers`): NaN, the infinities and
+  integers past 64 bits are refused by the readers themselves, whatever range the caller asks for.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
 from metrics_sched.config.durations import parse_duration
 from metrics_sched.config.errors import ConfigError
+from metrics_sched.config.numbers import finite_number, integer_in_range
 
 __all__ = [
-    "check_keys", "field_name", "mapping", "read_bool", "read_choice", "read_duration", "read_float", "read_int",
-    "read_str", "sequence",
+    "check_json_shaped", "check_keys", "field_name", "mapping", "read_bool", "read_choice", "read_duration",
+    "read_float", "read_int", "read_str", "sequence",
 ]
 
 T = TypeVar("T", bound=str)
@@ -68,6 +70,22 @@ def check_keys(spec: Mapping[str, Any], known: Collection[str], where: str) -> N
                               f"unknown field (expected one of: {', '.join(sorted(known))})")
 
 
+def check_json_shaped(data: Mapping[str, Any]) -> None:
+    """Refuses, naming the path, a mapping key anywhere in `data` that is not a string. A config is JSON-shaped
+    (KubeSchedulerConfiguration is JSON): YAML's `1:`, `on:` or `~:` keys mean nothing in it, and parts read
+    later (a source's spec, plugin args) must not break the config's hash (sorted keys) before they are."""
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:  # a loop, not recursion: YAML nests deeper than Python recurses
+        where, value = stack.pop()
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ConfigError(where, f"keys must be strings, got {key!r}")
+                stack.append((field_name(where, key), item))
+        elif isinstance(value, list):
+            stack.extend((field_name(where, i), item) for i, item in enumerate(value))
+
+
 def _value(spec: Mapping[str, Any], key: str, where: str, default: object) -> object:
     value = spec.get(key, default)
     if value is None:
@@ -102,13 +120,14 @@ def read_float(spec: Mapping[str, Any], key: str, where: str, default: float | N
     """A finite number (an int is accepted, a bool is not); `positive` means > 0, `minimum` means >= it."""
     value = _value(spec, key, where, default)
     field = field_name(where, key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(field, f"must be a finite number, got {value!r}")
-    if positive and value <= 0:
+    number = finite_number(value, field)
+    if positive and number <= 0:
         raise ConfigError(field, f"must be > 0, got {value!r}")
-    if minimum is not None and value < minimum:
+    if minimum is not None and number < minimum:
         raise ConfigError(field, f"must be >= {minimum:g}, got {value!r}")
-    return float(value)
+    return number
 
 
 def read_int(spec: Mapping[str, Any], key: str, where: str, default: int | None = None, *,
@@ -118,6 +137,7 @@ def read_int(spec: Mapping[str, Any], key: str, where: str, default: int | None 
     field = field_name(where, key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(field, f"must be an integer, got {value!r}")
+    integer_in_range(value, field)
     if minimum is not None and value < minimum:
         raise ConfigError(field, f"must be >= {minimum}, got {value!r}")
     if maximum is not None and value > maximum:

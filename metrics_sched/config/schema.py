@@ -13,6 +13,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from metrics_sched.config.durations import MAX_DURATION_SECONDS
 from metrics_sched.config.model import DEFAULT_CPU_AFFINITY, EXTENSION_POINT_NAMES
 from metrics_sched.config.upstream_fields import NO_EFFECT_POINTS
 
@@ -74,7 +75,8 @@ def _bool(description: str, default: bool) -> Schema:
 
 def _duration(description: str, default: str) -> Schema:
     return {"description": f"{description} A Go duration ('15s', '1m30s') or seconds.", "default": default,
-            "anyOf": [{"type": "string", "pattern": GO_DURATION_PATTERN}, {"type": "number", "minimum": 0}]}
+            "anyOf": [{"type": "string", "pattern": GO_DURATION_PATTERN},
+                      {"type": "number", "minimum": 0, "maximum": MAX_DURATION_SECONDS}]}
 
 
 def _list(items: Schema, description: str) -> Schema:
