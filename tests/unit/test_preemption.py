@@ -14,10 +14,13 @@ from metrics_sched.config import parse_config
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.selectors import LabelSelector
 from metrics_sched.plugins import in_tree_registry
-from metrics_sched.plugins.default_preemption import DefaultPreemption
+from metrics_sched.plugins.default_preemption.budgets import split_by_budget
+from metrics_sched.plugins.default_preemption.candidates import Candidate, candidate_count
+from metrics_sched.plugins.default_preemption.outcome import PREEMPTION, PreemptionOutcome
+from metrics_sched.plugins.default_preemption.plugin import DefaultPreemption
+from metrics_sched.plugins.default_preemption.selection import pick_one_node
+from metrics_sched.plugins.default_preemption.victims import select_victims
 from metrics_sched.ports import ApiError
-from metrics_sched.preemption import Candidate, candidate_count, pick_one_node, select_victims, split_by_budget
-from metrics_sched.preemption.outcome import PREEMPTION, PreemptionOutcome
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.disruption_budgets import Budget, parse_budget
 from metrics_sched.state.pod_record import PodRecord
@@ -363,7 +366,7 @@ class FailingPreemptor:
 
 def test_the_executor_reports_failures_skips_gone_victims_and_rejects_waiting_ones() -> None:
     from metrics_sched.framework.waiting import WaitingPod, WaitingPods
-    from metrics_sched.preemption import PreemptionExecutor
+    from metrics_sched.plugins.default_preemption.executor import PreemptionExecutor
 
     api = FakeAPI()
     preemptor = FailingPreemptor({"condition gone": ApiError(404, "not found"), "delete broken": ApiError(500, "x")})

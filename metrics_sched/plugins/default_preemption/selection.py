@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from metrics_sched.preemption.candidates import Candidate
+from metrics_sched.plugins.default_preemption.candidates import Candidate
 
 __all__ = ["CRITERIA", "Pick", "pick_one_node"]
 

@@ -3,14 +3,14 @@
 When no node fits, the nodes whose rejection removing pods could resolve (not those a node's labels, taints,
 unschedulable flag, ... rule out: UnschedulableAndUnresolvable upstream) are dry-run from a random offset until
 enough candidates are found (minCandidateNodesPercentage of them, at least minCandidateNodesAbsolute): on each,
-the fewest lower-priority victims that make the pod fit (metrics_sched.preemption.victims). The node is picked by
+the fewest lower-priority victims that make the pod fit (victims.py, beside it). The node is picked by
 upstream's criteria, a remaining tie by the profile's score (cooler, cheaper); the pod is nominated there at once
 (its room held against lower-priority pods) and the victims are taken by the executor, off the scheduling thread.
 
 Cost: the dry runs hold the cluster lock on the scheduling thread; each is one PreFilter and Filter pass over the
 table in a state with victims un-counted (ClusterState.simulated). When every filter in play is node-local (no
 inter-pod rule, spreading constraint or contested claim for this pod), all nodes are dry-run together:
-1 + (most lower-priority pods on a node) passes in all (metrics_sched.preemption.batch; measured on this shared
+1 + (most lower-priority pods on a node) passes in all (batch.py; measured on this shared
 2-core machine: 40 ms at 100 nodes, 0.2 s at 1,000, 1.0 s at 5,000 nodes of 4 lower-priority pods each).
 Otherwise node by node: 1 + (lower-priority pods on the node) passes per node tried, for at most the candidate
 count of nodes. Plus one pass over the placed pods to group them by node.
@@ -36,28 +36,24 @@ from metrics_sched.framework.handle import Handle
 from metrics_sched.framework.interfaces import Filtered, PostFilterPlugin, PostFilterResult
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.plugins.inter_pod_affinity import ERR_ANTI_AFFINITY, ERR_EXISTING_ANTI_AFFINITY
-from metrics_sched.plugins.node_ports import ERR_REASON as ERR_PORTS
-from metrics_sched.plugins.node_volume_limits import ERR_REASON_MAX_VOLUME_COUNT
-from metrics_sched.plugins.pod_topology_spread import ERR_CONSTRAINTS
-from metrics_sched.plugins.volume_restrictions import ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT
-from metrics_sched.preemption import (
-    Candidate,
-    PreemptionExecutor,
-    candidate_count,
-    eligible_to_preempt,
-    pick_one_node,
-    select_victims,
-)
-from metrics_sched.preemption.batch import Selected, select_victims_everywhere
-from metrics_sched.preemption.eligibility import NEVER, preemption_policy
-from metrics_sched.preemption.outcome import (
+from metrics_sched.plugins.default_preemption.batch import Selected, select_victims_everywhere
+from metrics_sched.plugins.default_preemption.candidates import Candidate, candidate_count
+from metrics_sched.plugins.default_preemption.eligibility import NEVER, eligible_to_preempt, preemption_policy
+from metrics_sched.plugins.default_preemption.executor import PreemptionExecutor
+from metrics_sched.plugins.default_preemption.outcome import (
     PREEMPTION,
     PREEMPTION_ATTEMPTS,
     PREEMPTION_VICTIMS,
     PreemptionOutcome,
     Victim,
 )
+from metrics_sched.plugins.default_preemption.selection import pick_one_node
+from metrics_sched.plugins.default_preemption.victims import select_victims
+from metrics_sched.plugins.inter_pod_affinity.plugin import ERR_ANTI_AFFINITY, ERR_EXISTING_ANTI_AFFINITY
+from metrics_sched.plugins.node_ports.plugin import ERR_REASON as ERR_PORTS
+from metrics_sched.plugins.node_volume_limits.plugin import ERR_REASON_MAX_VOLUME_COUNT
+from metrics_sched.plugins.pod_topology_spread.plugin import ERR_CONSTRAINTS
+from metrics_sched.plugins.volume_restrictions.plugin import ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT
 from metrics_sched.state.node_table import BoolArray, NodeTable
 from metrics_sched.state.pod_record import PodRecord
 
@@ -212,7 +208,7 @@ class DefaultPreemption(PostFilterPlugin):
                  local: bool) -> tuple[list[Candidate], dict[str, int]]:
         """Candidates from the rows in table order, starting at a random offset (upstream's
         GetOffsetAndNumCandidates), until enough are found with at least one that violates no budget. `local`:
-        every filter in play is node-local, so all nodes are dry-run together (metrics_sched.preemption.batch);
+        every filter in play is node-local, so all nodes are dry-run together (batch.py);
         otherwise node by node."""
         cluster = self.handle.cluster
         wanted = candidate_count(int(rows.size), self.args.min_candidate_nodes_percentage,

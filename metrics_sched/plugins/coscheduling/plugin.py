@@ -12,7 +12,7 @@ After scheduler-plugins' Coscheduling (pkg/coscheduling) and kube-scheduler's Ga
 - Placement (after Score, for the first member of an attempt): the domain of the group's topology key
   (the Workload API's topologyConstraints, the PodGroup annotation `metrics-sched.io/topology-key`, or this
   plugin's `topologyKey`) that holds every member still to place and scores best on the profile's weighted
-  objective (metrics_sched.gangs.placement); Filter then keeps every member in that domain. No domain holds
+  objective (placement.py, beside it); Filter then keeps every member in that domain. No domain holds
   them all: the attempt fails, unless `fallbackToMemberByMember` (and the group did not ask for the key
   itself). Every member's decision record carries the gang decision.
 - Reserve / Permit: a member waits at Permit until minMember members hold a node, then all are allowed
@@ -54,12 +54,12 @@ from metrics_sched.framework import (
     explain,
 )
 from metrics_sched.framework.interfaces import PlacementPlugin
-from metrics_sched.gangs.metrics import GANG_FAILURES, GANG_WAIT
-from metrics_sched.gangs.placement import choose_domain
-from metrics_sched.gangs.tracker import SCHEDULED, FailureReason, GangDecision, GangTracker
 from metrics_sched.model.group_membership import GroupKey, GroupRefError, group_of
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import PODS
+from metrics_sched.plugins.coscheduling.metrics import GANG_FAILURES, GANG_WAIT
+from metrics_sched.plugins.coscheduling.placement import choose_domain
+from metrics_sched.plugins.coscheduling.tracker import SCHEDULED, FailureReason, GangDecision, GangTracker
 from metrics_sched.ports import PodGroupStatus
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 from metrics_sched.state.pod_groups import PodGroup, PodGroupStore

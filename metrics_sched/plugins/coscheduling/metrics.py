@@ -9,7 +9,7 @@ data".
 from __future__ import annotations
 
 from metrics_sched.framework import MetricKind, PluginMetric
-from metrics_sched.gangs.tracker import FAILURE_REASONS, SCHEDULED
+from metrics_sched.plugins.coscheduling.tracker import FAILURE_REASONS, SCHEDULED
 
 __all__ = ["GANG_FAILURES", "GANG_WAIT"]
 

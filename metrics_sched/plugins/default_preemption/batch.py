@@ -5,7 +5,7 @@ reads only the node's own pods (resources, ports, volume counts, taints, labels.
 try a step of the reprieve on all nodes together. Pass 0 takes every node's lower-priority pods away; pass i
 gives each node back its i-th victim in reprieve order (budget-violating first, each group from the most
 important) and keeps it if the pod still fits there. Each node ends with exactly the victims the one-node
-algorithm (metrics_sched.preemption.victims) gives it, in 1 + (most lower-priority pods on a node) passes
+algorithm (victims.py) gives it, in 1 + (most lower-priority pods on a node) passes
 instead of that per node. Filters that look across nodes (inter-pod rules, topology spread, a claim held
 elsewhere) need the one-node runs: the plugin chooses.
 """
@@ -16,8 +16,8 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 
 from metrics_sched.framework.interfaces import Filtered
-from metrics_sched.preemption.budgets import split_by_budget
-from metrics_sched.preemption.victims import more_important_first
+from metrics_sched.plugins.default_preemption.budgets import split_by_budget
+from metrics_sched.plugins.default_preemption.victims import more_important_first
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.disruption_budgets import Budget
 from metrics_sched.state.pod_record import PodRecord
