@@ -3,7 +3,8 @@
     from metrics_sched.framework import FilterPlugin, Filtered, Handle, PodInfo, ...
 
 Interfaces are in `interfaces`, typed cycle state in `cycle_state`, typed args in `args`, the opt-in
-batching protocol in `batchable` (and `incremental`), and the base for telemetry plugins in `metric_score`.
+batching protocol in `batchable` (and `incremental`), the base for telemetry plugins in `metric_score`, and the
+node masks several built-ins share: selector terms in `node_selector`, tolerated taints in `taints`.
 The engine that runs the plugins (the full-cycle and the batched-cycle runners) is `runtime`, which a
 plugin never imports. A plugin package makes its plugins known through the `metrics_sched.plugins`
 entry-point group (see `registry`).
@@ -61,8 +62,15 @@ from metrics_sched.framework.metric_score import (
     Scale,
     read_metric,
 )
+from metrics_sched.framework.node_selector import (
+    pod_required_affinity_mask,
+    required_affinity_mask,
+    selector_mask,
+    term_mask,
+)
 from metrics_sched.framework.plugin_events import MetricKind, MetricSample, PluginEvents, PluginMetric
 from metrics_sched.framework.status import SUCCESS, Code, Status
+from metrics_sched.framework.taints import tolerated_rows, untolerated_preferred
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
@@ -140,7 +148,13 @@ __all__ = [
     "has_only_local_volumes",
     "max_normalize",
     "parse_args",
+    "pod_required_affinity_mask",
     "read_metric",
+    "required_affinity_mask",
     "row_positions",
+    "selector_mask",
+    "term_mask",
+    "tolerated_rows",
     "unchanged",
+    "untolerated_preferred",
 ]

@@ -27,9 +27,10 @@ from metrics_sched.framework import (
     Reads,
     ScorePlugin,
     max_normalize,
+    selector_mask,
+    term_mask,
 )
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.plugins.node_selector import selector_mask, term_mask
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
 
 _CACHE_SIZE = 256

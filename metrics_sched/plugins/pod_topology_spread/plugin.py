@@ -52,11 +52,11 @@ from metrics_sched.framework import (
     ScorePlugin,
     StateKey,
     Status,
+    pod_required_affinity_mask,
     row_positions,
+    tolerated_rows,
 )
 from metrics_sched.model.selectors import LabelSelector, Requirement, SelectorError
-from metrics_sched.plugins.node_selector import pod_required_affinity_mask
-from metrics_sched.plugins.taint_toleration.plugin import tolerated_rows
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray
 from metrics_sched.state.pod_index import PodQuery, QueryTerm
 from metrics_sched.state.pod_record import PodRecord

@@ -52,6 +52,7 @@ from metrics_sched.framework import (
     Status,
     explain,
     has_only_local_volumes,
+    term_mask,
 )
 from metrics_sched.model.selectors import LabelSelector
 from metrics_sched.model.volumes import (
@@ -65,7 +66,6 @@ from metrics_sched.model.volumes import (
     StorageClass,
     claim_key,
 )
-from metrics_sched.plugins.node_selector import term_mask
 from metrics_sched.ports import ApiError
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeTable
 from metrics_sched.state.volumes import AssumeConflict, VolumeStore

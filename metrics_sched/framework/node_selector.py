@@ -1,6 +1,7 @@
 """Node selector terms (nodeSelector, nodeAffinity) evaluated over every node at once.
 
-Shared by NodeAffinity; not a plugin itself. Semantics follow k8s.io/component-helpers
+The SDK's selector masks: NodeAffinity filters and scores with them, PodTopologySpread honours a pod's node
+affinity with them, VolumeBinding matches a PV's node affinity with them. Semantics follow k8s.io/component-helpers
 scheduling/corev1/nodeaffinity: terms are ORed, expressions within a term ANDed; NotIn and
 DoesNotExist match nodes without the label; Gt/Lt compare int64 values as Go parses them; matchFields supports
 metadata.name.
@@ -16,6 +17,8 @@ import numpy as np
 
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.state.node_table import BoolArray, NodeTable
+
+__all__ = ["pod_required_affinity_mask", "required_affinity_mask", "selector_mask", "term_mask"]
 
 _INT64 = re.compile(r"[+-]?[0-9]+\Z")
 
