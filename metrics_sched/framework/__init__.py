@@ -24,6 +24,7 @@ from metrics_sched.framework.cycle_state import (
     explain,
 )
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, HintFn, QueueingHint
+from metrics_sched.framework.filtered import DryRun
 from metrics_sched.framework.handle import Handle, MetricReader, Services
 from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
 from metrics_sched.framework.interfaces import (
@@ -94,6 +95,7 @@ __all__ = [
     "Code",
     "CycleState",
     "Direction",
+    "DryRun",
     "EventHint",
     "FilterPlugin",
     "Filtered",

@@ -8,9 +8,9 @@ upstream's criteria, a remaining tie by the profile's score (cooler, cheaper); t
 (its room held against lower-priority pods) and the victims are taken by the executor, off the scheduling thread.
 
 Cost: the dry runs hold the cluster lock on the scheduling thread; each is one PreFilter and Filter pass over the
-table in a state with victims un-counted (ClusterState.simulated). When every filter in play is node-local (no
-inter-pod rule, spreading constraint or contested claim for this pod), all nodes are dry-run together:
-1 + (most lower-priority pods on a node) passes in all (batch.py; measured on this shared
+table in a state with victims un-counted (ClusterState.simulated). When every filter in play declares itself
+node-local (FilterPlugin.node_local; no inter-pod rule, spreading constraint or contested claim for this pod), all
+nodes are dry-run together: 1 + (most lower-priority pods on a node) passes in all (batch.py; measured on this shared
 2-core machine: 40 ms at 100 nodes, 0.2 s at 1,000, 1.0 s at 5,000 nodes of 4 lower-priority pods each).
 Otherwise node by node: 1 + (lower-priority pods on the node) passes per node tried, for at most the candidate
 count of nodes. Plus one pass over the placed pods to group them by node.
@@ -30,6 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from metrics_sched.config.errors import ArgsError
+from metrics_sched.framework import DryRun
 from metrics_sched.framework.cycle_state import CycleState, explain
 from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.framework.handle import Handle
@@ -49,37 +50,14 @@ from metrics_sched.plugins.default_preemption.outcome import (
 )
 from metrics_sched.plugins.default_preemption.selection import pick_one_node
 from metrics_sched.plugins.default_preemption.victims import select_victims
-from metrics_sched.plugins.inter_pod_affinity.plugin import ERR_ANTI_AFFINITY, ERR_EXISTING_ANTI_AFFINITY
-from metrics_sched.plugins.node_ports.plugin import ERR_REASON as ERR_PORTS
-from metrics_sched.plugins.node_volume_limits.plugin import ERR_REASON_MAX_VOLUME_COUNT
-from metrics_sched.plugins.pod_topology_spread.plugin import ERR_CONSTRAINTS
-from metrics_sched.plugins.volume_restrictions.plugin import ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT
 from metrics_sched.state.node_table import BoolArray, NodeTable
 from metrics_sched.state.pod_record import PodRecord
 
-__all__ = ["RESOLVABLE_REASONS", "DefaultPreemption"]
+__all__ = ["DefaultPreemption"]
 
-# The filter reasons upstream answers with Unschedulable (removing pods may help); any other reason (node
-# affinity, taints, unschedulable or not-ready nodes, volume zones, every VolumeBinding reason incl. storage
-# capacity, a metric filter...) rules the node out.
-RESOLVABLE_REASONS = frozenset({
-    "Too many pods", ERR_PORTS, ERR_EXISTING_ANTI_AFFINITY, ERR_ANTI_AFFINITY, ERR_CONSTRAINTS,
-    ERR_REASON_MAX_VOLUME_COUNT, ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT,
-})
-# Filters whose verdict on a node reads only that node and its own pods. The others (InterPodAffinity,
-# PodTopologySpread, VolumeRestrictions, gangs, third-party filters) are node-local only when their PreFilter
-# skipped the pod (no inter-pod rule, spreading constraint or contested claim to check).
-NODE_LOCAL_FILTERS = frozenset({
-    "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity", "NodeResourcesFit",
-    "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "GPUTemperature", "NodeLabelFilter",
-})
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _ATTEMPT = PREEMPTION_ATTEMPTS.sample()  # the same event every run: publishing it builds nothing
-
-
-def resolvable(reason: str) -> bool:
-    return reason in RESOLVABLE_REASONS or reason.startswith("Insufficient ")
 
 
 class DefaultPreemption(PostFilterPlugin):
@@ -137,8 +115,8 @@ class DefaultPreemption(PostFilterPlugin):
                 ran = self.handle.dry_run(pod)
             if ran is None:  # a PreFilter turned the pod down: no node can be helped
                 return self._none(cycle, pod, table, {}, NOT_HELPFUL)
-            verdict, in_play = ran
-            potential = self._potential(verdict, table)
+            verdict = ran.verdict
+            potential = self._potential(ran, table)
 
             nominated = self._nominated_node(pod)
             nominated_row = table.index.get(nominated) if nominated else None
@@ -153,7 +131,7 @@ class DefaultPreemption(PostFilterPlugin):
             rows = np.flatnonzero(potential)
             if rows.size == 0:
                 return self._none(cycle, pod, table, {}, NOT_HELPFUL)
-            local = in_play <= NODE_LOCAL_FILTERS
+            local = ran.node_local
             candidates, statuses = self._dry_run(pod, table, rows, held, local)
             if not candidates:
                 return self._none(cycle, pod, table, statuses, NOT_HELPFUL)
@@ -187,13 +165,15 @@ class DefaultPreemption(PostFilterPlugin):
                 return True
         return False
 
-    def _potential(self, verdict: Filtered, table: NodeTable) -> BoolArray:
-        """Rows the filters rejected only for reasons removing pods may resolve."""
-        size = table.capacity
+    def _potential(self, ran: DryRun, table: NodeTable) -> BoolArray:
+        """Rows the filters rejected only for reasons removing pods may resolve (as the filters declare: upstream's
+        Unschedulable; node affinity, taints, unschedulable or not-ready nodes, volume zones, every VolumeBinding
+        reason, a metric filter... are UnschedulableAndUnresolvable and rule the node out)."""
+        verdict, size = ran.verdict, table.capacity
         rejected = table.present[:size] & ~verdict.feasible[:size]
         ruled_out = np.zeros(size, dtype=bool)
         for reason, rows in verdict.reasons.items():
-            if not resolvable(reason):
+            if reason not in ran.resolvable:
                 ruled_out |= rows[:size]
         return np.asarray(rejected & ~ruled_out, dtype=bool)
 
@@ -227,7 +207,7 @@ class DefaultPreemption(PostFilterPlugin):
         if local:
             def verdict() -> Filtered | None:
                 ran = self.handle.dry_run(pod)
-                return None if ran is None else ran[0]
+                return None if ran is None else ran.verdict
 
             everywhere = select_victims_everywhere(cluster, {r: lower[r] for r in rows.tolist() if r in lower},
                                                    budgets, held, verdict)
@@ -256,7 +236,7 @@ class DefaultPreemption(PostFilterPlugin):
                     ran = self.handle.dry_run(pod)
                 if ran is None:
                     return False
-                verdict = ran[0]
+                verdict = ran.verdict
                 if not verdict.feasible[row]:
                     failed[:] = [r for r, mask in verdict.reasons.items() if mask[row]]
                     return False

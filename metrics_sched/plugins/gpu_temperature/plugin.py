@@ -43,6 +43,7 @@ from metrics_sched.model.resources import GPU
 
 class GPUTemperature(MetricScorePlugin):
     name = "GPUTemperature"
+    node_local = True  # the node's own telemetry
 
     @dataclass(frozen=True)
     class Args:

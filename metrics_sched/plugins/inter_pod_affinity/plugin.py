@@ -103,6 +103,9 @@ def _at(codes: IntArray, sums: FloatArray) -> FloatArray:
 
 class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, Batchable):
     name = "InterPodAffinity"
+    # Removing pods may lift an anti-affinity rule (the pod's or an existing pod's), never bring an affinity
+    # match; not node-local: a rule's topology domain spans nodes.
+    resolvable_reasons = frozenset({ERR_EXISTING_ANTI_AFFINITY, ERR_ANTI_AFFINITY})
     normalized = Normalized.COMPLETE  # min-max to 0-100 of finite sums
     # Pods coming and going change the counts; node labels change the domains; namespace labels what a
     # namespaceSelector selects.

@@ -38,6 +38,7 @@ _CACHE_SIZE = 256
 
 class NodeAffinity(FilterPlugin, ScorePlugin, Batchable):
     name = "NodeAffinity"
+    node_local = True  # the node's labels and name
     normalized = Normalized.COMPLETE  # max_normalize of non-negative weight sums
     normalize_by_top = True  # max_normalize
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})

@@ -29,6 +29,7 @@ from metrics_sched.state.node_table import BoolArray, NodeTable
 
 class NodeLabelFilter(FilterPlugin, Batchable):
     name = "NodeLabelFilter"
+    node_local = True  # the node's labels
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

@@ -11,6 +11,7 @@ from metrics_sched.state.node_table import NodeTable
 
 class NodeName(FilterPlugin, Batchable):
     name = "NodeName"
+    node_local = True  # the node's name
     events = frozenset({ClusterEvent.NODE_ADDED})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

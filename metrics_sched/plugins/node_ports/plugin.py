@@ -57,6 +57,8 @@ def ports_conflict(wanted: Sequence[HostPort], used: Sequence[HostPort]) -> bool
 
 class NodePorts(PreFilterPlugin, FilterPlugin, Batchable):
     name = "NodePorts"
+    node_local = True  # the host ports of the pods on the node
+    resolvable_reasons = frozenset({ERR_REASON})  # removing the pod holding the port frees it
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.POD_DELETED})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

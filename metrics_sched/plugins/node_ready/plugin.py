@@ -13,6 +13,7 @@ from metrics_sched.state.node_table import NodeTable
 
 class NodeReady(FilterPlugin, Batchable):
     name = "NodeReady"
+    node_local = True  # the node's Ready condition
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

@@ -60,9 +60,16 @@ class ScoringStrategy:
 
 class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin, Batchable):
     name = "NodeResourcesFit"
+    node_local = True  # the node's allocatable and its pods' requests
     normalized = Normalized.COMPLETE  # 100 * (1 - used/capacity), used/capacity held to [0, 1]
     normalize = unchanged  # already 0-100 (see `normalized`): the default's clip would copy them for nothing
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_ALLOCATABLE, ClusterEvent.POD_DELETED})
+
+    @classmethod
+    def resolvable(cls, reason: str) -> bool:
+        """Each of filter()'s reasons (one per resource, made at run time): a node short of a resource or of pod
+        slots may have room once lower-priority pods leave."""
+        return reason == _reason(PODS) or reason.startswith("Insufficient ")
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """Opportunistic batching: reads the node's allocatable and what its pods request."""

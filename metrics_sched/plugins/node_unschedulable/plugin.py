@@ -13,6 +13,7 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 class NodeUnschedulable(FilterPlugin, Batchable):
     name = "NodeUnschedulable"
+    node_local = True  # the node's unschedulable flag
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_SCHEDULABLE})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

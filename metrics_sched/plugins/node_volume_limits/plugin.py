@@ -129,6 +129,8 @@ class _Attached:
 
 class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
     name = "NodeVolumeLimits"
+    node_local = True  # the volumes attached to the node's pods
+    resolvable_reasons = frozenset({ERR_REASON_MAX_VOLUME_COUNT})  # removing pods detaches their volumes
     events = frozenset({ClusterEvent.CSI_NODE_CHANGED, ClusterEvent.POD_DELETED, ClusterEvent.PVC_CHANGED,
                         ClusterEvent.VOLUME_DETACHED})
 

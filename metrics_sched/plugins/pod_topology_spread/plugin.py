@@ -137,6 +137,9 @@ _SCORE = StateKey[_ScoreState]("PodTopologySpread/score")
 
 class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, IncrementalScorer, Batchable):
     name = "PodTopologySpread"
+    # Removing pods may even out the skew; a missing topology label it cannot. Not node-local: skew counts the
+    # pods of the whole domain.
+    resolvable_reasons = frozenset({ERR_CONSTRAINTS})
     normalized = Normalized.COMPLETE  # upstream's integer formula, 0 for ignored nodes
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS, ClusterEvent.NODE_TAINTS,
                         ClusterEvent.POD_ADDED, ClusterEvent.POD_LABELS, ClusterEvent.POD_DELETED})

@@ -23,6 +23,7 @@ from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 class TaintToleration(FilterPlugin, ScorePlugin, Batchable):
     name = "TaintToleration"
+    node_local = True  # the node's taints
     normalized = Normalized.COMPLETE  # max_normalize (reversed) of taint counts
     normalize_by_top = True  # max_normalize
     events = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_TAINTS})

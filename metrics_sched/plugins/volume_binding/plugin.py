@@ -185,6 +185,7 @@ _SENT = StateKey[frozenset[tuple[str, str]]]("VolumeBinding/sent")  # ("pv", nam
 
 class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin, Batchable):
     name = "VolumeBinding"
+    node_local = True  # the node's labels against PV affinity and capacity
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """Opportunistic batching: reads claims and volumes across the cluster: a pod with any is not batched."""

@@ -66,6 +66,9 @@ def _claim_names(volumes: PodVolumes) -> set[str]:
 
 class VolumeRestrictions(PreFilterPlugin, FilterPlugin, Batchable):
     name = "VolumeRestrictions"
+    # Removing the pod that uses the disk or the ReadWriteOncePod claim frees it. Not node-local: a ReadWriteOncePod
+    # claim in use on any node rejects every node.
+    resolvable_reasons = frozenset({ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT})
     events = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.PVC_CHANGED})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:

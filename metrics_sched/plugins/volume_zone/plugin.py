@@ -89,6 +89,7 @@ _STATE = StateKey[tuple[PVTopology, ...]]("VolumeZone/topologies")
 
 class VolumeZone(PreFilterPlugin, FilterPlugin, Batchable):
     name = "VolumeZone"
+    node_local = True  # the node's zone labels against the pod's PVs
     events = frozenset({ClusterEvent.STORAGE_CLASS_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS,
                         ClusterEvent.PVC_CHANGED, ClusterEvent.PV_CHANGED})
 
