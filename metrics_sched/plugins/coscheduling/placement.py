@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
+from metrics_sched.framework import FloatArray, IntArray, NodeTable
 
 __all__ = ["DomainChoice", "DomainScore", "choose_domain", "member_capacity"]
 

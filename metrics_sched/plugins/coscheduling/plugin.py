@@ -33,16 +33,28 @@ from typing import Any, Literal
 import numpy as np
 
 from metrics_sched.framework import (
+    PODS,
     SUCCESS,
     ArgsError,
     Batchable,
     BatchScope,
+    BoolArray,
     Code,
     CycleState,
     Filtered,
     FilterPlugin,
+    FloatArray,
+    GroupKey,
+    GroupRefError,
     Handle,
+    IntArray,
+    NodeTable,
     PermitPlugin,
+    PlacementPlugin,
+    PodGroup,
+    PodGroupStatus,
+    PodGroupStore,
+    PodInfo,
     PostFilterPlugin,
     PostFilterResult,
     PreFilterPlugin,
@@ -52,17 +64,11 @@ from metrics_sched.framework import (
     StateKey,
     Status,
     explain,
+    group_of,
 )
-from metrics_sched.framework.interfaces import PlacementPlugin
-from metrics_sched.model.group_membership import GroupKey, GroupRefError, group_of
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.model.resources import PODS
 from metrics_sched.plugins.coscheduling.metrics import GANG_FAILURES, GANG_WAIT
 from metrics_sched.plugins.coscheduling.placement import choose_domain
 from metrics_sched.plugins.coscheduling.tracker import SCHEDULED, FailureReason, GangDecision, GangTracker
-from metrics_sched.ports import PodGroupStatus
-from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
-from metrics_sched.state.pod_groups import PodGroup, PodGroupStore
 
 __all__ = ["Coscheduling", "GangCycle"]
 

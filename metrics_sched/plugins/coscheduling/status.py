@@ -12,9 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from metrics_sched.model.group_membership import GroupKey
-from metrics_sched.ports import ApiError, PodGroupApi, PodGroupStatus, PodGroupStatusWriter
-from metrics_sched.state.pod_groups import PodGroup
+from metrics_sched.framework import ApiError, GroupKey, PodGroup, PodGroupApi, PodGroupStatus, PodGroupStatusWriter
 
 __all__ = ["GroupStatusReporter"]
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metrics_sched.model.group_membership import GroupKey
+from metrics_sched.framework import GroupKey
 from metrics_sched.plugins.coscheduling.placement import DomainChoice
 
 __all__ = ["FAILURE_REASONS", "SCHEDULED", "Attempt", "FailureReason", "GangDecision", "GangTracker"]

@@ -13,15 +13,16 @@ import time
 
 from metrics_sched.framework import (
     BINDING_ANNOTATIONS,
+    ApiError,
     BindOutcomeKind,
     BindPlugin,
     BindStatus,
     Code,
     CycleState,
+    KubeObject,
     PodInfo,
     Status,
 )
-from metrics_sched.ports import ApiError, KubeObject
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from metrics_sched.state.disruption_budgets import Budget
-from metrics_sched.state.pod_record import PodRecord
+from metrics_sched.framework import Budget, PodRecord
 
 __all__ = ["split_by_budget"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metrics_sched.state.pod_record import PodRecord
+from metrics_sched.framework import PodRecord
 
 __all__ = ["Candidate", "candidate_count"]
 

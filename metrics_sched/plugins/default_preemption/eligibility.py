@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.pod_record import PodRecord
+from metrics_sched.framework import PodInfo, PodRecord
 
 __all__ = ["NEVER", "TERMINATING", "eligible_to_preempt", "preemption_policy"]
 

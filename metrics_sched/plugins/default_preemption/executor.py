@@ -19,11 +19,16 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from metrics_sched.framework.waiting import WaitingPods
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import ApiError, PodWriter, Preemptor, SchedulingEvent
-from metrics_sched.state.nominations import Nomination
-from metrics_sched.state.pod_record import PodRecord
+from metrics_sched.framework import (
+    ApiError,
+    Nomination,
+    PodInfo,
+    PodRecord,
+    PodWriter,
+    Preemptor,
+    SchedulingEvent,
+    WaitingPods,
+)
 
 __all__ = ["PreemptionExecutor"]
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metrics_sched.framework.cycle_state import StateKey
-from metrics_sched.framework.plugin_events import MetricKind, PluginMetric
+from metrics_sched.framework import MetricKind, PluginMetric, StateKey
 
 __all__ = ["PREEMPTION", "PREEMPTION_ATTEMPTS", "PREEMPTION_VICTIMS", "PreemptionOutcome", "Victim"]
 

@@ -29,14 +29,23 @@ from typing import ClassVar
 
 import numpy as np
 
-from metrics_sched.config.errors import ArgsError
-from metrics_sched.framework import DryRun
-from metrics_sched.framework.cycle_state import CycleState, explain
-from metrics_sched.framework.events import ClusterEvent
-from metrics_sched.framework.handle import Handle
-from metrics_sched.framework.interfaces import Filtered, PostFilterPlugin, PostFilterResult
-from metrics_sched.framework.status import Code, Status
-from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.framework import (
+    ArgsError,
+    BoolArray,
+    ClusterEvent,
+    Code,
+    CycleState,
+    DryRun,
+    Filtered,
+    Handle,
+    NodeTable,
+    PodInfo,
+    PodRecord,
+    PostFilterPlugin,
+    PostFilterResult,
+    Status,
+    explain,
+)
 from metrics_sched.plugins.default_preemption.batch import Selected, select_victims_everywhere
 from metrics_sched.plugins.default_preemption.candidates import Candidate, candidate_count
 from metrics_sched.plugins.default_preemption.eligibility import NEVER, eligible_to_preempt, preemption_policy
@@ -50,8 +59,6 @@ from metrics_sched.plugins.default_preemption.outcome import (
 )
 from metrics_sched.plugins.default_preemption.selection import pick_one_node
 from metrics_sched.plugins.default_preemption.victims import select_victims
-from metrics_sched.state.node_table import BoolArray, NodeTable
-from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["DefaultPreemption"]
 

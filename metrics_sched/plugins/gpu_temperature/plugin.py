@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metrics_sched.framework import (
+    GPU,
     ArgsError,
     BoolArray,
     CycleState,
@@ -38,7 +39,6 @@ from metrics_sched.framework import (
     Scale,
     read_metric,
 )
-from metrics_sched.model.resources import GPU
 
 
 class GPUTemperature(MetricScorePlugin):

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from metrics_sched.framework import SUCCESS, CycleState, Handle, ReservePlugin, Status
-from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.framework import SUCCESS, CycleState, Handle, PodInfo, ReservePlugin, Status
 
 
 @dataclass(frozen=True)

@@ -29,31 +29,37 @@ import numpy as np
 
 from metrics_sched.framework import (
     SUCCESS,
+    AffinityTerm,
     ArgsError,
     Batchable,
     BatchScope,
+    BoolArray,
     ClusterEvent,
     Code,
     CycleState,
     EventHint,
     Filtered,
     FilterPlugin,
+    FloatArray,
+    IntArray,
     NodeTable,
     Normalized,
+    PodAffinityTerms,
     PodInfo,
+    PodQuery,
+    PodRecord,
     PreFilterPlugin,
     PreScorePlugin,
+    QueryTerm,
     QueueingHint,
     Reads,
     ScorePlugin,
+    SelectorError,
     StateKey,
     Status,
+    TermKind,
+    parse_affinity,
 )
-from metrics_sched.model.affinity import AffinityTerm, PodAffinityTerms, TermKind, parse_affinity
-from metrics_sched.model.selectors import SelectorError
-from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray
-from metrics_sched.state.pod_index import PodQuery, QueryTerm
-from metrics_sched.state.pod_record import PodRecord
 
 ERR_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 ERR_AFFINITY = "node(s) didn't match pod affinity rules"

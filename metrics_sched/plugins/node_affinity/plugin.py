@@ -15,14 +15,20 @@ import numpy as np
 from metrics_sched.framework import (
     Batchable,
     BatchScope,
+    BoolArray,
     ClusterEvent,
     CycleState,
     EventHint,
     Filtered,
     FilterPlugin,
+    FloatArray,
     Handle,
+    IntArray,
     NoArgs,
+    NodeRecord,
+    NodeTable,
     Normalized,
+    PodInfo,
     QueueingHint,
     Reads,
     ScorePlugin,
@@ -30,8 +36,6 @@ from metrics_sched.framework import (
     selector_mask,
     term_mask,
 )
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
 
 _CACHE_SIZE = 256
 

@@ -16,15 +16,16 @@ from metrics_sched.framework import (
     ArgsError,
     Batchable,
     BatchScope,
+    BoolArray,
     ClusterEvent,
     CycleState,
     Filtered,
     FilterPlugin,
     Handle,
+    NodeTable,
+    PodInfo,
     Reads,
 )
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import BoolArray, NodeTable
 
 
 class NodeLabelFilter(FilterPlugin, Batchable):

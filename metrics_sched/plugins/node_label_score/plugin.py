@@ -18,14 +18,16 @@ from metrics_sched.framework import (
     BatchScope,
     ClusterEvent,
     CycleState,
+    FloatArray,
     Handle,
+    IntArray,
+    NodeTable,
     Normalized,
+    PodInfo,
     Reads,
     ScorePlugin,
     unchanged,
 )
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 
 class NodeLabelScore(ScorePlugin, Batchable):

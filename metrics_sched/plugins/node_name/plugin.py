@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from metrics_sched.framework import Batchable, BatchScope, ClusterEvent, CycleState, Filtered, FilterPlugin, Reads
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import NodeTable
+from metrics_sched.framework import (
+    Batchable,
+    BatchScope,
+    ClusterEvent,
+    CycleState,
+    Filtered,
+    FilterPlugin,
+    NodeTable,
+    PodInfo,
+    Reads,
+)
 
 
 class NodeName(FilterPlugin, Batchable):

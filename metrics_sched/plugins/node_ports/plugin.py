@@ -19,6 +19,7 @@ import numpy as np
 
 from metrics_sched.framework import (
     SUCCESS,
+    WILDCARD_IP,
     Batchable,
     BatchScope,
     ClusterEvent,
@@ -27,16 +28,17 @@ from metrics_sched.framework import (
     EventHint,
     Filtered,
     FilterPlugin,
+    HostPort,
     NodeTable,
     PodInfo,
+    PodRecord,
     PreFilterPlugin,
     QueueingHint,
     Reads,
     StateKey,
     Status,
+    host_ports,
 )
-from metrics_sched.state.pod_record import PodRecord
-from metrics_sched.state.pod_shape import WILDCARD_IP, HostPort, host_ports
 
 ERR_REASON = "node(s) didn't have free ports for the requested pod ports"
 

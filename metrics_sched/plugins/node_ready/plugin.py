@@ -6,9 +6,17 @@ that may run without that controller (or ahead of it) checks the condition itsel
 
 from __future__ import annotations
 
-from metrics_sched.framework import Batchable, BatchScope, ClusterEvent, CycleState, Filtered, FilterPlugin, Reads
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import NodeTable
+from metrics_sched.framework import (
+    Batchable,
+    BatchScope,
+    ClusterEvent,
+    CycleState,
+    Filtered,
+    FilterPlugin,
+    NodeTable,
+    PodInfo,
+    Reads,
+)
 
 
 class NodeReady(FilterPlugin, Batchable):

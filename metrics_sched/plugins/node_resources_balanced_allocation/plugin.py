@@ -19,6 +19,10 @@ from typing import Any
 import numpy as np
 
 from metrics_sched.framework import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    PODS,
     SUCCESS,
     ArgsError,
     Batchable,
@@ -27,20 +31,19 @@ from metrics_sched.framework import (
     Code,
     CycleState,
     FloatArray,
+    Handle,
     IntArray,
     NodeTable,
     Normalized,
     PodInfo,
     PreScorePlugin,
     Reads,
+    RowScores,
     ScorePlugin,
     StateKey,
     Status,
     unchanged,
 )
-from metrics_sched.framework.handle import Handle
-from metrics_sched.framework.row_memo import RowScores
-from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 _REQUESTS = StateKey[tuple[int, ...]]("NodeResourcesBalancedAllocation/requests")
 _NATIVE = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE})

@@ -13,29 +13,35 @@ from typing import Literal
 import numpy as np
 
 from metrics_sched.framework import (
+    CPU,
+    MEMORY,
+    PODS,
     SUCCESS,
     ArgsError,
     Batchable,
     BatchScope,
+    BoolArray,
     ClusterEvent,
     CycleState,
     EventHint,
     Filtered,
     FilterPlugin,
+    FloatArray,
     Handle,
+    IntArray,
+    NodeRecord,
+    NodeTable,
     Normalized,
+    PodInfo,
     PreFilterPlugin,
     QueueingHint,
     Reads,
+    RowScores,
     ScorePlugin,
     StateKey,
     Status,
     unchanged,
 )
-from metrics_sched.framework.row_memo import RowScores
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.model.resources import CPU, MEMORY, PODS
-from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable
 
 _REQUESTS = StateKey[IntArray]("NodeResourcesFit/requests")
 # filter_rows on up to this many rows compares Python ints.

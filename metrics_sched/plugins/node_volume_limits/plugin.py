@@ -34,6 +34,7 @@ import numpy as np
 
 from metrics_sched.framework import (
     SUCCESS,
+    AttachmentInfo,
     Batchable,
     BatchScope,
     ClusterEvent,
@@ -46,19 +47,16 @@ from metrics_sched.framework import (
     IntArray,
     NoArgs,
     NodeTable,
+    PersistentVolumeClaim,
     PodInfo,
+    PodRecord,
     PreFilterPlugin,
     QueueingHint,
     Reads,
     Status,
+    claim_key,
     has_only_local_volumes,
 )
-from metrics_sched.model.volumes import (
-    AttachmentInfo,
-    PersistentVolumeClaim,
-    claim_key,
-)
-from metrics_sched.state.pod_record import PodRecord
 
 ERR_REASON_MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 

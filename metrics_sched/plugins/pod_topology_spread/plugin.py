@@ -34,32 +34,37 @@ from metrics_sched.framework import (
     ArgsError,
     Batchable,
     BatchScope,
+    BoolArray,
     ClusterEvent,
     Code,
     CycleState,
     EventHint,
     Filtered,
     FilterPlugin,
+    FloatArray,
     IncrementalScorer,
     IncrementalScores,
+    IntArray,
+    LabelSelector,
     NodeTable,
     Normalized,
     PodInfo,
+    PodQuery,
+    PodRecord,
     PreFilterPlugin,
     PreScorePlugin,
+    QueryTerm,
     QueueingHint,
     Reads,
+    Requirement,
     ScorePlugin,
+    SelectorError,
     StateKey,
     Status,
     pod_required_affinity_mask,
     row_positions,
     tolerated_rows,
 )
-from metrics_sched.model.selectors import LabelSelector, Requirement, SelectorError
-from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray
-from metrics_sched.state.pod_index import PodQuery, QueryTerm
-from metrics_sched.state.pod_record import PodRecord
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metrics_sched.framework import QueueSortPlugin
-from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.framework import PodInfo, QueueSortPlugin
 
 
 class PrioritySort(QueueSortPlugin):

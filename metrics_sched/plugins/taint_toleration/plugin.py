@@ -10,15 +10,17 @@ from metrics_sched.framework import (
     CycleState,
     Filtered,
     FilterPlugin,
+    FloatArray,
+    IntArray,
+    NodeTable,
     Normalized,
+    PodInfo,
     Reads,
     ScorePlugin,
     max_normalize,
     tolerated_rows,
     untolerated_preferred,
 )
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 
 class TaintToleration(FilterPlugin, ScorePlugin, Batchable):

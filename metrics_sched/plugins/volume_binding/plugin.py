@@ -31,10 +31,18 @@ from typing import Any
 import numpy as np
 
 from metrics_sched.framework import (
+    ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    NO_PROVISIONER,
     SUCCESS,
+    ApiError,
     ArgsError,
+    AssumeConflict,
     Batchable,
     BatchScope,
+    BoolArray,
+    ClaimRef,
     ClusterEvent,
     Code,
     CycleState,
@@ -42,6 +50,11 @@ from metrics_sched.framework import (
     Filtered,
     FilterPlugin,
     Handle,
+    IntArray,
+    LabelSelector,
+    NodeTable,
+    PersistentVolume,
+    PersistentVolumeClaim,
     PodInfo,
     PreBindPlugin,
     PreFilterPlugin,
@@ -50,25 +63,13 @@ from metrics_sched.framework import (
     ReservePlugin,
     StateKey,
     Status,
+    StorageClass,
+    VolumeStore,
+    claim_key,
     explain,
     has_only_local_volumes,
     term_mask,
 )
-from metrics_sched.model.selectors import LabelSelector
-from metrics_sched.model.volumes import (
-    ANN_BIND_COMPLETED,
-    ANN_BOUND_BY_CONTROLLER,
-    ANN_SELECTED_NODE,
-    NO_PROVISIONER,
-    ClaimRef,
-    PersistentVolume,
-    PersistentVolumeClaim,
-    StorageClass,
-    claim_key,
-)
-from metrics_sched.ports import ApiError
-from metrics_sched.state.node_table import BoolArray, IntArray, NodeTable
-from metrics_sched.state.volumes import AssumeConflict, VolumeStore
 
 __all__ = [
     "ERR_BIND_CONFLICT",

@@ -30,17 +30,19 @@ from metrics_sched.framework import (
     Filtered,
     FilterPlugin,
     NodeTable,
+    PersistentVolumeClaim,
     PodInfo,
+    PodRecord,
+    PodVolumes,
     PreFilterPlugin,
     QueueingHint,
     Reads,
     StateKey,
     Status,
+    claim_key,
+    disks_conflict,
     has_only_local_volumes,
 )
-from metrics_sched.model.volumes import PersistentVolumeClaim, PodVolumes, claim_key
-from metrics_sched.state.pod_record import PodRecord
-from metrics_sched.state.volume_usage import disks_conflict
 
 ERR_REASON_DISK_CONFLICT = "node(s) had no available disk"
 ERR_REASON_RWOP_CONFLICT = ("node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "

@@ -30,16 +30,19 @@ from metrics_sched.framework import (
     Filtered,
     FilterPlugin,
     NodeTable,
+    PersistentVolume,
+    PersistentVolumeClaim,
     PodInfo,
     PreFilterPlugin,
     QueueingHint,
     Reads,
     StateKey,
     Status,
+    StorageClass,
+    claim_key,
     explain,
     has_only_local_volumes,
 )
-from metrics_sched.model.volumes import PersistentVolume, PersistentVolumeClaim, StorageClass, claim_key
 
 ERR_REASON_CONFLICT = "node(s) had no available volume zone"
 

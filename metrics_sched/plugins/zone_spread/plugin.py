@@ -15,16 +15,18 @@ from metrics_sched.framework import (
     BatchScope,
     ClusterEvent,
     CycleState,
+    FloatArray,
     Handle,
     IncrementalScorer,
     IncrementalScores,
+    IntArray,
+    NodeTable,
     Normalized,
+    PodInfo,
     Reads,
     ScorePlugin,
     unchanged,
 )
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
