@@ -2,17 +2,40 @@
 
     from metrics_sched.framework import FilterPlugin, Filtered, Handle, PodInfo, ...
 
-Interfaces are in `interfaces`, typed cycle state in `cycle_state`, typed args in `args`, the opt-in
-batching protocol in `batchable` (and `incremental`), and the base for telemetry plugins in `metric_score`.
-The engine that runs the plugins (the full-cycle and the batched-cycle runners) is `runtime`, which a
-plugin never imports. A plugin package makes its plugins known through the `metrics_sched.plugins`
-entry-point group (see `registry`).
+This package is the only door: the built-in plugins import nothing else of the core (an import-linter contract
+holds them to it), so a third-party plugin has every type and helper they have. The submodules hold the SDK's
+parts and are not imported by plugins: interfaces in `interfaces`, typed cycle state in `cycle_state`, typed args
+in `args`, the opt-in batching protocol in `batchable` (and `incremental`), the base for telemetry plugins in
+`metric_score`, the node masks several built-ins share (selector terms in `node_selector`, tolerated taints in
+`taints`), and the core's types re-exported by theme: `pods`, `volumes`, `api` (the API-server ports) and
+`cluster` (the cluster stores). The engine that runs the plugins (the full-cycle and the batched-cycle runners)
+is `runtime`, which a plugin never imports. A plugin package makes its plugins known through the
+`metrics_sched.plugins` entry-point group (see `registry`).
 """
 
 from metrics_sched.config.contract import FreshnessContract, OnMissing
 from metrics_sched.config.errors import ArgsError
+from metrics_sched.framework.api import (
+    ApiError,
+    KubeObject,
+    PodGroupApi,
+    PodGroupStatus,
+    PodGroupStatusWriter,
+    PodWriter,
+    Preemptor,
+    SchedulingEvent,
+)
 from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.batchable import Batchable, BatchScope, Reads, has_only_local_volumes
+from metrics_sched.framework.cluster import (
+    AssumeConflict,
+    Budget,
+    ClusterState,
+    Nomination,
+    PodGroup,
+    PodGroupStore,
+    VolumeStore,
+)
 from metrics_sched.framework.cycle_state import (
     BINDING_ANNOTATIONS,
     EXPLANATIONS,
@@ -23,6 +46,7 @@ from metrics_sched.framework.cycle_state import (
     explain,
 )
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, HintFn, QueueingHint
+from metrics_sched.framework.filtered import DryRun
 from metrics_sched.framework.handle import Handle, MetricReader, Services
 from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
 from metrics_sched.framework.interfaces import (
@@ -37,6 +61,7 @@ from metrics_sched.framework.interfaces import (
     MetricEvidence,
     Normalized,
     PermitPlugin,
+    PlacementPlugin,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -61,41 +86,106 @@ from metrics_sched.framework.metric_score import (
     Scale,
     read_metric,
 )
+from metrics_sched.framework.node_selector import (
+    pod_required_affinity_mask,
+    required_affinity_mask,
+    selector_mask,
+    term_mask,
+)
 from metrics_sched.framework.plugin_events import MetricKind, MetricSample, PluginEvents, PluginMetric
+from metrics_sched.framework.pods import (
+    WILDCARD_IP,
+    AffinityTerm,
+    GroupKey,
+    GroupRefError,
+    HostPort,
+    LabelSelector,
+    PodAffinityTerms,
+    PodQuery,
+    PodRecord,
+    QueryTerm,
+    Requirement,
+    SelectorError,
+    TermKind,
+    group_of,
+    host_ports,
+    parse_affinity,
+)
+from metrics_sched.framework.registry import Registry
+from metrics_sched.framework.row_memo import RowScores
 from metrics_sched.framework.status import SUCCESS, Code, Status
+from metrics_sched.framework.taints import tolerated_rows, untolerated_preferred
+from metrics_sched.framework.volumes import (
+    ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    NO_PROVISIONER,
+    AttachmentInfo,
+    ClaimRef,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    PodVolumes,
+    StorageClass,
+    claim_key,
+    disks_conflict,
+)
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
+from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, PODS
+from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable, Taint
 from metrics_sched.telemetry.cache import MetricColumn
 
 __all__ = [
     "ALL_EVENTS",
+    "ANN_BIND_COMPLETED",
+    "ANN_BOUND_BY_CONTROLLER",
+    "ANN_SELECTED_NODE",
     "BINDING_ANNOTATIONS",
+    "CPU",
+    "EPHEMERAL_STORAGE",
     "EXPLANATIONS",
     "EXTENSION_POINTS",
+    "GPU",
     "MAX_PERMIT_TIMEOUT",
+    "MEMORY",
+    "NO_PROVISIONER",
+    "PODS",
     "SUCCESS",
+    "WILDCARD_IP",
+    "AffinityTerm",
+    "ApiError",
     "ArgsError",
+    "AssumeConflict",
+    "AttachmentInfo",
     "BatchScope",
     "Batchable",
     "BindOutcomeKind",
     "BindPlugin",
     "BindStatus",
     "BoolArray",
+    "Budget",
+    "ClaimRef",
     "ClusterEvent",
+    "ClusterState",
     "Code",
     "CycleState",
     "Direction",
+    "DryRun",
     "EventHint",
     "FilterPlugin",
     "Filtered",
     "FloatArray",
     "FreshnessContract",
+    "GroupKey",
+    "GroupRefError",
     "Handle",
     "HintFn",
+    "HostPort",
     "IncrementalScorer",
     "IncrementalScores",
     "IntArray",
+    "KubeObject",
+    "LabelSelector",
     "MetricAwarePlugin",
     "MetricColumn",
     "MetricEvidence",
@@ -106,15 +196,30 @@ __all__ = [
     "MetricScorePlugin",
     "MetricTerm",
     "NoArgs",
+    "NodeRecord",
     "NodeTable",
+    "Nomination",
     "Normalization",
     "Normalized",
     "OnMissing",
     "PermitPlugin",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "PlacementPlugin",
     "Plugin",
     "PluginEvents",
     "PluginMetric",
+    "PodAffinityTerms",
+    "PodGroup",
+    "PodGroupApi",
+    "PodGroupStatus",
+    "PodGroupStatusWriter",
+    "PodGroupStore",
     "PodInfo",
+    "PodQuery",
+    "PodRecord",
+    "PodVolumes",
+    "PodWriter",
     "PostBindPlugin",
     "PostFilterPlugin",
     "PostFilterResult",
@@ -122,25 +227,47 @@ __all__ = [
     "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreScorePlugin",
+    "Preemptor",
+    "QueryTerm",
     "QueueSortPlugin",
     "QueueingHint",
     "Reads",
+    "Registry",
+    "Requirement",
     "ReservePlugin",
+    "RowScores",
     "Scale",
+    "SchedulingEvent",
     "ScoreDetail",
     "ScorePlugin",
+    "SelectorError",
     "Services",
     "StateData",
     "StateKey",
     "Status",
+    "StorageClass",
+    "Taint",
+    "TermKind",
+    "VolumeStore",
     "WaitingPod",
     "WaitingPods",
     "annotate_binding",
+    "claim_key",
+    "disks_conflict",
     "explain",
+    "group_of",
     "has_only_local_volumes",
+    "host_ports",
     "max_normalize",
+    "parse_affinity",
     "parse_args",
+    "pod_required_affinity_mask",
     "read_metric",
+    "required_affinity_mask",
     "row_positions",
+    "selector_mask",
+    "term_mask",
+    "tolerated_rows",
     "unchanged",
+    "untolerated_preferred",
 ]

@@ -1,15 +1,17 @@
-"""A filter's verdict over the whole node table: its own module, so the Handle (which runs the filters for a
-plugin) and the extension-point interfaces (which return it) both stand on it without importing each other."""
+"""A filter's verdict over the whole node table, and a dry run's: their own module, so the Handle (which runs the
+filters for a plugin) and the extension-point interfaces (which return them) both stand on it without importing
+each other."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from metrics_sched.state.node_table import BoolArray, NodeTable
 
-__all__ = ["Filtered"]
+__all__ = ["DryRun", "Filtered"]
 
 
 @dataclass
@@ -32,3 +34,12 @@ class Filtered:
     @classmethod
     def all(cls, table: NodeTable) -> Filtered:
         return cls(np.ones(table.capacity, dtype=bool))
+
+
+class DryRun(NamedTuple):
+    """PreFilter and Filter over the state as it is now (preemption's what-if runs), with what the filters that had
+    something to check (not skipped by their PreFilter) declare about the verdict."""
+
+    verdict: Filtered
+    resolvable: frozenset[str]  # the verdict's reasons that removing pods may resolve (FilterPlugin.resolvable)
+    node_local: bool  # every filter in play judges a node by that node alone (FilterPlugin.node_local)

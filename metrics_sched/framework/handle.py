@@ -23,7 +23,7 @@ from typing import Protocol
 from metrics_sched.config.contract import FreshnessContract
 from metrics_sched.framework.activation import PodActivator
 from metrics_sched.framework.cycle_state import CycleState
-from metrics_sched.framework.filtered import Filtered
+from metrics_sched.framework.filtered import DryRun, Filtered
 from metrics_sched.framework.plugin_events import PluginEvents
 from metrics_sched.framework.waiting import WaitingPods
 from metrics_sched.model.podinfo import PodInfo
@@ -55,9 +55,9 @@ class MetricReader(Protocol):
 class FilterRunner(Protocol):
     def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered: ...
 
-    def dry_run(self, pod: PodInfo, table: NodeTable) -> tuple[Filtered, frozenset[str]] | None:
-        """PreFilter and Filter in a fresh cycle over the state as it is now, and the filters that ran (not skipped);
-        None if a PreFilter refuses."""
+    def dry_run(self, pod: PodInfo, table: NodeTable) -> DryRun | None:
+        """PreFilter and Filter in a fresh cycle over the state as it is now, with what the filters that ran (not
+        skipped) declare about the verdict; None if a PreFilter refuses."""
         ...
 
     def rank(self, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | None:
@@ -100,7 +100,7 @@ class Handle(Services):
     def owner_counts(self, owner_key: str) -> IntArray:
         return self.cluster.owner_counts(owner_key)
 
-    def dry_run(self, pod: PodInfo) -> tuple[Filtered, frozenset[str]] | None:
+    def dry_run(self, pod: PodInfo) -> DryRun | None:
         """PreFilter and Filter over the cluster's state as it is now (preemption's what-if runs)."""
         if self.filters is None:
             raise RuntimeError("dry_run before the framework was built")

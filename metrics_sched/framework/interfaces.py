@@ -184,6 +184,26 @@ class PreFilterPlugin(Plugin):
 
 
 class FilterPlugin(Plugin):
+    """filter() judges every node at once. Two declarations tell preemption (a PostFilter) what its dry runs may
+    make of the verdict, as upstream's status codes do:
+
+    - `resolvable_reasons`: the reasons removing lower-priority pods from a node may resolve (upstream's
+      Unschedulable). Any other reason is upstream's UnschedulableAndUnresolvable: preemption does not try the
+      node. Override `resolvable` for reasons made at run time (e.g. one per resource).
+    - `node_local`: the verdict on a node reads that node and the pods on it alone (no other node's pods, as
+      inter-pod rules, spreading or claims shared across nodes do). When every filter with something to check for
+      a pod is node-local, preemption dry-runs all nodes together; otherwise node by node, which is right whatever
+      a filter reads: hence the default, False.
+    """
+
+    resolvable_reasons: ClassVar[frozenset[str]] = frozenset()
+    node_local: ClassVar[bool] = False
+
+    @classmethod
+    def resolvable(cls, reason: str) -> bool:
+        """Whether removing pods from a node may resolve `reason`, one of filter()'s."""
+        return reason in cls.resolvable_reasons
+
     def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
         raise NotImplementedError
 

@@ -7,7 +7,7 @@ namespace), and Kubernetes 1.36's Workload API through `spec.schedulingGroup.pod
 objects could disagree on minMember.
 
 A fact about the pod, so it sits with the model: the PodGroup store (metrics_sched.state.pod_groups) and the gang
-plugin (metrics_sched.plugins.coscheduling, metrics_sched.gangs) both read it.
+plugin (metrics_sched.plugins.coscheduling, with its library beside it) both read it.
 """
 
 from __future__ import annotations

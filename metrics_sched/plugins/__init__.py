@@ -3,8 +3,7 @@ registry of them (and of the third-party plugins installed) that the commands bu
 
 from __future__ import annotations
 
-from metrics_sched.framework import Plugin
-from metrics_sched.framework.registry import Registry
+from metrics_sched.framework import Plugin, Registry
 from metrics_sched.plugins.coscheduling import Coscheduling
 from metrics_sched.plugins.cost import Cost
 from metrics_sched.plugins.custom_metric import CustomMetric

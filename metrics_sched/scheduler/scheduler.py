@@ -24,8 +24,8 @@ from metrics_sched.framework.handle import Services
 from metrics_sched.framework.interfaces import BindOutcomeKind, Plugin
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.framework.status import Code, Status
-from metrics_sched.gangs.status import GroupStatusReporter
 from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.plugins.coscheduling.status import GroupStatusReporter
 from metrics_sched.ports import NodeDirectory, PodGroupStatusWriter, PodWriter, Preemptor, VolumeWriter
 from metrics_sched.scheduler.binding import Binder, BindOutcome
 from metrics_sched.scheduler.event_handlers import ClusterEventHandlers

@@ -51,7 +51,7 @@ class PodGroup:
 
 
 class GroupStatusSink(Protocol):
-    """Where the gang plugin reports a group's status (metrics_sched.gangs.status.GroupStatusReporter; a list in
+    """Where the gang plugin reports a group's status (Coscheduling's GroupStatusReporter; a list in
     tests); here, beside the group, so the Handle that carries it needs nothing from the plugin's library."""
 
     def report(self, group: PodGroup, status: PodGroupStatus) -> None: ...

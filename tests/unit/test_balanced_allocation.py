@@ -10,7 +10,7 @@ import pytest
 from metrics_sched.config.errors import ArgsError
 from metrics_sched.framework import Code, CycleState, Handle
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
+from metrics_sched.plugins.node_resources_balanced_allocation.plugin import NodeResourcesBalancedAllocation
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore

@@ -26,7 +26,8 @@ from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.plugins import default_binder, in_tree_registry
+from metrics_sched.plugins import in_tree_registry
+from metrics_sched.plugins.default_binder import plugin as default_binder
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import BindOutcome

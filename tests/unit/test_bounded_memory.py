@@ -14,10 +14,10 @@ import numpy as np
 import metrics_sched.audit as audit_package
 from metrics_sched.audit import DecisionRing, build_record
 from metrics_sched.audit.auditor import Auditor
-from metrics_sched.framework import CycleState
+from metrics_sched.framework import CycleState, tolerated_rows
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins.taint_toleration import TaintToleration, tolerated_rows
+from metrics_sched.plugins.taint_toleration.plugin import TaintToleration
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import NodeTable, parse_node
 from tests.polling import poll

@@ -44,7 +44,7 @@ from metrics_sched.framework import (
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins import in_tree_registry
-from metrics_sched.plugins.default_binder import REREAD_ATTEMPTS, DefaultBinder
+from metrics_sched.plugins.default_binder.plugin import REREAD_ATTEMPTS, DefaultBinder
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.node_table import parse_node

@@ -1,13 +1,13 @@
-"""Choosing the topology domain for a whole gang (metrics_sched.gangs.placement), and the pod-group objects."""
+"""Choosing the topology domain for a whole gang (plugins/coscheduling/placement.py), and the pod-group objects."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from metrics_sched.gangs.placement import choose_domain, member_capacity
 from metrics_sched.model.group_membership import GroupApi, GroupKey, GroupRefError, group_of_raw
 from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.plugins.coscheduling.placement import choose_domain, member_capacity
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.pod_groups import PodGroupStore, parse_pod_group
 from tests.unit.fakes import node, pod

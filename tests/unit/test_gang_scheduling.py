@@ -11,7 +11,7 @@ from metrics_sched.framework.cycle_state import EXPLANATIONS
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.plugins import in_tree_registry
-from metrics_sched.plugins.coscheduling import Coscheduling
+from metrics_sched.plugins.coscheduling.plugin import Coscheduling
 from metrics_sched.ports import PodGroupApi, PodGroupStatus
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.scheduler import Scheduler as _Scheduler

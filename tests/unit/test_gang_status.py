@@ -16,7 +16,7 @@ from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.pod_group_writer import KubePodGroupStatusWriter
 from adapters.kubernetes.source import pod_group_resources
 from adapters.kubernetes.tokens import StaticToken
-from metrics_sched.gangs.status import GroupStatusReporter
+from metrics_sched.plugins.coscheduling.status import GroupStatusReporter
 from metrics_sched.ports import ApiError, PodGroupApi, PodGroupStatus
 from metrics_sched.state.pod_groups import PodGroupStore
 

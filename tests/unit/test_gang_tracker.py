@@ -1,9 +1,9 @@
-"""The gang attempt bookkeeping (metrics_sched.gangs.tracker): quorum, failure, backoff, stale attempts."""
+"""The gang attempt bookkeeping (plugins/coscheduling/tracker.py): quorum, failure, backoff, stale attempts."""
 
 from __future__ import annotations
 
-from metrics_sched.gangs.tracker import GangDecision, GangTracker
 from metrics_sched.model.group_membership import GroupApi, GroupKey
+from metrics_sched.plugins.coscheduling.tracker import GangDecision, GangTracker
 
 KEY = GroupKey(GroupApi.COSCHEDULING, "ns", "pg")
 

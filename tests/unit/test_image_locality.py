@@ -9,7 +9,7 @@ import pytest
 
 from metrics_sched.framework import CycleState, Handle
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins.image_locality import ImageLocality, normalized_image_name, pod_images
+from metrics_sched.plugins.image_locality.plugin import ImageLocality, normalized_image_name, pod_images
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import NodeImage, NodeTable, parse_node
 from metrics_sched.telemetry.cache import MetricCache

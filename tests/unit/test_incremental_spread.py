@@ -14,8 +14,8 @@ from metrics_sched.framework import CycleState, Handle
 from metrics_sched.framework.incremental import IncrementalScores
 from metrics_sched.framework.runtime.batching.totals import equal
 from metrics_sched.model.podinfo import PodInfo, parse_pod
-from metrics_sched.plugins.pod_topology_spread import _IGNORED, HOSTNAME, ZONE, PodTopologySpread
-from metrics_sched.plugins.zone_spread import ZoneSpread
+from metrics_sched.plugins.pod_topology_spread.plugin import _IGNORED, HOSTNAME, ZONE, PodTopologySpread
+from metrics_sched.plugins.zone_spread.plugin import ZoneSpread
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import FloatArray, IntArray
 from metrics_sched.telemetry.cache import MetricCache

@@ -33,7 +33,7 @@ import pytest
 
 from metrics_sched.framework import Code, Handle
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins.inter_pod_affinity import (
+from metrics_sched.plugins.inter_pod_affinity.plugin import (
     ERR_AFFINITY,
     ERR_ANTI_AFFINITY,
     ERR_EXISTING_ANTI_AFFINITY,

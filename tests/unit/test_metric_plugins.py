@@ -16,7 +16,7 @@ from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.framework import MetricScorePlugin, MetricTerm, Scale
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.plugins import in_tree_registry
-from metrics_sched.plugins.custom_metric import CustomMetric
+from metrics_sched.plugins.custom_metric.plugin import CustomMetric
 from tests.unit.fakes import FakeAPI, pod
 from tests.unit.test_observability import audited
 from tests.unit.test_scheduler import drain

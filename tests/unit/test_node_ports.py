@@ -11,7 +11,7 @@ import pytest
 
 from metrics_sched.framework import Code, CycleState, Handle, QueueingHint
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins.node_ports import ERR_REASON, NodePorts, ports_conflict
+from metrics_sched.plugins.node_ports.plugin import ERR_REASON, NodePorts, ports_conflict
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.state.pod_shape import host_ports

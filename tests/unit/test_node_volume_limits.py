@@ -32,7 +32,7 @@ import pytest
 from metrics_sched.framework import Code, CycleState, Handle, QueueingHint
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.volumes import parse_attachment, parse_claim
-from metrics_sched.plugins.node_volume_limits import ERR_REASON_MAX_VOLUME_COUNT, NodeVolumeLimits, ebs_volume_id
+from metrics_sched.plugins.node_volume_limits.plugin import ERR_REASON_MAX_VOLUME_COUNT, NodeVolumeLimits, ebs_volume_id
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.telemetry.cache import MetricCache

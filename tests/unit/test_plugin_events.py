@@ -15,7 +15,7 @@ import metrics_sched
 from metrics_sched.framework import MetricKind, MetricSample, PluginEvents, PluginMetric
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.observability.plugin_metrics import PluginMetrics
-from metrics_sched.preemption.outcome import PREEMPTION
+from metrics_sched.plugins.default_preemption.outcome import PREEMPTION
 from tests.unit.test_preemption import full_pool, inference, make, record_results, run_until
 
 pytestmark = pytest.mark.unit
@@ -140,9 +140,9 @@ def test_preemption_metrics_count_what_the_cycles_show() -> None:
 
 
 @pytest.mark.parametrize(("package", "forbidden"), [
-    ("observability", ("metrics_sched.plugins", "metrics_sched.gangs", "metrics_sched.preemption")),
-    ("framework", ("metrics_sched.plugins", "metrics_sched.gangs", "metrics_sched.preemption")),
-    ("state", ("metrics_sched.gangs",)),
+    ("observability", ("metrics_sched.plugins",)),
+    ("framework", ("metrics_sched.plugins",)),
+    ("state", ("metrics_sched.plugins",)),
 ])
 def test_lower_layers_know_no_concrete_plugin(package: str, forbidden: tuple[str, ...]) -> None:
     """The exporter reads plugins' events, the framework's registry is given its plugins, the PodGroup store reads

@@ -9,13 +9,13 @@ import pytest
 
 from metrics_sched.framework import CycleState, Handle
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins.node_affinity import NodeAffinity
-from metrics_sched.plugins.node_label_filter import NodeLabelFilter
-from metrics_sched.plugins.node_label_score import NodeLabelScore
-from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
-from metrics_sched.plugins.node_unschedulable import NodeUnschedulable
-from metrics_sched.plugins.taint_toleration import TaintToleration
-from metrics_sched.plugins.zone_spread import ZoneSpread
+from metrics_sched.plugins.node_affinity.plugin import NodeAffinity
+from metrics_sched.plugins.node_label_filter.plugin import NodeLabelFilter
+from metrics_sched.plugins.node_label_score.plugin import NodeLabelScore
+from metrics_sched.plugins.node_resources_fit.plugin import NodeResourcesFit
+from metrics_sched.plugins.node_unschedulable.plugin import NodeUnschedulable
+from metrics_sched.plugins.taint_toleration.plugin import TaintToleration
+from metrics_sched.plugins.zone_spread.plugin import ZoneSpread
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore

@@ -31,7 +31,7 @@ import pytest
 from metrics_sched.framework import Code, CycleState, Handle
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.selectors import LabelSelector
-from metrics_sched.plugins.pod_topology_spread import (
+from metrics_sched.plugins.pod_topology_spread.plugin import (
     ERR_CONSTRAINTS,
     ERR_MISSING_LABEL,
     HOSTNAME,

@@ -11,13 +11,17 @@ import numpy as np
 import pytest
 
 from metrics_sched.config import parse_config
+from metrics_sched.framework import FilterPlugin
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.selectors import LabelSelector
-from metrics_sched.plugins import in_tree_registry
-from metrics_sched.plugins.default_preemption import DefaultPreemption
+from metrics_sched.plugins import BUILTIN, in_tree_registry
+from metrics_sched.plugins.default_preemption.budgets import split_by_budget
+from metrics_sched.plugins.default_preemption.candidates import Candidate, candidate_count
+from metrics_sched.plugins.default_preemption.outcome import PREEMPTION, PreemptionOutcome
+from metrics_sched.plugins.default_preemption.plugin import DefaultPreemption
+from metrics_sched.plugins.default_preemption.selection import pick_one_node
+from metrics_sched.plugins.default_preemption.victims import select_victims
 from metrics_sched.ports import ApiError
-from metrics_sched.preemption import Candidate, candidate_count, pick_one_node, select_victims, split_by_budget
-from metrics_sched.preemption.outcome import PREEMPTION, PreemptionOutcome
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.disruption_budgets import Budget, parse_budget
 from metrics_sched.state.pod_record import PodRecord
@@ -363,7 +367,7 @@ class FailingPreemptor:
 
 def test_the_executor_reports_failures_skips_gone_victims_and_rejects_waiting_ones() -> None:
     from metrics_sched.framework.waiting import WaitingPod, WaitingPods
-    from metrics_sched.preemption import PreemptionExecutor
+    from metrics_sched.plugins.default_preemption.executor import PreemptionExecutor
 
     api = FakeAPI()
     preemptor = FailingPreemptor({"condition gone": ApiError(404, "not found"), "delete broken": ApiError(500, "x")})
@@ -452,6 +456,41 @@ def test_the_all_nodes_dry_run_finds_what_the_node_by_node_one_finds(seed: int) 
         candidates, _ = plugin._dry_run(preemptor_pod, table, rows, [], local)
         answers.append(sorted((c.node, tuple(v.name for v in c.victims), c.pdb_violations) for c in candidates))
     assert answers[0] == answers[1]
+
+
+def test_the_filters_declare_upstreams_codes_and_which_of_them_are_node_local() -> None:
+    """What preemption reads off the filters (FilterPlugin.resolvable, FilterPlugin.node_local) is upstream's
+    Unschedulable vs UnschedulableAndUnresolvable, and the dry run over all nodes at once only for the filters whose
+    verdict on a node reads that node alone; a third-party filter declares neither."""
+    filters = [cls for cls in BUILTIN.values() if issubclass(cls, FilterPlugin)]
+    resolvable = {cls.name: sorted(r for r in ERR_REASONS if cls.resolvable(r)) for cls in filters}
+    assert {name: reasons for name, reasons in resolvable.items() if reasons} == {
+        "NodeResourcesFit": ["Insufficient cpu", "Insufficient nvidia.com/gpu", "Too many pods"],
+        "NodePorts": ["node(s) didn't have free ports for the requested pod ports"],
+        "InterPodAffinity": ["node(s) didn't match pod anti-affinity rules",
+                             "node(s) didn't satisfy existing pods anti-affinity rules"],
+        "PodTopologySpread": ["node(s) didn't match pod topology spread constraints"],
+        "NodeVolumeLimits": ["node(s) exceed max volume count"],
+        "VolumeRestrictions": ["node(s) had no available disk",
+                               "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
+                               "already in-use by another pod"],
+    }
+    assert {cls.name for cls in filters if cls.node_local} == {
+        "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity",
+        "NodeResourcesFit", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "GPUTemperature", "NodeLabelFilter"}
+    assert not FilterPlugin.node_local and not FilterPlugin.resolvable("Insufficient cpu")
+
+
+# Reasons the built-in filters give, resolvable or not (a reason no filter declares is ruled out).
+ERR_REASONS = (
+    "Insufficient cpu", "Insufficient nvidia.com/gpu", "Too many pods", "node(s) had untolerated taint(s)",
+    "node(s) didn't match Pod's node affinity/selector", "node(s) didn't have free ports for the requested pod ports",
+    "node(s) didn't match pod affinity rules", "node(s) didn't match pod anti-affinity rules",
+    "node(s) didn't satisfy existing pods anti-affinity rules", "node(s) didn't match pod topology spread constraints",
+    "node(s) didn't match pod topology spread constraints (missing required label)", "node(s) exceed max volume count",
+    "node(s) had no available disk", "node(s) were unschedulable", "node(s) were not ready",
+    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod",
+)
 
 
 class RefusingPreemptor:

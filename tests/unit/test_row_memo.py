@@ -15,8 +15,8 @@ from bench.scenario import node_object
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.row_memo import RowScores
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
-from metrics_sched.plugins.node_resources_fit import NodeResourcesFit
+from metrics_sched.plugins.node_resources_balanced_allocation.plugin import NodeResourcesBalancedAllocation
+from metrics_sched.plugins.node_resources_fit.plugin import NodeResourcesFit
 from metrics_sched.state.node_table import NodeTable
 
 pytestmark = pytest.mark.unit
@@ -123,7 +123,7 @@ def test_one_row_in_python_floats_is_the_vector_computation(strategy: str) -> No
     """_score_one (a placement's row, Python floats) gives the double _score_rows gives for that row, on every row of
     a cluster with pods placed, resources some nodes do not offer (zero allocatable) and both strategies; and
     NodeResourcesFit.filter_rows on a few rows (Python ints) agrees with the vector form."""
-    from metrics_sched.plugins.node_resources_fit import ScoringStrategy
+    from metrics_sched.plugins.node_resources_fit.plugin import ScoringStrategy
 
     harness = cluster(120, seed=9)
     rng = random.Random(9)

@@ -11,7 +11,7 @@ from metrics_sched.config.errors import ConfigError
 from metrics_sched.framework import ArgsError, Code, CycleState, Handle
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins import BUILTIN, in_tree_registry
-from metrics_sched.plugins.unsupported_fields import FIELDS, UnsupportedFields, unsupported_fields
+from metrics_sched.plugins.unsupported_fields.plugin import FIELDS, UnsupportedFields, unsupported_fields
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore

@@ -37,7 +37,7 @@ from metrics_sched.framework import ClusterEvent, Code, CycleState, Handle, Queu
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.volumes import ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, parse_claim
 from metrics_sched.plugins import in_tree_registry
-from metrics_sched.plugins.volume_binding import (
+from metrics_sched.plugins.volume_binding.plugin import (
     ERR_BIND_CONFLICT,
     ERR_NODE_CONFLICT,
     ERR_NOT_ENOUGH_SPACE,

@@ -19,7 +19,7 @@ import pytest
 from metrics_sched.framework import Code, CycleState, Handle, QueueingHint
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.volumes import parse_claim
-from metrics_sched.plugins.volume_restrictions import (
+from metrics_sched.plugins.volume_restrictions.plugin import (
     ERR_REASON_DISK_CONFLICT,
     ERR_REASON_RWOP_CONFLICT,
     VolumeRestrictions,

@@ -24,7 +24,7 @@ import pytest
 from metrics_sched.framework import Code, CycleState, Handle, QueueingHint
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.volumes import parse_claim, parse_storage_class, parse_volume
-from metrics_sched.plugins.volume_zone import ERR_REASON_CONFLICT, VolumeZone
+from metrics_sched.plugins.volume_zone.plugin import ERR_REASON_CONFLICT, VolumeZone
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore

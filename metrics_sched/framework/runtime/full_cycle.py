@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from metrics_sched.framework.cycle_state import CycleState
+from metrics_sched.framework.filtered import DryRun
 from metrics_sched.framework.handle import Handle
 from metrics_sched.framework.interfaces import (
     Filtered,
@@ -209,15 +210,17 @@ class FullCycle:
                 return WhatIf(result.status, feasible, empty, np.zeros(0), result.rejections)
             return WhatIf(result.status, feasible, rows, result.total, result.rejections)
 
-    def dry_run(self, pod: PodInfo, table: NodeTable) -> tuple[Filtered, frozenset[str]] | None:
+    def dry_run(self, pod: PodInfo, table: NodeTable) -> DryRun | None:
         """PreFilter and Filter in a fresh cycle over the state as it is now (preemption's what-if runs, inside
-        ClusterState.simulated): the verdict and the filters that had something to check (not skipped by their
-        PreFilter). None when a PreFilter turns the pod down."""
+        ClusterState.simulated): the verdict, and what the filters that had something to check (not skipped by
+        their PreFilter) declare about it. None when a PreFilter turns the pod down."""
         result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
         if not self._pre_filter(result):
             return None
         verdict = self._filter(result.cycle, pod, table, None)
-        return verdict, frozenset(p.name for p in self.filters if p.name not in result.skipped)
+        in_play = [p for p in self.filters if p.name not in result.skipped]
+        resolvable = frozenset(r for r in verdict.reasons if any(p.resolvable(r) for p in in_play))
+        return DryRun(verdict, resolvable, all(p.node_local for p in in_play))
 
     def rank(self, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | None:
         """The weighted totals the cycle would give `rows` (filters or not): PostFilter's tie-break."""
