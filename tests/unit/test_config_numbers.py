@@ -20,9 +20,9 @@ from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, parse_config
 from metrics_sched.config.durations import MAX_DURATION_SECONDS, parse_duration
 from metrics_sched.config.reader import read_duration, read_float, read_int
-from metrics_sched.framework.registry import Registry
+from metrics_sched.plugins import in_tree_registry
 
-CATALOG = Registry.default(third_party=False).catalog()
+CATALOG = in_tree_registry(third_party=False).catalog()
 HUGE = 10**400  # YAML reads it as an int; float() of it raises OverflowError
 NINES = "9" * 400 + "s"  # float("999...9") is inf
 NOT_FINITE = [math.nan, math.inf, -math.inf, HUGE, NINES, 1e300]
