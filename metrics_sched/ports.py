@@ -50,6 +50,29 @@ class ApiError(Exception):
         return self.status == 404
 
 
+@dataclass(frozen=True)
+class ApiKind:
+    """A kind of API object a ClusterSource lists and watches for the sink: where its collection is, the name the
+    source reports it by (on_synced, its stats), whether scheduling waits for its initial list, and whether it is
+    watched only where the API server serves it (a CRD, an alpha API: a discovery request first)."""
+
+    group_version: str  # "v1" for the core group, else "<group>/<version>"
+    resource: str  # the collection, plural and lower case
+    name: str = ""  # default: the resource
+    awaited: bool = True
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.resource)
+
+    @property
+    def path(self) -> str:
+        """The cluster-wide collection, e.g. /api/v1/persistentvolumes or /apis/policy/v1/poddisruptionbudgets."""
+        prefix = "/api" if self.group_version == "v1" else "/apis"
+        return f"{prefix}/{self.group_version}/{self.resource}"
+
+
 class ClusterEventSink(Protocol):
     """Receives the cluster's objects as a source lists and watches them."""
 

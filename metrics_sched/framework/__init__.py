@@ -13,6 +13,7 @@ from metrics_sched.config.contract import FreshnessContract, OnMissing
 from metrics_sched.config.errors import ArgsError
 from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.batchable import Batchable, BatchScope, Reads, has_only_local_volumes
+from metrics_sched.framework.cluster_index import ApiKind, ClusterIndex, ClusterIndexes, IndexChange
 from metrics_sched.framework.cycle_state import (
     BINDING_ANNOTATIONS,
     EXPLANATIONS,
@@ -65,6 +66,7 @@ from metrics_sched.framework.plugin_events import MetricKind, MetricSample, Plug
 from metrics_sched.framework.status import SUCCESS, Code, Status
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
 from metrics_sched.model.podinfo import PodInfo
+from metrics_sched.ports import EventType, KubeObject
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
 
@@ -75,6 +77,7 @@ __all__ = [
     "EXTENSION_POINTS",
     "MAX_PERMIT_TIMEOUT",
     "SUCCESS",
+    "ApiKind",
     "ArgsError",
     "BatchScope",
     "Batchable",
@@ -83,10 +86,13 @@ __all__ = [
     "BindStatus",
     "BoolArray",
     "ClusterEvent",
+    "ClusterIndex",
+    "ClusterIndexes",
     "Code",
     "CycleState",
     "Direction",
     "EventHint",
+    "EventType",
     "FilterPlugin",
     "Filtered",
     "FloatArray",
@@ -95,7 +101,9 @@ __all__ = [
     "HintFn",
     "IncrementalScorer",
     "IncrementalScores",
+    "IndexChange",
     "IntArray",
+    "KubeObject",
     "MetricAwarePlugin",
     "MetricColumn",
     "MetricEvidence",
