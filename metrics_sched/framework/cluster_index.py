@@ -108,6 +108,11 @@ class ClusterIndexes:
         return self._instances.get(cls)  # type: ignore[return-value]  # keyed by its own class
 
     @property
+    def instances(self) -> tuple[ClusterIndex, ...]:
+        """Every index built, in declaration order."""
+        return tuple(self._instances.values())
+
+    @property
     def kinds(self) -> tuple[ApiKind, ...]:
         """Every kind some index declares, in declaration order."""
         return tuple(self._kinds.values())

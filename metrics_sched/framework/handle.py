@@ -28,15 +28,15 @@ from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.filtered import Filtered
 from metrics_sched.framework.plugin_events import PluginEvents
 from metrics_sched.framework.waiting import WaitingPods
+from metrics_sched.model.group_membership import GroupKey
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import PodWriter, Preemptor, VolumeWriter
+from metrics_sched.ports import PodGroupApi, PodGroupStatus, PodWriter, Preemptor, VolumeWriter
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
-from metrics_sched.state.pod_groups import GroupStatusSink
 from metrics_sched.telemetry.cache import MetricColumn
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
-__all__ = ["FilterRunner", "Handle", "MetricReader", "Services"]
+__all__ = ["FilterRunner", "GroupRef", "GroupStatusSink", "Handle", "MetricReader", "Services"]
 
 
 def _always() -> bool:
@@ -52,6 +52,23 @@ class MetricReader(Protocol):
     def column(self, metric: str, table: NodeTable) -> MetricColumn: ...
 
     def contract(self, metric: str) -> FreshnessContract: ...
+
+
+class GroupRef(Protocol):
+    """What reporting a group's status needs of it (a gang plugin's PodGroup): which group, and the group version
+    it came from (status is written there)."""
+
+    @property
+    def key(self) -> GroupKey: ...
+
+    @property
+    def served(self) -> PodGroupApi: ...
+
+
+class GroupStatusSink(Protocol):
+    """Where a gang plugin reports a group's status (Coscheduling's GroupStatusReporter; a list in tests)."""
+
+    def report(self, group: GroupRef, status: PodGroupStatus) -> None: ...
 
 
 class FilterRunner(Protocol):

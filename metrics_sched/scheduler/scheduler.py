@@ -107,7 +107,7 @@ class Scheduler:
                              failures=self.failures)
         self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
                                              on_pod_deleted=self._pod_deleted, on_pod_bound=self.reporter.bound,
-                                             on_node_deleted=self._node_deleted)
+                                             on_node_deleted=self._node_deleted, indexes=self.indexes)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.metrics.on_update(self.metrics_updated)

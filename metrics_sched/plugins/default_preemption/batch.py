@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from metrics_sched.framework.interfaces import Filtered
 from metrics_sched.plugins.default_preemption.budgets import split_by_budget
+from metrics_sched.plugins.default_preemption.disruption_budgets import Budget
 from metrics_sched.plugins.default_preemption.victims import more_important_first
 from metrics_sched.state.cluster_state import ClusterState
-from metrics_sched.state.disruption_budgets import Budget
 from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["Selected", "select_victims_everywhere"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from metrics_sched.state.disruption_budgets import Budget
+from metrics_sched.plugins.default_preemption.disruption_budgets import Budget
 from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["split_by_budget"]

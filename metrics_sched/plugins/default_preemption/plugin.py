@@ -57,6 +57,8 @@ from metrics_sched.plugins.volume_restrictions.plugin import ERR_REASON_DISK_CON
 from metrics_sched.state.node_table import BoolArray, NodeTable
 from metrics_sched.state.pod_record import PodRecord
 
+from .disruption_budgets import DisruptionBudgets
+
 __all__ = ["RESOLVABLE_REASONS", "DefaultPreemption"]
 
 # The filter reasons upstream answers with Unschedulable (removing pods may help); any other reason (node
@@ -84,6 +86,7 @@ def resolvable(reason: str) -> bool:
 
 class DefaultPreemption(PostFilterPlugin):
     name = "DefaultPreemption"
+    indexes = (DisruptionBudgets,)
     events: ClassVar[frozenset[ClusterEvent]] = frozenset()  # it never rejects a pod: the filters' events requeue it
 
     @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class DefaultPreemption(PostFilterPlugin):
 
     def __init__(self, args: Args, handle: Handle) -> None:
         super().__init__(args, handle)
+        self.budgets = handle.index(DisruptionBudgets)
         self.random = random.Random()
         self.executor: PreemptionExecutor | None = None
         if handle.preemptor is not None:
@@ -217,7 +221,7 @@ class DefaultPreemption(PostFilterPlugin):
         for record in cluster.pods.values():  # one pass over the placed pods, grouped by row
             if record.priority < pod.priority and record.row is not None:
                 lower.setdefault(record.row, []).append(record)
-        budgets = cluster.budgets.snapshot()
+        budgets = self.budgets.snapshot()
         offset = self.random.randrange(rows.size)
         order = np.concatenate([rows[offset:], rows[:offset]])
         candidates: list[Candidate] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from metrics_sched.plugins.default_preemption.budgets import split_by_budget
-from metrics_sched.state.disruption_budgets import Budget
+from metrics_sched.plugins.default_preemption.disruption_budgets import Budget
 from metrics_sched.state.pod_record import PodRecord
 
 __all__ = ["Fits", "more_important_first", "select_victims"]

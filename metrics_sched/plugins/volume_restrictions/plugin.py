@@ -42,6 +42,8 @@ from metrics_sched.model.volumes import PersistentVolumeClaim, PodVolumes, claim
 from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.state.volume_usage import disks_conflict
 
+from ..volumes import VolumeStore
+
 ERR_REASON_DISK_CONFLICT = "node(s) had no available disk"
 ERR_REASON_RWOP_CONFLICT = ("node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
                             "already in-use by another pod")
@@ -66,6 +68,7 @@ def _claim_names(volumes: PodVolumes) -> set[str]:
 
 class VolumeRestrictions(PreFilterPlugin, FilterPlugin, Batchable):
     name = "VolumeRestrictions"
+    indexes = (VolumeStore,)
     events = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.PVC_CHANGED})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
@@ -101,7 +104,7 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin, Batchable):
 
     def _state(self, pod: PodInfo) -> _State | Status:
         volumes = pod.volumes
-        store = self.handle.cluster.volumes
+        store = self.handle.index(VolumeStore)
         rwop: set[str] = set()
         for volume in volumes.claims:
             if volume.ephemeral:
