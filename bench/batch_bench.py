@@ -40,6 +40,7 @@ from bench.scenario import Harness, build_scheduler, pod_object
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.framework.runtime.batching import Batcher
 from metrics_sched.model.podinfo import PodInfo, parse_pod
+from metrics_sched.scheduler.event_handlers import REPLICA_SETS
 from metrics_sched.state.cluster_state import ClusterState
 
 OWNER = "web"
@@ -69,7 +70,7 @@ def _cluster(config: dict[str, Any], n_nodes: int, seed: int) -> Harness:
     for node in nodes:
         harness.scheduler.handlers.on_node_event("ADDED", node)
     harness.feed(values)
-    harness.scheduler.handlers.on_workload_event("replicasets", "ADDED", replicaset(OWNER))
+    harness.scheduler.handlers.on_object_event(REPLICA_SETS, "ADDED", replicaset(OWNER))
     return harness
 
 

@@ -71,6 +71,7 @@ from metrics_sched.app.cli.run_cmd import GC_THRESHOLDS, keep_to_one_cpu
 from metrics_sched.config.model import DEFAULT_CPU_AFFINITY
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.scheduler.event_handlers import REPLICA_SETS
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 SIZES = (1_000, 5_000, 15_000)
@@ -182,7 +183,7 @@ def cluster(n_nodes: int, seed: int = 0, *, replicasets: bool = True,
     harness.feed(values)
     if replicasets:
         for i in range(REPLICASETS):
-            harness.scheduler.handlers.on_workload_event("replicasets", "ADDED", replicaset(replicaset_name(i)))
+            harness.scheduler.handlers.on_object_event(REPLICA_SETS, "ADDED", replicaset(replicaset_name(i)))
     return harness
 
 

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from bench.scenario import Harness, build_scheduler, node_object, pod_object
+from metrics_sched.plugins.coscheduling.pod_groups import POD_GROUP_KINDS
 
 ZONES = tuple(f"zone-{c}" for c in "abcdefgh")
 GROUP = "bench-gang"
@@ -59,7 +60,7 @@ def _run(nodes: int, members: int, gang: bool) -> dict[str, Any]:
     scheduler = harness.scheduler
     try:
         if gang:
-            scheduler.handlers.on_pod_group_event("scheduling.x-k8s.io/v1alpha1", "ADDED", {
+            scheduler.handlers.on_object_event(POD_GROUP_KINDS[0], "ADDED", {  # the CRD's (scheduling.x-k8s.io)
                 "metadata": {"namespace": "bench", "name": GROUP, "uid": "uid-gang",
                              "creationTimestamp": "2026-11-30T12:00:00Z"},
                 "spec": {"minMember": members, "scheduleTimeoutSeconds": 60}})

@@ -79,6 +79,7 @@ from metrics_sched.ports import (
 )
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import BindOutcome
+from metrics_sched.scheduler.event_handlers import REPLICA_SETS
 from metrics_sched.serving.decisions import decisions as decisions_endpoint
 from metrics_sched.serving.http_server import HTTPServer
 from metrics_sched.telemetry import MetricCache, SourceHealth
@@ -308,7 +309,7 @@ class Week:
         for node in self.nodes.values():
             self.handlers.on_node_event("ADDED", node)
         for i in range(BACKGROUND_REPLICASETS):
-            self.handlers.on_workload_event("replicasets", "ADDED", replicaset(f"bg-{i:02d}", "default"))
+            self.handlers.on_object_event(REPLICA_SETS, "ADDED", replicaset(f"bg-{i:02d}", "default"))
         names = list(self.nodes)
         for i in range(BACKGROUND_PER_NODE * len(names)):
             self._background_pod(names[i % len(names)])

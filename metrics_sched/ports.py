@@ -17,14 +17,6 @@ KubeObject = Mapping[str, Any]
 # The workload objects whose selectors kube-scheduler's DefaultSelector reads (PodTopologySpread's system
 # default constraints), named as their resources.
 WorkloadKind = Literal["services", "replicationcontrollers", "replicasets", "statefulsets"]
-# The storage objects the volume plugins read (volume binding, zones, restrictions, CSI limits).
-StorageKind = Literal["persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
-                      "csistoragecapacities", "volumeattachments"]
-# Every resource a ClusterSource lists and watches, as on_synced names it.
-SyncedResource = Literal["nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
-                         "statefulsets", "persistentvolumes", "persistentvolumeclaims", "storageclasses",
-                         "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments",
-                         "poddisruptionbudgets"]
 
 
 class ApiError(Exception):
@@ -50,6 +42,29 @@ class ApiError(Exception):
         return self.status == 404
 
 
+@dataclass(frozen=True)
+class ApiKind:
+    """A kind of API object a ClusterSource lists and watches for the sink: where its collection is, the name the
+    source reports it by (on_synced, its stats), whether scheduling waits for its initial list, and whether it is
+    watched only where the API server serves it (a CRD, an alpha API: a discovery request first)."""
+
+    group_version: str  # "v1" for the core group, else "<group>/<version>"
+    resource: str  # the collection, plural and lower case
+    name: str = ""  # default: the resource
+    awaited: bool = True
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.resource)
+
+    @property
+    def path(self) -> str:
+        """The cluster-wide collection, e.g. /api/v1/persistentvolumes or /apis/policy/v1/poddisruptionbudgets."""
+        prefix = "/api" if self.group_version == "v1" else "/apis"
+        return f"{prefix}/{self.group_version}/{self.resource}"
+
+
 class ClusterEventSink(Protocol):
     """Receives the cluster's objects as a source lists and watches them."""
 
@@ -57,34 +72,19 @@ class ClusterEventSink(Protocol):
 
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None: ...
 
-    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
-        """A Namespace (its labels are what a pod affinity term's namespaceSelector selects)."""
+    def on_object_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> None:
+        """An object of any other watched kind (one a plugin's cluster index declares, or the cluster state keeps)."""
         ...
 
-    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
-        """A Service, ReplicationController, ReplicaSet or StatefulSet (its selector, for default spreading)."""
-        ...
-
-    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
-        """A PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, CSIDriver or CSIStorageCapacity."""
-        ...
-
-    def on_pod_group_event(self, api: PodGroupApi, event: EventType, obj: KubeObject) -> None:
-        """A PodGroup of either gang API (scheduler-plugins' CRD or the 1.36 Workload API's)."""
-        ...
-
-    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
-        """A PodDisruptionBudget (preemption spares the pods whose taking would violate one)."""
-        ...
-
-    def on_synced(self, resource: SyncedResource) -> None:
-        """The initial list of `resource` has been delivered (and again after each relist)."""
+    def on_synced(self, resource: str) -> None:
+        """The initial list of `resource` (nodes, pods, or an ApiKind's name) has been delivered (and again after
+        each relist)."""
         ...
 
 
 class ClusterSource(Protocol):
-    """LIST+WATCH of nodes, namespaces, and of all pods, workloads (Services, ReplicationControllers,
-    ReplicaSets, StatefulSets) and storage objects, delivering to a sink from background threads."""
+    """LIST+WATCH of nodes, pods and the other kinds it was built for (those the sink's cluster indexes declare),
+    delivering to a sink from background threads."""
 
     def start(self, sink: ClusterEventSink) -> None: ...
 

@@ -22,18 +22,19 @@ from adapters.kubernetes.preemptor import KubePreemptor
 from adapters.kubernetes.rate_limit import TokenBucket
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
 from adapters.kubernetes.source import (
-    DEFAULT_RESOURCES,
+    CORE_RESOURCES,
     NODES,
     PODS,
     KubeClusterSource,
     WatchedResource,
-    pod_group_resources,
+    served_resources,
+    watched,
 )
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenError, TokenSource
 from adapters.kubernetes.volume_writer import KubeVolumeWriter
 
 __all__ = [
-    "DEFAULT_RESOURCES",
+    "CORE_RESOURCES",
     "NODES",
     "PODS",
     "ClientCertificate",
@@ -67,5 +68,6 @@ __all__ = [
     "load",
     "load_in_cluster",
     "load_kubeconfig",
-    "pod_group_resources",
+    "served_resources",
+    "watched",
 ]

@@ -1,31 +1,24 @@
-"""KubeClusterSource: the ClusterSource port on reflectors, one per watched resource."""
+"""KubeClusterSource: the ClusterSource port on reflectors, one per watched resource (nodes, pods, and the kinds
+the scheduler's cluster indexes declare: served_resources)."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, ReflectorStats
-from metrics_sched.ports import (
-    ApiError,
-    ClusterEventSink,
-    EventType,
-    KubeObject,
-    PodGroupApi,
-    StorageKind,
-    WorkloadKind,
-)
+from metrics_sched.ports import ApiError, ApiKind, ClusterEventSink, EventType, KubeObject
 
 
 @dataclass(frozen=True)
 class WatchedResource:
     """A resource to list and watch, and how its events reach the sink.
 
-    Adding a resource later (e.g. PersistentVolumeClaims, or NodeMetrics) is a new WatchedResource
-    plus the sink method it calls: the reflector itself is resource-agnostic.
+    Nodes and pods have sink methods of their own; every other kind is a cluster index's (watched(kind)), listed and
+    watched only when the scheduler's enabled plugins declare it: the reflector itself is resource-agnostic.
     """
 
     name: str
@@ -45,98 +38,47 @@ PODS = WatchedResource(
     deliver=lambda sink, kind, obj: sink.on_pod_event(kind, obj),
     synced=lambda sink: sink.on_synced("pods"),
 )
-# What a pod affinity term's namespaceSelector selects.
-NAMESPACES = WatchedResource(
-    "namespaces", "/api/v1/namespaces",
-    deliver=lambda sink, kind, obj: sink.on_namespace_event(kind, obj),
-    synced=lambda sink: sink.on_synced("namespaces"),
-)
+CORE_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS)
 
 
-def _workload(kind: WorkloadKind, path: str) -> WatchedResource:
-    """A workload whose selector PodTopologySpread's default constraints read (kube-scheduler's DefaultSelector)."""
+def watched(kind: ApiKind) -> WatchedResource:
+    """A kind some cluster index declares (or the cluster state keeps): its events reach the sink's on_object_event."""
     return WatchedResource(
-        kind, path,
-        deliver=lambda sink, event, obj: sink.on_workload_event(kind, event, obj),
-        synced=lambda sink: sink.on_synced(kind),
+        kind.name, kind.path,
+        deliver=lambda sink, event, obj: sink.on_object_event(kind, event, obj),
+        synced=lambda sink: sink.on_synced(kind.name),
     )
 
 
-SERVICES = _workload("services", "/api/v1/services")
-REPLICATION_CONTROLLERS = _workload("replicationcontrollers", "/api/v1/replicationcontrollers")
-REPLICA_SETS = _workload("replicasets", "/apis/apps/v1/replicasets")
-STATEFUL_SETS = _workload("statefulsets", "/apis/apps/v1/statefulsets")
-WORKLOADS: tuple[WatchedResource, ...] = (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
-
-
-def _storage(kind: StorageKind, path: str) -> WatchedResource:
-    """A storage object the volume plugins read (PVs, claims, classes, CSI nodes, drivers and capacities)."""
-    return WatchedResource(
-        kind, path,
-        deliver=lambda sink, event, obj: sink.on_storage_event(kind, event, obj),
-        synced=lambda sink: sink.on_synced(kind),
-    )
-
-
-STORAGE: tuple[WatchedResource, ...] = (
-    _storage("persistentvolumes", "/api/v1/persistentvolumes"),
-    _storage("persistentvolumeclaims", "/api/v1/persistentvolumeclaims"),
-    _storage("storageclasses", "/apis/storage.k8s.io/v1/storageclasses"),
-    _storage("csinodes", "/apis/storage.k8s.io/v1/csinodes"),
-    _storage("csidrivers", "/apis/storage.k8s.io/v1/csidrivers"),
-    _storage("csistoragecapacities", "/apis/storage.k8s.io/v1/csistoragecapacities"),
-    _storage("volumeattachments", "/apis/storage.k8s.io/v1/volumeattachments"),
-)
-# What preemption reads to spare the pods a budget protects.
-BUDGETS = WatchedResource(
-    "poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets",
-    deliver=lambda sink, kind, obj: sink.on_budget_event(kind, obj),
-    synced=lambda sink: sink.on_synced("poddisruptionbudgets"),
-)
-DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (NODES, PODS, NAMESPACES, *WORKLOADS, *STORAGE, BUDGETS)
-
-
-def _pod_groups(api: PodGroupApi, resource: str) -> WatchedResource:
-    """A gang API's PodGroups (Coscheduling). Not awaited before scheduling starts: a member whose group has not
-    been listed yet waits (Unschedulable) and is woken when the group arrives. Watched only where the API is
-    served (pod_group_resources)."""
-    return WatchedResource(
-        resource, f"/apis/{api}/podgroups",
-        deliver=lambda sink, event, obj: sink.on_pod_group_event(api, event, obj),
-        synced=lambda sink: None,
-    )
-
-
-COSCHEDULING_POD_GROUPS = _pod_groups("scheduling.x-k8s.io/v1alpha1", "podgroups.scheduling.x-k8s.io")
-# The Workload API's PodGroup moved from v1alpha2 (1.36) to v1beta1 (1.37): whichever is served is watched.
-WORKLOAD_POD_GROUPS = _pod_groups("scheduling.k8s.io/v1alpha2", "podgroups.scheduling.k8s.io/v1alpha2")
-WORKLOAD_POD_GROUPS_BETA = _pod_groups("scheduling.k8s.io/v1beta1", "podgroups.scheduling.k8s.io/v1beta1")
-POD_GROUPS: tuple[WatchedResource, ...] = (COSCHEDULING_POD_GROUPS, WORKLOAD_POD_GROUPS, WORKLOAD_POD_GROUPS_BETA)
-
-
-def pod_group_resources(client: KubeClient) -> tuple[tuple[WatchedResource, ...], list[str]]:
-    """The PodGroup resources this API server serves (the CRD installed, the Workload API enabled), and a line
-    for each it does not (its gang members then wait, saying their group does not exist)."""
+def served_resources(client: KubeClient, kinds: Iterable[ApiKind]) -> tuple[tuple[WatchedResource, ...], list[str]]:
+    """The resources to watch for `kinds`: each, but an optional kind (a CRD, an alpha API) only where this API server
+    serves it; and a line for each optional kind it does not serve (or whose discovery failed)."""
     served: list[WatchedResource] = []
     missing: list[str] = []
-    for resource in POD_GROUPS:
-        group_version = resource.path.removeprefix("/apis/").removesuffix("/podgroups")
-        try:
-            found = client.request("GET", f"/apis/{group_version}")
-        except ApiError as exc:
-            if not exc.not_found:
-                raise
-            missing.append(f"{resource.name}: {group_version} is not served")
-            continue
-        if any(r.get("name") == "podgroups" for r in found.get("resources") or ()):
-            served.append(resource)
+    for kind in kinds:
+        unserved = _unserved(client, kind) if kind.optional else None
+        if unserved is None:
+            served.append(watched(kind))
         else:
-            missing.append(f"{resource.name}: {group_version} has no podgroups resource")
+            missing.append(f"{kind.name}: {unserved}")
     return tuple(served), missing
 
 
+def _unserved(client: KubeClient, kind: ApiKind) -> str | None:
+    """Why the API server does not serve `kind` (None: it does)."""
+    try:
+        found = client.request("GET", kind.path.removesuffix(f"/{kind.resource}"))
+    except ApiError as exc:
+        if not exc.not_found:
+            return f"discovery failed ({exc})"
+        return f"{kind.group_version} is not served"
+    if any(r.get("name") == kind.resource for r in found.get("resources") or ()):
+        return None
+    return f"{kind.group_version} has no {kind.resource} resource"
+
+
 class KubeClusterSource:
-    def __init__(self, client: KubeClient, *, resources: Sequence[WatchedResource] = DEFAULT_RESOURCES,
+    def __init__(self, client: KubeClient, *, resources: Sequence[WatchedResource] = CORE_RESOURCES,
                  options: ReflectorOptions | None = None, rng: random.Random | None = None) -> None:
         self._client = client
         self._resources = tuple(resources)

@@ -27,7 +27,7 @@ from metrics_sched.config import SchedulerConfig
 from metrics_sched.framework.registry import Registry
 from metrics_sched.leader import LeaderElector, bind_timeout
 from metrics_sched.observability.metrics import RebalanceMetrics
-from metrics_sched.ports import ApiError, ClusterLister, ClusterSource, Evictor, PodWriter
+from metrics_sched.ports import ClusterLister, ClusterSource, Evictor, PodWriter
 from metrics_sched.rebalance.runner import RebalanceRunner
 from metrics_sched.scheduler import Scheduler
 
@@ -58,7 +58,7 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     """The Kubernetes adapter (watches, writes, and with `leader_election` and leaderElect the lease) and the
     scheduler core with its telemetry sources. UserError when the kubeconfig or the API server cannot be used."""
     from adapters.kubernetes import (
-        DEFAULT_RESOURCES,
+        CORE_RESOURCES,
         KubeClient,
         KubeClusterLister,
         KubeClusterSource,
@@ -74,7 +74,7 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
         WriteFence,
         lease_client,
         load,
-        pod_group_resources,
+        served_resources,
     )
 
     # --kubeconfig wins over clientConnection.kubeconfig; neither: the in-cluster service account.
@@ -109,14 +109,14 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     for metric_source in build_sources(config, config_dir or Path.cwd(), kube_http):
         scheduler.metrics.add_source(metric_source)
     options = ReflectorOptions(read_timeout=config.client_connection.watch_read_timeout)
-    # Gangs: the PodGroups of whichever gang API the cluster serves (the CRD, the 1.36 Workload API).
-    try:
-        gang_resources, unserved = pod_group_resources(client)
-    except ApiError as exc:
-        gang_resources, unserved = (), [f"pod group APIs: discovery failed ({exc})"]
+    # Nodes, pods, and exactly the kinds the enabled plugins' indexes declare; an optional one (e.g. the PodGroups of
+    # a gang API: the CRD, the 1.36 Workload API) only where the cluster serves it.
+    resources, unserved = served_resources(client, scheduler.handlers.kinds)
     for line in unserved:
-        log.info("gang scheduling: %s; members of such groups wait for their group", line)
-    return Core(scheduler=scheduler, source=KubeClusterSource(client, resources=(*DEFAULT_RESOURCES, *gang_resources),
+        log.info("not watched: %s; what its objects would decide waits for them", line)
+    watched_names = {resource.name for resource in resources}
+    scheduler.handlers.unwatched(kind.name for kind in scheduler.handlers.kinds if kind.name not in watched_names)
+    return Core(scheduler=scheduler, source=KubeClusterSource(client, resources=(*CORE_RESOURCES, *resources),
                                                               options=options), writer=writer,
                 evictor=KubeEvictor(client), lister=KubeClusterLister(client), elector=elector, identity=identity,
                 kube=kube)

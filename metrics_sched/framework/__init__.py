@@ -27,15 +27,8 @@ from metrics_sched.framework.api import (
 )
 from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.batchable import Batchable, BatchScope, Reads, has_only_local_volumes
-from metrics_sched.framework.cluster import (
-    AssumeConflict,
-    Budget,
-    ClusterState,
-    Nomination,
-    PodGroup,
-    PodGroupStore,
-    VolumeStore,
-)
+from metrics_sched.framework.cluster import ClusterState, Nomination
+from metrics_sched.framework.cluster_index import ApiKind, ClusterIndex, ClusterIndexes, IndexChange
 from metrics_sched.framework.cycle_state import (
     BINDING_ANNOTATIONS,
     EXPLANATIONS,
@@ -47,7 +40,7 @@ from metrics_sched.framework.cycle_state import (
 )
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, HintFn, QueueingHint
 from metrics_sched.framework.filtered import DryRun
-from metrics_sched.framework.handle import Handle, MetricReader, Services
+from metrics_sched.framework.handle import GroupRef, Handle, MetricReader, Services
 from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
 from metrics_sched.framework.interfaces import (
     EXTENSION_POINTS,
@@ -94,8 +87,10 @@ from metrics_sched.framework.node_selector import (
 )
 from metrics_sched.framework.plugin_events import MetricKind, MetricSample, PluginEvents, PluginMetric
 from metrics_sched.framework.pods import (
+    NOTHING,
     WILDCARD_IP,
     AffinityTerm,
+    GroupApi,
     GroupKey,
     GroupRefError,
     HostPort,
@@ -103,13 +98,16 @@ from metrics_sched.framework.pods import (
     PodAffinityTerms,
     PodQuery,
     PodRecord,
+    QuantityError,
     QueryTerm,
     Requirement,
+    Resources,
     SelectorError,
     TermKind,
     group_of,
     host_ports,
     parse_affinity,
+    parse_resource_list,
 )
 from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.row_memo import RowScores
@@ -121,17 +119,28 @@ from metrics_sched.framework.volumes import (
     ANN_SELECTED_NODE,
     NO_PROVISIONER,
     AttachmentInfo,
+    CapacityInfo,
     ClaimRef,
+    CSIDriverInfo,
+    CSINodeInfo,
     PersistentVolume,
     PersistentVolumeClaim,
     PodVolumes,
     StorageClass,
     claim_key,
     disks_conflict,
+    parse_attachment,
+    parse_capacity,
+    parse_claim,
+    parse_csi_driver,
+    parse_csi_node,
+    parse_storage_class,
+    parse_volume,
 )
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, PODS
+from metrics_sched.ports import EventType
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable, Taint
 from metrics_sched.telemetry.cache import MetricColumn
 
@@ -148,14 +157,15 @@ __all__ = [
     "GPU",
     "MAX_PERMIT_TIMEOUT",
     "MEMORY",
+    "NOTHING",
     "NO_PROVISIONER",
     "PODS",
     "SUCCESS",
     "WILDCARD_IP",
     "AffinityTerm",
     "ApiError",
+    "ApiKind",
     "ArgsError",
-    "AssumeConflict",
     "AttachmentInfo",
     "BatchScope",
     "Batchable",
@@ -163,26 +173,34 @@ __all__ = [
     "BindPlugin",
     "BindStatus",
     "BoolArray",
-    "Budget",
+    "CSIDriverInfo",
+    "CSINodeInfo",
+    "CapacityInfo",
     "ClaimRef",
     "ClusterEvent",
+    "ClusterIndex",
+    "ClusterIndexes",
     "ClusterState",
     "Code",
     "CycleState",
     "Direction",
     "DryRun",
     "EventHint",
+    "EventType",
     "FilterPlugin",
     "Filtered",
     "FloatArray",
     "FreshnessContract",
+    "GroupApi",
     "GroupKey",
+    "GroupRef",
     "GroupRefError",
     "Handle",
     "HintFn",
     "HostPort",
     "IncrementalScorer",
     "IncrementalScores",
+    "IndexChange",
     "IntArray",
     "KubeObject",
     "LabelSelector",
@@ -210,11 +228,9 @@ __all__ = [
     "PluginEvents",
     "PluginMetric",
     "PodAffinityTerms",
-    "PodGroup",
     "PodGroupApi",
     "PodGroupStatus",
     "PodGroupStatusWriter",
-    "PodGroupStore",
     "PodInfo",
     "PodQuery",
     "PodRecord",
@@ -228,6 +244,7 @@ __all__ = [
     "PreFilterPlugin",
     "PreScorePlugin",
     "Preemptor",
+    "QuantityError",
     "QueryTerm",
     "QueueSortPlugin",
     "QueueingHint",
@@ -235,6 +252,7 @@ __all__ = [
     "Registry",
     "Requirement",
     "ReservePlugin",
+    "Resources",
     "RowScores",
     "Scale",
     "SchedulingEvent",
@@ -248,7 +266,6 @@ __all__ = [
     "StorageClass",
     "Taint",
     "TermKind",
-    "VolumeStore",
     "WaitingPod",
     "WaitingPods",
     "annotate_binding",
@@ -261,6 +278,14 @@ __all__ = [
     "max_normalize",
     "parse_affinity",
     "parse_args",
+    "parse_attachment",
+    "parse_capacity",
+    "parse_claim",
+    "parse_csi_driver",
+    "parse_csi_node",
+    "parse_resource_list",
+    "parse_storage_class",
+    "parse_volume",
     "pod_required_affinity_mask",
     "read_metric",
     "required_affinity_mask",

@@ -11,6 +11,7 @@
     group_status  where PodGroup status is reported (written off the hot path); None: not wired
     may_write     whether this replica may write now (the leader's fence; always True without leader election)
     events        typed events the plugin publishes (e.g. the values of the metrics it declares) to subscribers
+    indexes       the cluster indexes of every profile (index(cls): the one a plugin declares in Plugin.indexes)
     run_filters   the profile's filters, for PostFilter's what-if runs on a cloned CycleState
 """
 
@@ -22,19 +23,20 @@ from typing import Protocol
 
 from metrics_sched.config.contract import FreshnessContract
 from metrics_sched.framework.activation import PodActivator
+from metrics_sched.framework.cluster_index import ClusterIndexes, IndexT
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.filtered import DryRun, Filtered
 from metrics_sched.framework.plugin_events import PluginEvents
 from metrics_sched.framework.waiting import WaitingPods
+from metrics_sched.model.group_membership import GroupKey
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import PodWriter, Preemptor, VolumeWriter
+from metrics_sched.ports import PodGroupApi, PodGroupStatus, PodWriter, Preemptor, VolumeWriter
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
-from metrics_sched.state.pod_groups import GroupStatusSink
 from metrics_sched.telemetry.cache import MetricColumn
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
-__all__ = ["FilterRunner", "Handle", "MetricReader", "Services"]
+__all__ = ["FilterRunner", "GroupRef", "GroupStatusSink", "Handle", "MetricReader", "Services"]
 
 
 def _always() -> bool:
@@ -50,6 +52,23 @@ class MetricReader(Protocol):
     def column(self, metric: str, table: NodeTable) -> MetricColumn: ...
 
     def contract(self, metric: str) -> FreshnessContract: ...
+
+
+class GroupRef(Protocol):
+    """What reporting a group's status needs of it (a gang plugin's PodGroup): which group, and the group version
+    it came from (status is written there)."""
+
+    @property
+    def key(self) -> GroupKey: ...
+
+    @property
+    def served(self) -> PodGroupApi: ...
+
+
+class GroupStatusSink(Protocol):
+    """Where a gang plugin reports a group's status (Coscheduling's GroupStatusReporter; a list in tests)."""
+
+    def report(self, group: GroupRef, status: PodGroupStatus) -> None: ...
 
 
 class FilterRunner(Protocol):
@@ -81,6 +100,7 @@ class Services:
     group_status: GroupStatusSink | None = None
     may_write: Callable[[], bool] = _always
     events: PluginEvents = field(default_factory=PluginEvents)
+    indexes: ClusterIndexes = field(default_factory=ClusterIndexes)
 
 
 @dataclass
@@ -91,7 +111,12 @@ class Handle(Services):
     def of(cls, services: Services) -> Handle:
         return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods,
                    services.volume_writer, services.preemptor, services.activator, services.group_status,
-                   services.may_write, services.events)
+                   services.may_write, services.events, services.indexes)
+
+    def index(self, cls: type[IndexT]) -> IndexT:
+        """The scheduler's instance of a cluster index the plugin declares (Plugin.indexes): one per class, shared
+        by every plugin and profile declaring it. LookupError if no enabled plugin declares it."""
+        return self.indexes.get(cls)
 
     @property
     def table(self) -> NodeTable:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 import numpy as np
 
 from metrics_sched.framework.args import NoArgs, parse_args
+from metrics_sched.framework.cluster_index import ClusterIndex
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint
 from metrics_sched.framework.filtered import Filtered
@@ -141,6 +142,9 @@ class Plugin:
     name: ClassVar[str] = ""
     Args: ClassVar[type[Any]] = NoArgs
     events: ClassVar[frozenset[ClusterEvent]] = ALL_EVENTS
+    # The cluster indexes the plugin reads (Handle.index): the scheduler builds and feeds each one, and watches
+    # their kinds, only when an enabled plugin declares it.
+    indexes: ClassVar[tuple[type[ClusterIndex], ...]] = ()
     args: Any
 
     def __init__(self, args: Any, handle: Handle) -> None:

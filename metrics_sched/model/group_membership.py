@@ -6,8 +6,8 @@ namespace), and Kubernetes 1.36's Workload API through `spec.schedulingGroup.pod
 `podgroups.scheduling.k8s.io` v1alpha2 object). A pod naming both is refused rather than guessed at: the two
 objects could disagree on minMember.
 
-A fact about the pod, so it sits with the model: the PodGroup store (metrics_sched.state.pod_groups) and the gang
-plugin (metrics_sched.plugins.coscheduling, with its library beside it) both read it.
+A fact about the pod, so it sits with the model: the PodGroup store (metrics_sched.plugins.coscheduling.pod_groups)
+and the gang plugin (metrics_sched.plugins.coscheduling, with its library beside it) both read it.
 """
 
 from __future__ import annotations

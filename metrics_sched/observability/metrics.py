@@ -12,6 +12,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -198,6 +199,18 @@ class RebalanceMetrics:
         self.candidates.set(count)
 
 
+# What the gauges below read of the plugins' cluster indexes, by what an index offers rather than by its class
+# (this layer knows no concrete plugin): Coscheduling's PodGroup store, the volume plugins' storage store.
+@runtime_checkable
+class _PendingGangs(Protocol):
+    def pending_gangs(self) -> int: ...
+
+
+@runtime_checkable
+class _StorageCounts(Protocol):
+    def counts(self) -> dict[str, int]: ...
+
+
 class _StateCollector(Collector):
     """Gauges and cumulative counters read from the scheduler's state at scrape time."""
 
@@ -216,7 +229,8 @@ class _StateCollector(Collector):
         yield pending
         yield GaugeMetricFamily("metrics_sched_gang_groups_pending",
                                 "Gangs with members to place and fewer than minMember bound.",
-                                value=s.state.pod_groups.pending_gangs())
+                                value=sum(i.pending_gangs() for i in s.indexes.instances
+                                          if isinstance(i, _PendingGangs)))
 
         up = GaugeMetricFamily("metrics_sched_source_up", "1 when the source's last refresh succeeded.",
                                labels=["source"])
@@ -282,7 +296,8 @@ class _StateCollector(Collector):
                                     "Pods placed by this scheduler whose binding the watch has not shown yet.")
         assumed.add_metric([], s.state.assumed_count())
         yield assumed
-        storage = s.state.volumes.counts()
+        # Without a volume plugin enabled no storage is watched: nothing assumed, nothing cached.
+        storage = next((i.counts() for i in s.indexes.instances if isinstance(i, _StorageCounts)), {"assumed": 0})
         assumed_volumes = GaugeMetricFamily(
             "metrics_sched_assumed_volume_bindings",
             "PV-to-claim bindings and selected nodes assumed by VolumeBinding's Reserve and not yet seen written.")

@@ -5,27 +5,31 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import get_args
 
 import numpy as np
 
+from metrics_sched.framework.cluster_index import ClusterIndexes, IndexChange
 from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.model.podinfo import PodInfo, parse_pod, share_strings
 from metrics_sched.model.resize import resource_fields
-from metrics_sched.model.volumes import claim_key
-from metrics_sched.ports import EventType, KubeObject, PodGroupApi, StorageKind, SyncedResource, WorkloadKind
+from metrics_sched.ports import ApiKind, EventType, KubeObject, WorkloadKind
 from metrics_sched.scheduler.queue import SchedulingQueue
 from metrics_sched.state.cluster_state import ClusterState, Placement
 from metrics_sched.state.pod_record import PodRecord
-from metrics_sched.state.volumes import VolumeStore
 
 log = logging.getLogger(__name__)
 
-# Scheduling starts once every cache has its initial list, as kube-scheduler waits for all its informers:
-# nodes and pods for fit, namespaces for namespaceSelectors (none would match before), and the workloads
-# for default topology spreading (scoring only, but a pod scored before they arrive would spread wrongly).
-ALL_CACHES: frozenset[str] = frozenset(get_args(SyncedResource))
+# The kinds the cluster state keeps itself, beside nodes and pods (which have sink methods of their own):
+# namespaces for namespaceSelectors, the workloads for default topology spreading. Every other kind is a
+# plugin's cluster index's, watched only when an enabled plugin declares it.
+NAMESPACES = ApiKind("v1", "namespaces")
+_WORKLOADS: dict[str, WorkloadKind] = {kind: kind for kind in get_args(WorkloadKind)}
+SERVICES, REPLICATION_CONTROLLERS = (ApiKind("v1", kind) for kind in ("services", "replicationcontrollers"))
+REPLICA_SETS, STATEFUL_SETS = (ApiKind("apps/v1", kind) for kind in ("replicasets", "statefulsets"))
+WORKLOAD_KINDS = (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
+CORE_KINDS: tuple[ApiKind, ...] = (NAMESPACES, *WORKLOAD_KINDS)
 
 
 # What observing a bound pod means to parked pods (ClusterState.observe_bound_pod's answers).
@@ -43,8 +47,21 @@ class ClusterEventHandlers:
         on_pod_deleted: Callable[[str], None] = lambda uid: None,
         on_pod_bound: Callable[[str], None] = lambda uid: None,
         on_node_deleted: Callable[[str], None] = lambda name: None,
+        indexes: ClusterIndexes | None = None,
     ) -> None:
         self.state = state
+        self.indexes = indexes if indexes is not None else ClusterIndexes()
+        self._pod_observers = self.indexes.pod_observers
+        self._own: dict[str, Callable[[ApiKind, EventType, KubeObject], None]] = {
+            NAMESPACES.name: self._on_namespace_event,
+            **{kind.name: self._on_workload_event for kind in WORKLOAD_KINDS},
+        }
+        # Every kind a source is to list and watch besides nodes and pods, and (with them) those whose initial list
+        # scheduling waits for, as kube-scheduler waits for all its informers: a pod scheduled before its plugins'
+        # objects arrive would be judged against an empty cache.
+        self.kinds: tuple[ApiKind, ...] = (*CORE_KINDS, *self.indexes.kinds)
+        self._kinds = {kind.name: kind for kind in self.kinds}
+        self.awaited = frozenset({"nodes", "pods", *(kind.name for kind in self.kinds if kind.awaited)})
         self.queue = queue
         self.scheduler_names = scheduler_names
         self.on_pod_deleted = on_pod_deleted  # e.g. reject the pod if it is held at Permit
@@ -86,7 +103,10 @@ class ClusterEventHandlers:
                 and (spec.get("schedulerName") or "default-scheduler") in self.scheduler_names:
             share_strings(pod)  # it may wait long in the queue, with its whole object: before parse_pod reads it
         info = parse_pod(pod)
-        self._count_member(kind, info)
+        for index in self._pod_observers:  # e.g. a gang's members: one that grows may reach its quorum
+            change = index.on_pod(kind, info)
+            if change is not None:
+                self._apply(change)
         if kind == "DELETED" or info.terminal:
             released = self.state.remove_pod(info.uid)
             self.queue.delete(info.uid)
@@ -125,25 +145,11 @@ class ClusterEventHandlers:
             return
         self.queue.add(info)
 
-    def _count_member(self, kind: EventType, info: PodInfo) -> None:
-        """Gang membership: a group that gains a member (or whose member loses its gates) may reach its quorum,
-        so its waiting members get another try at once."""
-        groups = self.state.pod_groups
-        if kind == "DELETED":
-            groups.forget_pod(info.uid)
-            return
-        grown = groups.observe_pod(info)
-        if grown is not None:
-            self.queue.activate(groups.members(grown).pending)
-
-    def on_pod_group_event(self, api: PodGroupApi, event: EventType, obj: KubeObject) -> None:
-        groups = self.state.pod_groups
-        if event == "DELETED":
-            groups.remove(api, obj)  # its members wait (PreFilter) until it is created again
-            return
-        group, _ = groups.upsert(api, obj)
-        # New, or changed (e.g. minMember lowered): its members may go on now.
-        self.queue.activate(groups.members(group.key).pending)
+    def _apply(self, change: IndexChange) -> None:
+        if change.event is not None:
+            self.queue.move_all(change.event, change.detail)
+        if change.activate:
+            self.queue.activate(change.activate)
 
     def _unchanged_placement(self, pod: KubeObject) -> bool:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -153,7 +159,7 @@ class ClusterEventHandlers:
         return self.state.counted_on(metadata.get("uid", ""), node, metadata.get("labels") or {},
                                      bool(metadata.get("deletionTimestamp")), resource_fields(pod))
 
-    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
+    def _on_namespace_event(self, _: ApiKind, kind: EventType, namespace: KubeObject) -> None:
         name = str((namespace.get("metadata") or {}).get("name", ""))
         if kind == "DELETED":
             # Not an event of its own (as upstream): the pods it held leave with their AssignedPodDelete.
@@ -163,70 +169,45 @@ class ClusterEventHandlers:
             # matched no (or other) namespaces may fit now.
             self.queue.move_all(ClusterEvent.NAMESPACE_LABELS, name)
 
-    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
+    def _on_workload_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> None:
         # Scoring input only (PodTopologySpread's default constraints): no parked pod can start to fit.
         if event == "DELETED":
-            self.state.workloads.remove(kind, obj)
+            self.state.workloads.remove(_WORKLOADS[kind.name], obj)
         else:
-            self.state.workloads.upsert(kind, obj)
+            self.state.workloads.upsert(_WORKLOADS[kind.name], obj)
 
-    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
-        volumes = self.state.volumes
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        if kind == "volumeattachments":
-            # Only a detach can help (NodeVolumeLimits counts attachments): kube-scheduler's VolumeAttachment Delete.
-            if event == "DELETED":
-                self.queue.move_all(ClusterEvent.VOLUME_DETACHED, volumes.remove_attachment(name))
-            else:
-                volumes.upsert_attachment(obj)
+    def on_object_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> None:
+        """An object of a watched kind other than nodes and pods: to the indexes that declare its kind (their
+        answers move or activate parked pods), or to the cluster state for the kinds it still keeps itself."""
+        own = self._own.get(kind.name)
+        if own is not None:
+            own(kind, event, obj)
             return
-        if event == "DELETED":
-            # Deleting storage helps no parked pod (kube-scheduler registers adds and updates only).
-            _REMOVE[kind](volumes, claim_key(str(meta.get("namespace", "")), name) if kind in _NAMESPACED else name)
-            return
-        parsed, cluster_event = _UPSERT[kind](volumes, obj)
-        self.queue.move_all(cluster_event, parsed)
+        for index in self.indexes.routes(kind.name):
+            change = index.on_event(kind, event, obj)
+            if change is not None:
+                self._apply(change)
 
-    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
-        # Preemption's input only (which victims to spare): no parked pod can start to fit, as upstream.
-        if event == "DELETED":
-            self.state.budgets.remove(budget)
-        else:
-            self.state.budgets.upsert(budget)
-
-    def on_synced(self, resource: SyncedResource) -> None:
+    def on_synced(self, resource: str) -> None:
         with self._synced_lock:
             before = self.caches_synced()
             self.synced.add(resource)
             completed = not before and self.caches_synced()
         log.info("%s synced", resource)
+        for index in self.indexes.routes(resource):
+            index.on_synced(self._kinds[resource])
         if completed:
             for callback in self.on_all_synced:
                 callback()
 
+    def unwatched(self, names: Iterable[str]) -> None:
+        """Kinds the source does not watch after all (optional ones this API server does not serve): scheduling
+        does not wait for their lists."""
+        self.awaited = self.awaited - frozenset(names)
+
     def caches_synced(self) -> bool:
         """True once every watched resource has delivered its initial list: the scheduler may start."""
-        return self.synced >= ALL_CACHES
-
-
-_NAMESPACED = frozenset({"persistentvolumeclaims", "csistoragecapacities"})
-_UPSERT: dict[str, Callable[[VolumeStore, KubeObject], tuple[object, ClusterEvent]]] = {
-    "persistentvolumes": lambda v, o: (v.upsert_volume(o), ClusterEvent.PV_CHANGED),
-    "persistentvolumeclaims": lambda v, o: (v.upsert_claim(o), ClusterEvent.PVC_CHANGED),
-    "storageclasses": lambda v, o: (v.upsert_class(o), ClusterEvent.STORAGE_CLASS_CHANGED),
-    "csinodes": lambda v, o: (v.upsert_csi_node(o), ClusterEvent.CSI_NODE_CHANGED),
-    "csidrivers": lambda v, o: (v.upsert_csi_driver(o), ClusterEvent.CSI_DRIVER_CHANGED),
-    "csistoragecapacities": lambda v, o: (v.upsert_capacity(o), ClusterEvent.CSI_CAPACITY_CHANGED),
-}
-_REMOVE: dict[str, Callable[[VolumeStore, str], None]] = {
-    "persistentvolumes": VolumeStore.remove_volume,
-    "persistentvolumeclaims": VolumeStore.remove_claim,
-    "storageclasses": VolumeStore.remove_class,
-    "csinodes": VolumeStore.remove_csi_node,
-    "csidrivers": VolumeStore.remove_csi_driver,
-    "csistoragecapacities": VolumeStore.remove_capacity,
-}
+        return self.synced >= self.awaited
 
 
 def _shrank(before: PodRecord, after: PodRecord) -> bool:

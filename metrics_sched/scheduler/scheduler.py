@@ -79,6 +79,8 @@ class Scheduler:
         self.group_status = GroupStatusReporter(group_status_writer) if group_status_writer is not None else None
         services.group_status = self.group_status
         self.waiting_pods = services.waiting_pods
+        # The plugins' cluster indexes, declared as each Framework builds its plugins; the event handlers feed them.
+        self.indexes = services.indexes
         # Each Framework picks its cycle runner (batched or full) and, for a shadow profile, drops PostFilter.
         self.frameworks = {p.scheduler_name: Framework(p, plugins, services) for p in config.profiles}
         first = next(iter(self.frameworks.values()))
@@ -105,7 +107,7 @@ class Scheduler:
                              failures=self.failures)
         self.handlers = ClusterEventHandlers(self.state, self.queue, config.scheduler_names,
                                              on_pod_deleted=self._pod_deleted, on_pod_bound=self.reporter.bound,
-                                             on_node_deleted=self._node_deleted)
+                                             on_node_deleted=self._node_deleted, indexes=self.indexes)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.metrics.on_update(self.metrics_updated)

@@ -23,16 +23,13 @@ from metrics_sched.model.affinity import AffinityTerm, TermKind
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resize import ResourceFields, occupied_requests, resource_fields
 from metrics_sched.model.resources import CPU, MEMORY
-from metrics_sched.state.disruption_budgets import DisruptionBudgets
 from metrics_sched.state.namespaces import NamespaceIndex
 from metrics_sched.state.node_table import BoolArray, IntArray, NodeRecord, NodeTable, parse_node
 from metrics_sched.state.nominations import Nominations
-from metrics_sched.state.pod_groups import PodGroupStore
 from metrics_sched.state.pod_index import PodIndex, PodQuery
 from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.state.pod_shape import WILDCARD_IP, HostPort, PodShapes
 from metrics_sched.state.volume_usage import VolumeUsage
-from metrics_sched.state.volumes import VolumeStore
 from metrics_sched.state.workloads import WorkloadSelectors
 
 _ANY_IP = "*"  # the per-row count over every hostIP of a (protocol, port): what a wildcard port conflicts with
@@ -104,13 +101,8 @@ class ClusterState:
         # Namespace labels (affinity namespaceSelector) and workload selectors (default topology spreading).
         self.namespaces = NamespaceIndex()
         self.workloads = WorkloadSelectors()
-        # Storage objects (PVs, claims, classes, CSI nodes...) with assumed bindings, and the volumes placed pods use.
-        self.volumes = VolumeStore()
+        # The volumes placed pods use, counted with them (the storage objects are the volume plugins' own index).
         self.volume_usage = VolumeUsage()
-        # Pod groups (gangs) of both APIs, and which pods belong to each (Coscheduling).
-        self.pod_groups = PodGroupStore()
-        # PodDisruptionBudgets: which victims preemption would take against a budget.
-        self.budgets = DisruptionBudgets()
         # Pods nominated by preemption, whose room is held against lower-priority pods; a nomination ends when
         # the pod is assumed, bound or deleted (here) or when preemption finds it no longer helps.
         self.nominations = Nominations()

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from adapters.kubernetes import (
-    DEFAULT_RESOURCES,
     KubeClient,
     KubeClusterSource,
     KubeLeaseStore,
@@ -35,18 +34,19 @@ from metrics_sched.model.selectors import EVERYTHING, LabelSelector
 from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import (
     ApiError,
+    ApiKind,
     EventSeries,
     EventType,
     KubeObject,
     LeaseRecord,
     SchedulingEvent,
-    StorageKind,
-    SyncedResource,
-    WorkloadKind,
 )
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.reporting import SERIES_FINISH, PodReporter
 from tests.e2e import kube
+from tests.watched import default_resources, resources_of
+
+DEFAULT_RESOURCES = default_resources()  # what the default profile watches
 
 SCHEDULER = "metrics-sched-e2e"
 
@@ -84,19 +84,10 @@ class StateSink:
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         self._apply("pods", kind, pod)
 
-    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
-        self._apply("namespaces", kind, namespace)
+    def on_object_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> None:
+        self._apply(kind.name, event, obj)
 
-    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
-        self._apply(kind, event, obj)
-
-    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
-        self._apply(kind, event, obj)
-
-    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
-        self._apply("poddisruptionbudgets", event, budget)
-
-    def on_synced(self, resource: SyncedResource) -> None:
+    def on_synced(self, resource: str) -> None:
         with self.lock:
             self.synced[resource] += 1
 
@@ -138,7 +129,7 @@ def client(cluster: DevCluster) -> Iterator[KubeClient]:
 @pytest.fixture
 def source(client: KubeClient) -> Iterator[tuple[KubeClusterSource, StateSink]]:
     # A short read timeout so a dead connection after the apiserver restart is noticed within seconds.
-    src = KubeClusterSource(client, options=ReflectorOptions(read_timeout=10.0))
+    src = KubeClusterSource(client, resources=DEFAULT_RESOURCES, options=ReflectorOptions(read_timeout=10.0))
     sink = StateSink()
     src.start(sink)
     try:
@@ -153,7 +144,7 @@ def test_source_delivers_all_nodes_and_pods_then_live_changes(
 ) -> None:
     for i in range(5):
         create_pod(api, namespace, f"pre-{i}")
-    src = KubeClusterSource(client)
+    src = KubeClusterSource(client, resources=DEFAULT_RESOURCES)
     sink = StateSink()
     src.start(sink)
     try:
@@ -378,7 +369,7 @@ def test_namespace_labels_and_workload_selectors_reach_the_cluster_state(
     registry = in_tree_registry(third_party=False)
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, KubePodWriter(client))
     state = scheduler.state
-    src = KubeClusterSource(client)
+    src = KubeClusterSource(client, resources=resources_of(scheduler))
     src.start(scheduler.handlers)
     rs_path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
     svc_path = f"/api/v1/namespaces/{namespace}/services"

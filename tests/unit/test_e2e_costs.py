@@ -23,7 +23,6 @@ from metrics_sched.audit import build_record
 from metrics_sched.audit.record import _finite_rows, _top_positions
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.ports import ApiError
-from metrics_sched.scheduler.event_handlers import ALL_CACHES
 from metrics_sched.scheduler.reporting import PodReporter
 from tests.unit.fakes import FakeAPI, pod
 from tests.unit.test_bounded_memory import realistic_results
@@ -141,7 +140,7 @@ def test_the_sync_callbacks_run_once_when_the_last_cache_syncs_whichever_thread_
     calls: list[str] = []
     handlers.on_all_synced.append(lambda: calls.append(threading.current_thread().name))
     threads = [threading.Thread(target=handlers.on_synced, args=(resource,), name=resource)
-               for resource in sorted(ALL_CACHES)]
+               for resource in sorted(handlers.awaited)]
     for thread in threads:
         thread.start()
     for thread in threads:

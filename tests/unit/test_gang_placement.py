@@ -8,8 +8,8 @@ import pytest
 from metrics_sched.model.group_membership import GroupApi, GroupKey, GroupRefError, group_of_raw
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins.coscheduling.placement import choose_domain, member_capacity
+from metrics_sched.plugins.coscheduling.pod_groups import PodGroupStore, parse_pod_group
 from metrics_sched.state.cluster_state import ClusterState
-from metrics_sched.state.pod_groups import PodGroupStore, parse_pod_group
 from tests.unit.fakes import node, pod
 
 ZONE = "topology.kubernetes.io/zone"

@@ -12,6 +12,7 @@ from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.observability import SchedulerMetrics
 from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.coscheduling.plugin import Coscheduling
+from metrics_sched.plugins.coscheduling.pod_groups import POD_GROUP_KINDS
 from metrics_sched.ports import PodGroupApi, PodGroupStatus
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.scheduler import Scheduler as _Scheduler
@@ -21,6 +22,7 @@ from tests.unit.fakes import FakeAPI, node, pod
 ZONE = "topology.kubernetes.io/zone"
 CRD: PodGroupApi = "scheduling.x-k8s.io/v1alpha1"
 WORKLOAD: PodGroupApi = "scheduling.k8s.io/v1alpha2"
+KIND = {kind.group_version: kind for kind in POD_GROUP_KINDS}  # the watched kind of each API
 
 
 def gang_plugin(scheduler: Scheduler) -> Coscheduling:
@@ -86,7 +88,7 @@ def test_a_gang_that_only_partly_fits_binds_nothing_then_binds_whole_when_room_a
     scheduler, api, log = make()
     for i in range(3):  # no zones: the gang is placed by score, and 6 members reach Permit before one fits nowhere
         scheduler.handlers.on_node_event("ADDED", node(f"n{i}", cpu="2"))
-    scheduler.handlers.on_pod_group_event(CRD, "ADDED", crd_group("pg", 8))
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 8))
     for i in range(8):
         api.add_pod(member(f"m{i}", "pg"))
     plugin = gang_plugin(scheduler)
@@ -114,7 +116,7 @@ def test_no_zone_holding_the_whole_gang_fails_it_before_any_member_waits() -> No
     scheduler, api, _ = make()
     nodes(scheduler, "a", 2)
     nodes(scheduler, "b", 2)  # 4 places per zone, 8 in all: member by member it would fit
-    scheduler.handlers.on_pod_group_event(CRD, "ADDED", crd_group("pg", 6))
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 6))
     for i in range(6):
         api.add_pod(member(f"m{i}", "pg"))
     run(scheduler, lambda: api.events_for("default/m0", "FailedScheduling"), 10, "the first member reported")
@@ -126,7 +128,7 @@ def test_no_zone_holding_the_whole_gang_fails_it_before_any_member_waits() -> No
 def test_waiting_members_time_out_together_and_free_their_nodes() -> None:
     scheduler, api, _ = make({"permitWaitingTimeSeconds": 0.5})
     nodes(scheduler, "a", 4)
-    scheduler.handlers.on_pod_group_event(CRD, "ADDED", crd_group("pg", 3))
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 3))
     for i in range(3):
         api.add_pod(member(f"m{i}", "pg"))
     outcomes: list[str] = []
@@ -153,7 +155,7 @@ def test_a_gang_lands_in_the_cooler_zone_as_a_whole() -> None:
     # the gang's objective is what the profile scores, so make the hot zone score worse through load.
     for i in range(4):
         api.add_pod(pod(f"busy{i}", cpu="1", memory="8Gi", node_name=f"hot-{i}"))
-    scheduler.handlers.on_pod_group_event(CRD, "ADDED", crd_group("pg", 4))
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 4))
     for i in range(4):
         api.add_pod(member(f"m{i}", "pg", cpu="500m"))
     notes: dict[str, tuple[str, ...]] = {}
@@ -176,7 +178,7 @@ def test_members_wait_for_their_group_and_for_enough_members() -> None:
     assert "waiting for pod group default/pg" in api.events_for("default/m0", "FailedScheduling")[-1].note
     messages: list[str] = []
     scheduler.cycle_observers.append(lambda result: messages.append(result.message()))
-    scheduler.handlers.on_pod_group_event(CRD, "ADDED", crd_group("pg", 3))  # wakes both members at once
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 3))  # wakes both members at once
     run(scheduler, lambda: sum("pod group default/pg has 2 of its 3 members" in m for m in messages) == 2, 10,
         "both members turned down for want of a third")
     api.add_pod(member("m2", "pg"))
@@ -186,7 +188,7 @@ def test_members_wait_for_their_group_and_for_enough_members() -> None:
 def test_the_workload_api_gang_binds_all_or_nothing() -> None:
     scheduler, api, _ = make()
     nodes(scheduler, "a", 2)  # room for 4
-    scheduler.handlers.on_pod_group_event(WORKLOAD, "ADDED", {
+    scheduler.handlers.on_object_event(KIND[WORKLOAD], "ADDED", {
         "metadata": {"namespace": "default", "name": "wl", "creationTimestamp": "2026-12-01T10:00:00Z"},
         "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}}})
     for i in range(5):
@@ -203,7 +205,7 @@ def test_the_workload_api_gang_binds_all_or_nothing() -> None:
 
 def test_queue_sort_keeps_a_group_together() -> None:
     scheduler, _, _ = make()
-    scheduler.handlers.on_pod_group_event(CRD, "ADDED", crd_group("pg", 2))
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 2))
     plugin = gang_plugin(scheduler)
     lone = pod("lone")
     lone["metadata"]["creationTimestamp"] = "2026-12-01T11:00:00Z"
@@ -223,7 +225,7 @@ def test_gang_metrics_count_failed_attempts_pending_gangs_and_waits() -> None:
     metrics = SchedulerMetrics(scheduler)
     for i in range(2):
         scheduler.handlers.on_node_event("ADDED", node(f"n{i}", cpu="2"))
-    scheduler.handlers.on_pod_group_event(CRD, "ADDED", crd_group("pg", 5))
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 5))
     for i in range(5):
         api.add_pod(member(f"m{i}", "pg"))
     assert metric_line(metrics, "metrics_sched_gang_groups_pending") == 1

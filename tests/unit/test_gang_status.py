@@ -14,11 +14,11 @@ import pytest
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.pod_group_writer import KubePodGroupStatusWriter
-from adapters.kubernetes.source import pod_group_resources
+from adapters.kubernetes.source import served_resources
 from adapters.kubernetes.tokens import StaticToken
+from metrics_sched.plugins.coscheduling.pod_groups import POD_GROUP_KINDS, PodGroupStore
 from metrics_sched.plugins.coscheduling.status import GroupStatusReporter
 from metrics_sched.ports import ApiError, PodGroupApi, PodGroupStatus
-from metrics_sched.state.pod_groups import PodGroupStore
 
 pytestmark = pytest.mark.unit
 
@@ -62,7 +62,7 @@ def test_only_the_served_pod_group_apis_are_watched() -> None:
             return httpx.Response(200, json={"resources": [{"name": "workloads"}]})
         return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
 
-    served, missing = pod_group_resources(client(handler))
+    served, missing = served_resources(client(handler), POD_GROUP_KINDS)
     assert [r.path for r in served] == ["/apis/scheduling.x-k8s.io/v1alpha1/podgroups"]
     assert missing == ["podgroups.scheduling.k8s.io/v1alpha2: scheduling.k8s.io/v1alpha2 is not served",
                        "podgroups.scheduling.k8s.io/v1beta1: scheduling.k8s.io/v1beta1 has no podgroups resource"]

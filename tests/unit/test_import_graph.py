@@ -3,7 +3,12 @@ holds the layers, this holds the modules within a layer. grimp is import-linter'
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import grimp
+
+import metrics_sched.plugins
 
 
 def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -61,3 +66,13 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph.add_import(importer="a.y", imported="a.x")
     graph.add_import(importer="a.z", imported="a.x")
     assert cycles(graph) == [["a.x", "a.y"]]
+
+
+def test_the_independence_contract_lists_every_plugin() -> None:
+    """pyproject's "Plugins are independent of each other" names each plugin folder (a wildcard would take in the
+    shared storage library plugins/volumes): a plugin added without being listed there fails here."""
+    root = Path(metrics_sched.plugins.__file__).parent
+    pyproject = tomllib.loads((root.parents[1] / "pyproject.toml").read_text())
+    contract = next(c for c in pyproject["tool"]["importlinter"]["contracts"] if c["type"] == "independence")
+    folders = {f"metrics_sched.plugins.{d.name}" for d in root.iterdir() if (d / "plugin.py").is_file()}
+    assert set(contract["modules"]) == folders

@@ -16,6 +16,7 @@ from metrics_sched.framework.runtime.batching.totals import equal
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.plugins.pod_topology_spread.plugin import _IGNORED, HOSTNAME, ZONE, PodTopologySpread
 from metrics_sched.plugins.zone_spread.plugin import ZoneSpread
+from metrics_sched.scheduler.event_handlers import SERVICES
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import FloatArray, IntArray
 from metrics_sched.telemetry.cache import MetricCache
@@ -217,7 +218,7 @@ def test_a_workload_change_while_a_batch_is_stored_is_not_lost() -> None:
                     out = derive(*args, **kwargs)
                     if not fired[0]:
                         fired[0] = True
-                        handlers.on_workload_event("services", "ADDED", service)
+                        handlers.on_object_event(SERVICES, "ADDED", service)
                     return out
                 spread.constraints = racing  # type: ignore[method-assign]
                 try:
@@ -238,7 +239,7 @@ def test_a_workload_change_while_a_batch_is_stored_is_not_lost() -> None:
                     plugin.reserve(result.cycle, info, result.node)
                 if i == 1 and not fired[0]:  # unbatched: the same Service after the same pod
                     fired[0] = True
-                    handlers.on_workload_event("services", "ADDED", service)
+                    handlers.on_object_event(SERVICES, "ADDED", service)
                 raw = next(t.raw for t in result.terms if t.plugin == "PodTopologySpread")
                 nodes.append((result.node, raw.tobytes()))
             assert fired[0]

@@ -21,16 +21,18 @@ import pytest
 from adapters.kubernetes.client import KubeClient
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.reflector import Reflector, ReflectorOptions, backoff_delay
-from adapters.kubernetes.source import DEFAULT_RESOURCES, KubeClusterSource
+from adapters.kubernetes.source import KubeClusterSource
 from adapters.kubernetes.tokens import StaticToken
-from metrics_sched.ports import ClusterSource, EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
+from metrics_sched.ports import ApiKind, ClusterSource, EventType, KubeObject
+from tests.watched import default_resources
 
 pytestmark = pytest.mark.unit
 
 FAST = ReflectorOptions(backoff_initial=0.001, backoff_max=0.01)
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
-# Every collection KubeClusterSource watches by default (namespaces and the workloads too).
+# Every collection KubeClusterSource watches for the default profile (namespaces, workloads, storage, budgets too).
+DEFAULT_RESOURCES = default_resources()
 ALL_PATHS = tuple(r.path for r in DEFAULT_RESOURCES)
 
 
@@ -171,19 +173,10 @@ class RecordingSink:
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         self._record("pods", kind, pod)
 
-    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
-        self._record("namespaces", kind, namespace)
+    def on_object_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> None:
+        self._record(kind.name, event, obj)
 
-    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
-        self._record(kind, event, obj)
-
-    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
-        self._record(kind, event, obj)
-
-    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
-        self._record("poddisruptionbudgets", event, budget)
-
-    def on_synced(self, resource: SyncedResource) -> None:
+    def on_synced(self, resource: str) -> None:
         with self.lock:
             self.synced.append(resource)
 
@@ -437,7 +430,7 @@ def test_source_feeds_nodes_and_pods_to_the_sink(server: FakeApiServer, client: 
     server.add("n1", NODES)
     server.add("n2", NODES)
     server.add("p1")
-    source = KubeClusterSource(client, options=FAST)
+    source = KubeClusterSource(client, resources=DEFAULT_RESOURCES, options=FAST)
     port: ClusterSource = source
     port.start(sink)
     try:
@@ -463,4 +456,4 @@ def test_every_watched_resource_gets_a_watch_connection(server: FakeApiServer, c
     config = KubeConfig(server="https://kube.test", token=StaticToken("t"))
     with (KubeClient(config, transport=httpx.MockTransport(server.handle), max_watch_connections=3) as small,
           pytest.raises(ValueError, match=rf"{len(DEFAULT_RESOURCES)} watched resources need at least as many watch")):
-        KubeClusterSource(small).start(RecordingSink())
+        KubeClusterSource(small, resources=DEFAULT_RESOURCES).start(RecordingSink())

@@ -12,7 +12,7 @@ from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.model.selectors import EVERYTHING, NOTHING, LabelSelector
 from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
-from metrics_sched.scheduler.event_handlers import ALL_CACHES, ClusterEventHandlers
+from metrics_sched.scheduler.event_handlers import NAMESPACES, ClusterEventHandlers
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.namespaces import NamespaceIndex
 from tests.unit.fakes import FakeAPI
@@ -155,12 +155,12 @@ def make() -> Scheduler:
 def test_namespace_events_reach_the_cluster_state() -> None:
     scheduler = make()
     handlers, namespaces = scheduler.handlers, scheduler.state.namespaces
-    handlers.on_namespace_event("ADDED", ns("a", team="x"))
-    handlers.on_namespace_event("ADDED", ns("b"))
+    handlers.on_object_event(NAMESPACES, "ADDED", ns("a", team="x"))
+    handlers.on_object_event(NAMESPACES, "ADDED", ns("b"))
     assert namespaces.matching(selector(team="x")) == {"a"}
-    handlers.on_namespace_event("MODIFIED", ns("b", team="x"))
+    handlers.on_object_event(NAMESPACES, "MODIFIED", ns("b", team="x"))
     assert namespaces.matching(selector(team="x")) == {"a", "b"}
-    handlers.on_namespace_event("DELETED", ns("a", team="x"))
+    handlers.on_object_event(NAMESPACES, "DELETED", ns("a", team="x"))
     assert namespaces.matching(selector(team="x")) == {"b"} and len(namespaces) == 1
 
 
@@ -176,10 +176,10 @@ class MoveRecorder:
 def test_a_new_or_relabelled_namespace_moves_parked_pods() -> None:
     queue = MoveRecorder()
     handlers = ClusterEventHandlers(ClusterState(), queue, frozenset({"metrics-sched"}))  # type: ignore[arg-type]
-    handlers.on_namespace_event("ADDED", ns("a"))
-    handlers.on_namespace_event("MODIFIED", {**ns("a"), "status": {"phase": "Active"}})  # labels unchanged
-    handlers.on_namespace_event("MODIFIED", ns("a", team="x"))
-    handlers.on_namespace_event("DELETED", ns("a", team="x"))
+    handlers.on_object_event(NAMESPACES, "ADDED", ns("a"))
+    handlers.on_object_event(NAMESPACES, "MODIFIED", {**ns("a"), "status": {"phase": "Active"}})  # labels unchanged
+    handlers.on_object_event(NAMESPACES, "MODIFIED", ns("a", team="x"))
+    handlers.on_object_event(NAMESPACES, "DELETED", ns("a", team="x"))
     assert queue.moves == [(ClusterEvent.NAMESPACE_LABELS, "a"), (ClusterEvent.NAMESPACE_LABELS, "a")]
     assert len(handlers.state.namespaces) == 0
 
@@ -189,13 +189,13 @@ def test_scheduling_waits_for_every_cache_namespaces_included() -> None:
     storage = ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
                "csistoragecapacities", "volumeattachments")
     assert {"nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
-            "statefulsets", "poddisruptionbudgets", *storage} == ALL_CACHES
+            "statefulsets", "poddisruptionbudgets", *storage} == handlers.awaited
     handlers.on_synced("nodes")
     handlers.on_synced("pods")
     assert not handlers.caches_synced()  # a namespaceSelector would see no namespace yet
     for resource in ("namespaces", "services", "replicationcontrollers", "replicasets", "poddisruptionbudgets",
                      *storage):
-        handlers.on_synced(resource)  # type: ignore[arg-type]
+        handlers.on_synced(resource)
     assert not handlers.caches_synced()
     handlers.on_synced("statefulsets")
     assert handlers.caches_synced()

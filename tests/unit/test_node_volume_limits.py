@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrics_sched.framework import Code, CycleState, Handle, QueueingHint
+from metrics_sched.framework import ClusterIndexes, Code, CycleState, Handle, QueueingHint
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.volumes import parse_attachment, parse_claim
 from metrics_sched.plugins.node_volume_limits.plugin import ERR_REASON_MAX_VOLUME_COUNT, NodeVolumeLimits, ebs_volume_id
+from metrics_sched.plugins.volumes import VolumeStore
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.telemetry.cache import MetricCache
@@ -168,7 +169,8 @@ class Case:
 def build(case: Case) -> tuple[ClusterState, NodeVolumeLimits]:
     state = ClusterState()
     state.upsert_node(fake_node(NODE))
-    volumes = state.volumes
+    indexes = ClusterIndexes()
+    volumes = indexes.declare(VolumeStore)
     for driver in case.drivers:
         for j in range(4):
             name = f"csi-{driver}-{j}"
@@ -189,7 +191,7 @@ def build(case: Case) -> tuple[ClusterState, NodeVolumeLimits]:
         body = make()
         body["spec"]["nodeName"] = NODE
         state.observe_bound_pod(parse_pod(body))
-    return state, NodeVolumeLimits({}, Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    return state, NodeVolumeLimits({}, Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI(), indexes=indexes))
 
 
 def verdicts(state: ClusterState, plugin: NodeVolumeLimits, incoming: Obj,
@@ -314,20 +316,20 @@ def test_counts_follow_pods_attachments_and_limits_over_many_nodes() -> None:
     for name in nodes:
         state.upsert_node(fake_node(name))
     for name in nodes[:69]:
-        state.volumes.upsert_csi_node(csi_node(name, [EBS], 1))
+        plugin.handle.index(VolumeStore).upsert_csi_node(csi_node(name, [EBS], 1))
     ebs1 = parse_pod(pod_with(*claims("csi-ebs.csi.aws.com-1"), name="holder"))
     state.observe_bound_pod(parse_pod({**ebs1.raw, "spec": {**ebs1.raw["spec"], "nodeName": "n000"}}))
-    state.volumes.upsert_attachment(attachment("va-1", EBS, "csi-ebs.csi.aws.com-2", node="n001"))
+    plugin.handle.index(VolumeStore).upsert_attachment(attachment("va-1", EBS, "csi-ebs.csi.aws.com-2", node="n001"))
     # the new pod's own volume attached to n002 but used by no pod there: counted twice (upstream's quirk)
-    state.volumes.upsert_attachment(attachment("va-2", EBS, "csi-ebs.csi.aws.com-0", node="n002"))
+    plugin.handle.index(VolumeStore).upsert_attachment(attachment("va-2", EBS, "csi-ebs.csi.aws.com-0", node="n002"))
     # an attachment of a volume a pod on that node uses counts once
-    state.volumes.upsert_attachment(attachment("va-3", EBS, "csi-ebs.csi.aws.com-1", node="n000"))
+    plugin.handle.index(VolumeStore).upsert_attachment(attachment("va-3", EBS, "csi-ebs.csi.aws.com-1", node="n000"))
     # attachments that are not counted: no PV name, a PV that is not CSI, a missing PV, no attacher
-    state.volumes.upsert_volume(pv("in-tree", AWS_IN_TREE))
-    state.volumes.upsert_attachment(attachment("va-4", EBS, None, node="n003"))
-    state.volumes.upsert_attachment(attachment("va-5", EBS, "in-tree", node="n003"))
-    state.volumes.upsert_attachment(attachment("va-6", EBS, "nope", node="n003"))
-    state.volumes.upsert_attachment(attachment("va-7", "", "csi-ebs.csi.aws.com-3", node="n003"))
+    plugin.handle.index(VolumeStore).upsert_volume(pv("in-tree", AWS_IN_TREE))
+    plugin.handle.index(VolumeStore).upsert_attachment(attachment("va-4", EBS, None, node="n003"))
+    plugin.handle.index(VolumeStore).upsert_attachment(attachment("va-5", EBS, "in-tree", node="n003"))
+    plugin.handle.index(VolumeStore).upsert_attachment(attachment("va-6", EBS, "nope", node="n003"))
+    plugin.handle.index(VolumeStore).upsert_attachment(attachment("va-7", "", "csi-ebs.csi.aws.com-3", node="n003"))
     _, reasons = verdicts(state, plugin, csi_ebs_one(), nodes)
     rejected = {n for n, r in zip(nodes, reasons, strict=True) if r is not None}
     assert rejected == {"n000", "n001", "n002"}
@@ -339,10 +341,10 @@ def test_counts_follow_pods_attachments_and_limits_over_many_nodes() -> None:
     assert reasons == [None, None]
     # the holder leaves, but its volume stays attached (va-3) until it is detached; n001's limit is raised
     state.remove_pod(ebs1.uid)
-    state.volumes.upsert_csi_node(csi_node("n001", [EBS], 2))
+    plugin.handle.index(VolumeStore).upsert_csi_node(csi_node("n001", [EBS], 2))
     _, reasons = verdicts(state, plugin, csi_ebs_one(), ["n000", "n001", "n002"])
     assert reasons == [MAX, None, MAX]
-    state.volumes.remove_attachment("va-3")
+    plugin.handle.index(VolumeStore).remove_attachment("va-3")
     _, reasons = verdicts(state, plugin, csi_ebs_one(), ["n000"])
     assert reasons == [None]
     # n069 has no CSINode: never limited
@@ -358,7 +360,7 @@ def test_counts_are_cached_until_something_changes() -> None:
     assert plugin._attached_now(state.table) is first
     plugin.filter(CycleState(), info, state.table)
     assert plugin._attached_now(state.table) is first
-    state.volumes.upsert_class({"metadata": {"name": "other"}, "provisioner": "x"})
+    plugin.handle.index(VolumeStore).upsert_class({"metadata": {"name": "other"}, "provisioner": "x"})
     assert plugin._attached_now(state.table) is not first
     assert np.array_equal(plugin._attached_now(state.table).per_driver[EBS], first.per_driver[EBS])
 
@@ -459,7 +461,7 @@ def test_a_pod_that_only_shares_attached_volumes_passes_a_node_over_its_limit() 
     case = Case("share", csi_ebs_one, [], limit_source="")
     state, plugin = build(case)
     state.upsert_node(fake_node("n0"))
-    state.volumes.upsert_csi_node(csi_node("n0", [EBS], 0))
+    plugin.handle.index(VolumeStore).upsert_csi_node(csi_node("n0", [EBS], 0))
     holder = parse_pod(pod_with(*claims("csi-ebs.csi.aws.com-0", "csi-ebs.csi.aws.com-1"), name="holder"))
     state.observe_bound_pod(parse_pod({**holder.raw, "spec": {**holder.raw["spec"], "nodeName": "n0"}}))
     assert verdicts(state, plugin, csi_ebs_one(), ["n0"]) == (Code.SUCCESS, [None])
@@ -480,7 +482,7 @@ def test_in_line_azure_cinder_and_portworx_volumes_count_under_their_csi_driver(
     key = "diskURI" if kind == "azureDisk" else "volumeID"
     case = Case("inline", lambda: pod_with({kind: {**source, key: source[key] + "new"}}), [], limit_source="")
     state, plugin = build(case)
-    state.volumes.upsert_csi_node(csi_node(NODE, [driver], 1))
+    plugin.handle.index(VolumeStore).upsert_csi_node(csi_node(NODE, [driver], 1))
     held = parse_pod(pod_with({kind: {**source, key: source[key] + "held"}}, name="holder"))
     state.observe_bound_pod(parse_pod({**held.raw, "spec": {**held.raw["spec"], "nodeName": NODE}}))
     assert verdicts(state, plugin, case.new()) == (Code.SUCCESS, [MAX])

@@ -17,13 +17,13 @@ from metrics_sched.model.selectors import LabelSelector
 from metrics_sched.plugins import BUILTIN, in_tree_registry
 from metrics_sched.plugins.default_preemption.budgets import split_by_budget
 from metrics_sched.plugins.default_preemption.candidates import Candidate, candidate_count
+from metrics_sched.plugins.default_preemption.disruption_budgets import BUDGETS, Budget, parse_budget
 from metrics_sched.plugins.default_preemption.outcome import PREEMPTION, PreemptionOutcome
 from metrics_sched.plugins.default_preemption.plugin import DefaultPreemption
 from metrics_sched.plugins.default_preemption.selection import pick_one_node
 from metrics_sched.plugins.default_preemption.victims import select_victims
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
-from metrics_sched.state.disruption_budgets import Budget, parse_budget
 from metrics_sched.state.pod_record import PodRecord
 from tests.unit.fakes import FakeAPI, node, pod
 
@@ -165,7 +165,7 @@ def test_a_budget_with_no_disruptions_allowed_steers_preemption_to_another_node(
     scheduler, api, preemptor = make()
     full_pool(scheduler, api)
     for protected in ("n0", "n2"):  # maxUnavailable: 0 over the pods of n0 and n2
-        scheduler.handlers.on_budget_event("ADDED", {
+        scheduler.handlers.on_object_event(BUDGETS, "ADDED", {
             "metadata": {"name": f"keep-{protected}", "namespace": "default"},
             "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"node": protected}}},
             "status": {"disruptionsAllowed": 0}})
@@ -442,7 +442,7 @@ def test_the_all_nodes_dry_run_finds_what_the_node_by_node_one_finds(seed: int) 
                               started=f"2026-11-30T12:00:{rng.randint(0, 59):02d}Z",
                               labels={"app": rng.choice("ab")}))
     for app in rng.sample("ab", rng.randint(0, 2)):
-        scheduler.handlers.on_budget_event("ADDED", {
+        scheduler.handlers.on_object_event(BUDGETS, "ADDED", {
             "metadata": {"name": app, "namespace": "default"},
             "spec": {"selector": {"matchLabels": {"app": app}}}, "status": {"disruptionsAllowed": rng.randint(0, 2)}})
     plugin = scheduler.frameworks["metrics-sched"].instances["DefaultPreemption"]

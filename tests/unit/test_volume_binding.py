@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from metrics_sched.config import parse_config
-from metrics_sched.framework import ClusterEvent, Code, CycleState, Handle, QueueingHint, Status
+from metrics_sched.framework import ClusterEvent, ClusterIndexes, Code, CycleState, Handle, QueueingHint, Status
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.volumes import ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, parse_claim
 from metrics_sched.plugins import in_tree_registry
@@ -45,7 +45,8 @@ from metrics_sched.plugins.volume_binding.plugin import (
     ERR_UNBOUND_IMMEDIATE,
     VolumeBinding,
 )
-from metrics_sched.ports import ApiError, EventType, KubeObject, StorageKind
+from metrics_sched.plugins.volumes import STORAGE_KINDS, VolumeStore
+from metrics_sched.ports import ApiError, ApiKind, EventType, KubeObject
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
@@ -170,9 +171,12 @@ def claim_pod(*claims: str, ephemeral: Sequence[str] = (), name: str = "test-pod
 
 
 # -- the cluster: the API's objects, the watch into the store, the PV controller -------------------------------------
-_RESOURCES: dict[str, StorageKind] = {
-    "PersistentVolume": "persistentvolumes", "PersistentVolumeClaim": "persistentvolumeclaims",
-    "StorageClass": "storageclasses", "CSIDriver": "csidrivers", "CSIStorageCapacity": "csistoragecapacities"}
+_BY_RESOURCE = {kind.resource: kind for kind in STORAGE_KINDS}
+_RESOURCES: dict[str, ApiKind] = {
+    "PersistentVolume": _BY_RESOURCE["persistentvolumes"],
+    "PersistentVolumeClaim": _BY_RESOURCE["persistentvolumeclaims"],
+    "StorageClass": _BY_RESOURCE["storageclasses"], "CSIDriver": _BY_RESOURCE["csidrivers"],
+    "CSIStorageCapacity": _BY_RESOURCE["csistoragecapacities"]}
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -184,10 +188,10 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 class Cluster:
     """The API server's copy of the storage objects (`raw`) and the watch that delivers them into the store."""
 
-    def __init__(self, state: ClusterState,
-                 sink: Callable[[StorageKind, EventType, KubeObject], None] | None = None) -> None:
+    def __init__(self, state: ClusterState, store: VolumeStore,
+                 sink: Callable[[ApiKind, EventType, KubeObject], None] | None = None) -> None:
         self.state = state
-        self.store = state.volumes
+        self.store = store
         self.raw: dict[tuple[str, str], Obj] = {}
         self.held: list[Obj] = []  # written, not yet delivered by the watch
         self._rv = itertools.count(100)
@@ -313,12 +317,14 @@ class Harness:
         for body in nodes if nodes is not None else (mk_node("node1", {KEY: "node1"}),
                                                      mk_node("node2", {KEY: "node2"})):
             self.state.upsert_node(body)
-        self.cluster = Cluster(self.state)
+        indexes = ClusterIndexes()
+        self.store = indexes.declare(VolumeStore)
+        self.cluster = Cluster(self.state, self.store)
         for body in (*classes, *objects):
             self.cluster.put(body, bump=False)
-        self.store = self.state.volumes
         self.writer = FakeVolumeWriter(self.cluster)
-        handle = Handle(self.state, MetricCache(), InFlightLedgerStore(), FakeAPI(), volume_writer=self.writer)
+        handle = Handle(self.state, MetricCache(), InFlightLedgerStore(), FakeAPI(), volume_writer=self.writer,
+                        indexes=indexes)
         self.plugin = VolumeBinding(VolumeBinding.Args(bind_timeout_seconds=timeout), handle)
 
     def filter(self, incoming: Obj) -> tuple[Status, dict[str, list[str]], CycleState, PodInfo]:
@@ -1053,7 +1059,7 @@ def test_scheduler_binds_two_claims_to_the_two_static_pvs() -> None:
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api,
                           volume_writer=_LateWriter(writer_box))
     api.watchers.append(scheduler.handlers)
-    cluster = Cluster(scheduler.state, scheduler.handlers.on_storage_event)
+    cluster = Cluster(scheduler.state, scheduler.indexes.get(VolumeStore), scheduler.handlers.on_object_event)
     writer = FakeVolumeWriter(cluster)
     writer_box.append(writer)
     for name in ("a", "b", "c"):
@@ -1073,7 +1079,7 @@ def test_scheduler_binds_two_claims_to_the_two_static_pvs() -> None:
     first = scheduler.schedule_one(timeout=1)
     assert first is not None and first.node in ("a", "b")
     taken = f"pv-{first.node}"
-    assert scheduler.state.volumes.assumed() == ([taken], [])
+    assert scheduler.indexes.get(VolumeStore).assumed() == ([taken], [])
     api.add_pod(claim_pod("data-1", name="web-1", pod_uid="uid-web-1"))
     second = scheduler.schedule_one(timeout=1)
     assert second is not None and second.node in ("a", "b") and second.node != first.node
@@ -1082,7 +1088,7 @@ def test_scheduler_binds_two_claims_to_the_two_static_pvs() -> None:
     assert sorted(api.binds) == sorted([("default/web-0", first.node), ("default/web-1", second.node)])
     assert sorted((c[1], c[3]) for c in writer.calls) == sorted(
         [(taken, "default/data-0"), (f"pv-{second.node}", "default/data-1")])
-    assert scheduler.state.volumes.assumed() == ([], [])
+    assert scheduler.indexes.get(VolumeStore).assumed() == ([], [])
 
 
 class _LateWriter:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.framework import Code, CycleState, Handle, QueueingHint
+from metrics_sched.framework import ClusterIndexes, Code, CycleState, Handle, QueueingHint
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.volumes import parse_claim
 from metrics_sched.plugins.volume_restrictions.plugin import (
@@ -24,6 +24,7 @@ from metrics_sched.plugins.volume_restrictions.plugin import (
     ERR_REASON_RWOP_CONFLICT,
     VolumeRestrictions,
 )
+from metrics_sched.plugins.volumes import VolumeStore
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.pod_record import PodRecord
 from metrics_sched.telemetry.cache import MetricCache
@@ -71,13 +72,16 @@ def iscsi(iqn: str, read_only: bool = False) -> Obj:
 def cluster(placed: Sequence[Obj] = (), claims: Sequence[Obj] = (),
             nodes: Sequence[str] = (NODE,)) -> tuple[ClusterState, VolumeRestrictions]:
     state = ClusterState()
+    indexes = ClusterIndexes()
+    volumes = indexes.declare(VolumeStore)
     for name in nodes:
         state.upsert_node(fake_node(name))
     for body in claims:
-        state.volumes.upsert_claim(body)
+        volumes.upsert_claim(body)
     for body in placed:
         state.observe_bound_pod(parse_pod(body))
-    return state, VolumeRestrictions({}, Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    handle = Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI(), indexes=indexes)
+    return state, VolumeRestrictions({}, handle)
 
 
 def run(state: ClusterState, plugin: VolumeRestrictions, incoming: Obj,
@@ -203,7 +207,7 @@ def test_ephemeral_and_other_namespace_uses_do_not_count_as_rwop_users() -> None
     ephemeral_user = fake_pod("p", node_name=NODE, volumes=[{"name": "rwop-1", "ephemeral": {}}])
     other_namespace = with_volumes("q", claim_volume("claim-with-rwop-1"), node=NODE, namespace="other")
     state, plugin = cluster([ephemeral_user, other_namespace], [pvc("claim-with-rwop-1", "ReadWriteOncePod")])
-    state.volumes.upsert_claim({"metadata": {"name": "p-rwop-1", "namespace": "default"},
+    plugin.handle.index(VolumeStore).upsert_claim({"metadata": {"name": "p-rwop-1", "namespace": "default"},
                                 "spec": {"accessModes": ["ReadWriteOncePod"]}})
     assert run(state, plugin, with_volumes("new", claim_volume("claim-with-rwop-1")))[0] == SKIP
     assert run(state, plugin, with_volumes("new", claim_volume("p-rwop-1")))[0] == SKIP

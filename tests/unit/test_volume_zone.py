@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrics_sched.framework import Code, CycleState, Handle, QueueingHint
+from metrics_sched.framework import ClusterIndexes, Code, CycleState, Handle, QueueingHint
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.volumes import parse_claim, parse_storage_class, parse_volume
 from metrics_sched.plugins.volume_zone.plugin import ERR_REASON_CONFLICT, VolumeZone
+from metrics_sched.plugins.volumes import VolumeStore
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
@@ -74,15 +75,17 @@ def mk_node(name: str, labels: Mapping[str, str] | None = None) -> Obj:
 def cluster(pvs: Sequence[Obj], pvcs: Sequence[Obj], classes: Sequence[Obj] = (),
             nodes: Sequence[Obj] = ()) -> tuple[ClusterState, VolumeZone]:
     state = ClusterState()
+    indexes = ClusterIndexes()
+    volumes = indexes.declare(VolumeStore)
     for body in pvs:
-        state.volumes.upsert_volume(body)
+        volumes.upsert_volume(body)
     for body in pvcs:
-        state.volumes.upsert_claim(body)
+        volumes.upsert_claim(body)
     for body in classes:
-        state.volumes.upsert_class(body)
+        volumes.upsert_class(body)
     for body in nodes:
         state.upsert_node(body)
-    return state, VolumeZone({}, Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI()))
+    return state, VolumeZone({}, Handle(state, MetricCache(), InFlightLedgerStore(), FakeAPI(), indexes=indexes))
 
 
 def run(state: ClusterState, plugin: VolumeZone, incoming: Obj, node: str) -> tuple[Code, str, Code, str]:

@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
-from adapters.kubernetes.source import DEFAULT_RESOURCES
 from metrics_sched.config import parse_config
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector, Requirement
 from metrics_sched.plugins import in_tree_registry
-from metrics_sched.ports import EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
+from metrics_sched.ports import ApiKind, EventType, KubeObject, WorkloadKind
 from metrics_sched.scheduler import Scheduler
+from metrics_sched.scheduler.event_handlers import REPLICA_SETS, SERVICES
 from metrics_sched.state.workloads import WorkloadSelectors, parse_group_version
 from tests.unit.fakes import FakeAPI
+from tests.watched import default_resources
 
 pytestmark = pytest.mark.unit
 
@@ -229,24 +230,16 @@ class Recorder:
     def on_pod_event(self, kind: EventType, pod: KubeObject) -> None:
         self.calls.append(("pod", kind))
 
-    def on_namespace_event(self, kind: EventType, namespace: KubeObject) -> None:
-        self.calls.append(("namespace", kind))
+    def on_object_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> None:
+        self.calls.append(("object", kind.name, event))
 
-    def on_workload_event(self, kind: WorkloadKind, event: EventType, obj: KubeObject) -> None:
-        self.calls.append(("workload", kind, event))
-
-    def on_storage_event(self, kind: StorageKind, event: EventType, obj: KubeObject) -> None:
-        self.calls.append(("storage", kind, event))
-
-    def on_budget_event(self, event: EventType, budget: KubeObject) -> None:
-        self.calls.append(("budget", event))
-
-    def on_synced(self, resource: SyncedResource) -> None:
+    def on_synced(self, resource: str) -> None:
         self.calls.append(("synced", resource))
 
 
 def test_the_default_resources_route_to_their_sink_methods() -> None:
-    by_name = {r.name: r for r in DEFAULT_RESOURCES}
+    resources = default_resources()
+    by_name = {r.name: r for r in resources}
     assert {name: r.path for name, r in by_name.items()} == {
         "nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces",
         "services": "/api/v1/services", "replicationcontrollers": "/api/v1/replicationcontrollers",
@@ -259,20 +252,15 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
         "volumeattachments": "/apis/storage.k8s.io/v1/volumeattachments",
         "poddisruptionbudgets": "/apis/policy/v1/poddisruptionbudgets"}
     sink = Recorder()
-    for resource in DEFAULT_RESOURCES:
+    for resource in resources:
         resource.deliver(sink, "MODIFIED", {})
         resource.synced(sink)
     assert sink.calls == [
         ("node", "MODIFIED"), ("synced", "nodes"), ("pod", "MODIFIED"), ("synced", "pods"),
-        ("namespace", "MODIFIED"), ("synced", "namespaces"),
-        ("workload", "services", "MODIFIED"), ("synced", "services"),
-        ("workload", "replicationcontrollers", "MODIFIED"), ("synced", "replicationcontrollers"),
-        ("workload", "replicasets", "MODIFIED"), ("synced", "replicasets"),
-        ("workload", "statefulsets", "MODIFIED"), ("synced", "statefulsets"),
-        *[c for kind in ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
-                         "csistoragecapacities", "volumeattachments")
-          for c in (("storage", kind, "MODIFIED"), ("synced", kind))],
-        ("budget", "MODIFIED"), ("synced", "poddisruptionbudgets"),
+        *[c for kind in ("namespaces", "services", "replicationcontrollers", "replicasets", "statefulsets",
+                         "persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
+                         "csistoragecapacities", "volumeattachments", "poddisruptionbudgets")
+          for c in (("object", kind, "MODIFIED"), ("synced", kind))],
     ]
 
 
@@ -281,14 +269,14 @@ def test_workload_events_reach_the_cluster_state() -> None:
     scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, FakeAPI())
     handlers, workloads = scheduler.handlers, scheduler.state.workloads
     rs = labelled_set("ReplicaSet", "rs", {"matchLabels": {"app": "web"}})
-    handlers.on_workload_event("services", "ADDED", service("front", {"tier": "front"}))
-    handlers.on_workload_event("replicasets", "ADDED", rs)
+    handlers.on_object_event(SERVICES, "ADDED", service("front", {"tier": "front"}))
+    handlers.on_object_event(REPLICA_SETS, "ADDED", rs)
     p = pod(WEB, owner("ReplicaSet", "rs"))
     assert workloads.default_selector(p) == eq(app="web", tier="front")
-    handlers.on_workload_event("replicasets", "MODIFIED",
+    handlers.on_object_event(REPLICA_SETS, "MODIFIED",
                                labelled_set("ReplicaSet", "rs", {"matchLabels": {"pod-template-hash": "abc"}}))
     assert workloads.default_selector(p) == eq(**{"pod-template-hash": "abc", "tier": "front"})
-    handlers.on_workload_event("replicasets", "DELETED", rs)
-    handlers.on_workload_event("services", "DELETED", service("front", {"tier": "front"}))
+    handlers.on_object_event(REPLICA_SETS, "DELETED", rs)
+    handlers.on_object_event(SERVICES, "DELETED", service("front", {"tier": "front"}))
     assert workloads.default_selector(p) == EVERYTHING and len(workloads) == 0
     assert scheduler.queue.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}

@@ -68,6 +68,8 @@ class Framework(FullCycle):
         for point in profile.plugins:
             for ref in profile.enabled(point):
                 if ref.name not in self.instances:
+                    for index in plugins[ref.name].indexes:  # before the plugin, which may look them up at once
+                        services.indexes.declare(index)
                     # The loader parsed the args; a profile built in code may pass a mapping (or nothing).
                     self.instances[ref.name] = plugins[ref.name](profile.plugin_args.get(ref.name), handle)
 

@@ -51,9 +51,7 @@ from metrics_sched.framework import (
     NodeTable,
     PermitPlugin,
     PlacementPlugin,
-    PodGroup,
     PodGroupStatus,
-    PodGroupStore,
     PodInfo,
     PostFilterPlugin,
     PostFilterResult,
@@ -69,6 +67,8 @@ from metrics_sched.framework import (
 from metrics_sched.plugins.coscheduling.metrics import GANG_FAILURES, GANG_WAIT
 from metrics_sched.plugins.coscheduling.placement import choose_domain
 from metrics_sched.plugins.coscheduling.tracker import SCHEDULED, FailureReason, GangDecision, GangTracker
+
+from .pod_groups import PodGroup, PodGroupStore
 
 __all__ = ["Coscheduling", "GangCycle"]
 
@@ -92,6 +92,7 @@ _GANG = StateKey[GangCycle]("Coscheduling/gang")
 class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlugin, PostFilterPlugin,
                    ReservePlugin, PermitPlugin, Batchable):
     name = "Coscheduling"
+    indexes = (PodGroupStore,)
 
     @dataclass(frozen=True)
     class Args:
@@ -125,6 +126,7 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
 
     def __init__(self, args: Any, handle: Handle) -> None:
         super().__init__(args, handle)
+        self.store = handle.index(PodGroupStore)
         self.tracker = GangTracker()
         self._timers: dict[GroupKey, threading.Timer] = {}
         self._timers_lock = threading.Lock()
@@ -137,10 +139,6 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
         events.publish(GANG_WAIT.sample(seconds, outcome))
         if outcome != SCHEDULED:
             events.publish(GANG_FAILURES.sample(1.0, outcome))
-
-    @property
-    def store(self) -> PodGroupStore:
-        return self.handle.cluster.pod_groups
 
     # -- QueueSort -------------------------------------------------------------------------------
     def sort_key(self, pod: PodInfo) -> tuple[Any, ...]:

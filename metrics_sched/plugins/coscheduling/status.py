@@ -2,7 +2,7 @@
 
 The plugin reports a group's status as it changes (Scheduling when members start waiting at Permit, Scheduled
 when the quorum is reached, Pending after a failed attempt) to its Handle's group_status, a GroupStatusSink (see
-metrics_sched.state.pod_groups) that GroupStatusReporter implements; a single writer thread sends the latest status
+metrics_sched.framework.handle) that GroupStatusReporter implements; a single writer thread sends the latest status
 of each group, so a burst of changes to one group costs one write, and the scheduling cycle never waits for the
 API. A group deleted meanwhile (404) is dropped; other failures are logged and the next change retries.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from metrics_sched.framework import ApiError, GroupKey, PodGroup, PodGroupApi, PodGroupStatus, PodGroupStatusWriter
+from metrics_sched.framework import ApiError, GroupKey, GroupRef, PodGroupApi, PodGroupStatus, PodGroupStatusWriter
 
 __all__ = ["GroupStatusReporter"]
 
@@ -31,7 +31,7 @@ class GroupStatusReporter:
         self._thread = threading.Thread(target=self._run, name="pod-group-status", daemon=True)
         self._thread.start()
 
-    def report(self, group: PodGroup, status: PodGroupStatus) -> None:
+    def report(self, group: GroupRef, status: PodGroupStatus) -> None:
         key = group.key
         with self._cond:
             if self._written.get(key) == status and key not in self._pending:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 
-from metrics_sched.framework import Budget, ClusterState, Filtered, PodRecord
+from metrics_sched.framework import ClusterState, Filtered, PodRecord
 from metrics_sched.plugins.default_preemption.budgets import split_by_budget
+from metrics_sched.plugins.default_preemption.disruption_budgets import Budget
 from metrics_sched.plugins.default_preemption.victims import more_important_first
 
 __all__ = ["Selected", "select_victims_everywhere"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from metrics_sched.framework import Budget, PodRecord
+from metrics_sched.framework import PodRecord
+
+from .disruption_budgets import Budget
 
 __all__ = ["split_by_budget"]
 

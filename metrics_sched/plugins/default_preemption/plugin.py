@@ -60,6 +60,8 @@ from metrics_sched.plugins.default_preemption.outcome import (
 from metrics_sched.plugins.default_preemption.selection import pick_one_node
 from metrics_sched.plugins.default_preemption.victims import select_victims
 
+from .disruption_budgets import DisruptionBudgets
+
 __all__ = ["DefaultPreemption"]
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
@@ -69,6 +71,7 @@ _ATTEMPT = PREEMPTION_ATTEMPTS.sample()  # the same event every run: publishing 
 
 class DefaultPreemption(PostFilterPlugin):
     name = "DefaultPreemption"
+    indexes = (DisruptionBudgets,)
     events: ClassVar[frozenset[ClusterEvent]] = frozenset()  # it never rejects a pod: the filters' events requeue it
 
     @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class DefaultPreemption(PostFilterPlugin):
 
     def __init__(self, args: Args, handle: Handle) -> None:
         super().__init__(args, handle)
+        self.budgets = handle.index(DisruptionBudgets)
         self.random = random.Random()
         self.executor: PreemptionExecutor | None = None
         if handle.preemptor is not None:
@@ -204,7 +208,7 @@ class DefaultPreemption(PostFilterPlugin):
         for record in cluster.pods.values():  # one pass over the placed pods, grouped by row
             if record.priority < pod.priority and record.row is not None:
                 lower.setdefault(record.row, []).append(record)
-        budgets = cluster.budgets.snapshot()
+        budgets = self.budgets.snapshot()
         offset = self.random.randrange(rows.size)
         order = np.concatenate([rows[offset:], rows[:offset]])
         candidates: list[Candidate] = []

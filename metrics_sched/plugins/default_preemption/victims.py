@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from metrics_sched.framework import Budget, PodRecord
+from metrics_sched.framework import PodRecord
 from metrics_sched.plugins.default_preemption.budgets import split_by_budget
+
+from .disruption_budgets import Budget
 
 __all__ = ["Fits", "more_important_first", "select_victims"]
 

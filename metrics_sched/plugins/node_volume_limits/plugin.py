@@ -58,6 +58,8 @@ from metrics_sched.framework import (
     has_only_local_volumes,
 )
 
+from ..volumes import VolumeStore
+
 ERR_REASON_MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 
 # In-line volume kinds the CSI translation library can migrate (IsInlineMigratable), with their CSI driver.
@@ -129,6 +131,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
     name = "NodeVolumeLimits"
     node_local = True  # the volumes attached to the node's pods
     resolvable_reasons = frozenset({ERR_REASON_MAX_VOLUME_COUNT})  # removing pods detaches their volumes
+    indexes = (VolumeStore,)
     events = frozenset({ClusterEvent.CSI_NODE_CHANGED, ClusterEvent.POD_DELETED, ClusterEvent.PVC_CHANGED,
                         ClusterEvent.VOLUME_DETACHED})
 
@@ -138,6 +141,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
 
     def __init__(self, args: NoArgs, handle: Handle) -> None:
         super().__init__(args, handle)
+        self._volumes = handle.index(VolumeStore)
         # Upstream's randomVolumeIDPrefix: a pending claim's placeholder handle can't equal a real one.
         self._pending_prefix = secrets.token_hex(16)
         self._attached: _Attached | None = None
@@ -188,7 +192,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
         """getCSIDriverInfoFromSC: a claim without a (known) PV counts under its class's provisioner."""
         if not claim.storage_class:
             return None
-        storage_class = self.handle.cluster.volumes.storage_class(claim.storage_class)
+        storage_class = self._volumes.storage_class(claim.storage_class)
         if storage_class is None or storage_class.provisioner in _UNCOUNTED_PLUGINS:
             return None
         driver = _PLUGIN_DRIVERS.get(storage_class.provisioner, storage_class.provisioner)
@@ -197,7 +201,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
     def _claim_volume(self, claim: PersistentVolumeClaim) -> tuple[str, str] | None:
         """(unique name `<driver>/<handle>`, driver) of the claim's volume, None when it is not counted."""
         resolved: tuple[str, str] | None
-        pv = self.handle.cluster.volumes.watched_volume(claim.volume_name) if claim.volume_name else None
+        pv = self._volumes.watched_volume(claim.volume_name) if claim.volume_name else None
         if pv is None:
             resolved = self._from_class(claim)
         elif pv.csi_driver is not None:
@@ -212,7 +216,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
     def _new_volumes(self, pod: PodInfo) -> dict[str, str] | str:
         """The pod's counted volumes (unique name -> driver), or the reason it is rejected on every node."""
         volumes = pod.volumes
-        store = self.handle.cluster.volumes
+        store = self._volumes
         found: dict[str, str] = {}
         for volume in volumes.claims:
             if not volume.claim:
@@ -236,7 +240,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, Batchable):
     # -- per-row counts --------------------------------------------------------------------------
     def _attached_now(self, table: NodeTable) -> _Attached:
         cluster = self.handle.cluster
-        store, usage = cluster.volumes, cluster.volume_usage
+        store, usage = self._volumes, cluster.volume_usage
         capacity = table.capacity
         with cluster.lock:  # the usage and the table's rows move under it
             # The generations are read before the reads they cover: a change while building shows next time.

@@ -38,7 +38,6 @@ from metrics_sched.framework import (
     SUCCESS,
     ApiError,
     ArgsError,
-    AssumeConflict,
     Batchable,
     BatchScope,
     BoolArray,
@@ -64,12 +63,13 @@ from metrics_sched.framework import (
     StateKey,
     Status,
     StorageClass,
-    VolumeStore,
     claim_key,
     explain,
     has_only_local_volumes,
     term_mask,
 )
+
+from ..volumes import AssumeConflict, VolumeStore
 
 __all__ = [
     "ERR_BIND_CONFLICT",
@@ -187,6 +187,7 @@ _SENT = StateKey[frozenset[tuple[str, str]]]("VolumeBinding/sent")  # ("pv", nam
 class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin, Batchable):
     name = "VolumeBinding"
     node_local = True  # the node's labels against PV affinity and capacity
+    indexes = (VolumeStore,)
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """Opportunistic batching: reads claims and volumes across the cluster: a pod with any is not batched."""
@@ -205,6 +206,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
 
     def __init__(self, args: Args, handle: Handle) -> None:
         super().__init__(args, handle)
+        self._volumes = handle.index(VolumeStore)
         self._masks: dict[tuple[str, str], BoolArray] = {}
         self._masks_for: tuple[int, int] = (-1, -1)  # (labels generation, capacity) the masks were computed at
 
@@ -223,7 +225,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
         volumes = pod.volumes
         if not volumes.claims:
             return Status(Code.SKIP)
-        store = self.handle.cluster.volumes
+        store = self._volumes
         for volume in volumes.claims:
             key = claim_key(pod.namespace, volume.claim)
             claim = store.watched_claim(key)
@@ -279,7 +281,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
         size = table.capacity
         if claims is None:
             return Filtered(np.ones(size, dtype=bool))
-        store = self.handle.cluster.volumes
+        store = self._volumes
         bound_ok = np.ones(size, dtype=bool)
         pvs_found = np.ones(size, dtype=bool)
         # Bound claims, in order; each node stops at its first failure (a missing PV is the same for all).
@@ -309,7 +311,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
                         unbound_ok: BoolArray, enough_space: BoolArray) -> None:
         """Unbound WaitForFirstConsumer claims (FindPodVolumes' second half); updates the two masks in place."""
         size = table.capacity
-        store = self.handle.cluster.volumes
+        store = self._volumes
         # A claim some scheduler already gave a node may only go there (nothing else is checked elsewhere).
         selected = [c for c in delayed if c.selected_node is not None]
         matching = sorted((c for c in delayed if c.selected_node is None), key=lambda c: c.request)
@@ -408,7 +410,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
                        table: NodeTable) -> BoolArray:
         """hasEnoughCapacity: only when the class's CSI driver publishes capacity and the claim asks for some."""
         size = table.capacity
-        store = self.handle.cluster.volumes
+        store = self._volumes
         driver = store.csi_driver(storage_class.provisioner)
         if claim.request <= 0 or driver is None or not driver.storage_capacity:
             return np.ones(size, dtype=bool)
@@ -424,7 +426,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
         claims = cycle.get(_CLAIMS)
         if claims is None or not claims.delayed:
             return SUCCESS
-        store = self.handle.cluster.volumes
+        store = self._volumes
         row = self.handle.table.index.get(node)
         choices = cycle.get(_CHOICES)
         if row is None or choices is None:
@@ -477,7 +479,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
         plan = cycle.get(_PLAN)
         if plan is None:
             return
-        store = self.handle.cluster.volumes
+        store = self._volumes
         # What PreBind wrote stays assumed: the watch will deliver the written version (dropping the assumption);
         # restoring it now would show the PV Available again until then, to be picked and fail the next pod.
         sent = cycle.get(_SENT, frozenset())
@@ -496,7 +498,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
         writer = self.handle.volume_writer
         if writer is None:
             return Status.error("binding volumes: no volume writer is configured")
-        store = self.handle.cluster.volumes
+        store = self._volumes
         sent_volumes: dict[str, int] = {}
         sent_claims: dict[str, int] = {}
         try:
@@ -536,7 +538,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
         """checkBindings on the watched objects: SUCCESS when all are bound, an error status when one can no
         longer be, None while waiting. Runs on a bind worker: the node table is read under the cluster's lock,
         and node affinity is computed afresh (the mask cache belongs to the scheduling thread)."""
-        store = self.handle.cluster.volumes
+        store = self._volumes
         with self.handle.cluster.lock:
             return self._check_bindings_locked(plan, node, sent_volumes, sent_claims, store)
 

@@ -44,6 +44,8 @@ from metrics_sched.framework import (
     has_only_local_volumes,
 )
 
+from ..volumes import VolumeStore
+
 ERR_REASON_DISK_CONFLICT = "node(s) had no available disk"
 ERR_REASON_RWOP_CONFLICT = ("node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
                             "already in-use by another pod")
@@ -71,6 +73,7 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin, Batchable):
     # Removing the pod that uses the disk or the ReadWriteOncePod claim frees it. Not node-local: a ReadWriteOncePod
     # claim in use on any node rejects every node.
     resolvable_reasons = frozenset({ERR_REASON_DISK_CONFLICT, ERR_REASON_RWOP_CONFLICT})
+    indexes = (VolumeStore,)
     events = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.PVC_CHANGED})
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
@@ -106,7 +109,7 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin, Batchable):
 
     def _state(self, pod: PodInfo) -> _State | Status:
         volumes = pod.volumes
-        store = self.handle.cluster.volumes
+        store = self.handle.index(VolumeStore)
         rwop: set[str] = set()
         for volume in volumes.claims:
             if volume.ephemeral:

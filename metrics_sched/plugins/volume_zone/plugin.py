@@ -44,6 +44,8 @@ from metrics_sched.framework import (
     has_only_local_volumes,
 )
 
+from ..volumes import VolumeStore
+
 ERR_REASON_CONFLICT = "node(s) had no available volume zone"
 
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
@@ -93,6 +95,7 @@ _STATE = StateKey[tuple[PVTopology, ...]]("VolumeZone/topologies")
 class VolumeZone(PreFilterPlugin, FilterPlugin, Batchable):
     name = "VolumeZone"
     node_local = True  # the node's zone labels against the pod's PVs
+    indexes = (VolumeStore,)
     events = frozenset({ClusterEvent.STORAGE_CLASS_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_LABELS,
                         ClusterEvent.PVC_CHANGED, ClusterEvent.PV_CHANGED})
 
@@ -125,7 +128,7 @@ class VolumeZone(PreFilterPlugin, FilterPlugin, Batchable):
 
     def _topologies(self, pod: PodInfo) -> tuple[PVTopology, ...] | Status:
         """upstream's getPVbyPod: the topology of each bound PV, or the status that rejects the pod."""
-        store = self.handle.cluster.volumes
+        store = self.handle.index(VolumeStore)
         found: list[PVTopology] = []
         for name in _claim_names(pod):
             if not name:

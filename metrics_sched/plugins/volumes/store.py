@@ -18,14 +18,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from metrics_sched.model.volumes import (
+from metrics_sched.framework import (
+    ApiKind,
     AttachmentInfo,
     CapacityInfo,
+    ClusterEvent,
+    ClusterIndex,
     CSIDriverInfo,
     CSINodeInfo,
+    EventType,
+    IndexChange,
+    KubeObject,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
+    claim_key,
     parse_attachment,
     parse_capacity,
     parse_claim,
@@ -35,7 +42,15 @@ from metrics_sched.model.volumes import (
     parse_volume,
 )
 
-__all__ = ["AssumeConflict", "VolumeStore"]
+__all__ = ["STORAGE_KINDS", "AssumeConflict", "VolumeStore"]
+
+# The storage objects the volume plugins read (volume binding, zones, restrictions, CSI limits).
+STORAGE_KINDS = (
+    ApiKind("v1", "persistentvolumes"),
+    ApiKind("v1", "persistentvolumeclaims"),
+    *(ApiKind("storage.k8s.io/v1", resource) for resource in (
+        "storageclasses", "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments")),
+)
 
 T = TypeVar("T")
 
@@ -44,7 +59,9 @@ class AssumeConflict(ValueError):
     """The object to assume is gone, or the watch has delivered another version than the one decided on."""
 
 
-class VolumeStore:
+class VolumeStore(ClusterIndex):
+    kinds = STORAGE_KINDS
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -62,6 +79,23 @@ class VolumeStore:
         self._generation = 0
 
     # -- watches ---------------------------------------------------------------------------------
+    def on_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> IndexChange | None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if kind.resource == "volumeattachments":
+            # Only a detach can help (NodeVolumeLimits counts attachments): kube-scheduler's VolumeAttachment Delete.
+            if event == "DELETED":
+                return IndexChange(ClusterEvent.VOLUME_DETACHED, self.remove_attachment(name))
+            self.upsert_attachment(obj)
+            return None
+        if event == "DELETED":
+            # Deleting storage helps no parked pod (kube-scheduler registers adds and updates only).
+            key = claim_key(str(meta.get("namespace", "")), name) if kind.resource in _NAMESPACED else name
+            _REMOVE[kind.resource](self, key)
+            return None
+        parsed, cluster_event = _UPSERT[kind.resource](self, obj)
+        return IndexChange(cluster_event, parsed)
+
     def _bump(self) -> None:
         self._generation += 1
         self._changed.notify_all()
@@ -299,3 +333,22 @@ def _check_version(key: str, watched: str | None, decided_on: str) -> None:
         raise AssumeConflict(f'"{key}" is gone')
     if watched != decided_on:
         raise AssumeConflict(f'"{key}" is out of sync (stored: {watched}, assume: {decided_on})')
+
+
+_NAMESPACED = frozenset({"persistentvolumeclaims", "csistoragecapacities"})
+_UPSERT: dict[str, Callable[[VolumeStore, KubeObject], tuple[object, ClusterEvent]]] = {
+    "persistentvolumes": lambda v, o: (v.upsert_volume(o), ClusterEvent.PV_CHANGED),
+    "persistentvolumeclaims": lambda v, o: (v.upsert_claim(o), ClusterEvent.PVC_CHANGED),
+    "storageclasses": lambda v, o: (v.upsert_class(o), ClusterEvent.STORAGE_CLASS_CHANGED),
+    "csinodes": lambda v, o: (v.upsert_csi_node(o), ClusterEvent.CSI_NODE_CHANGED),
+    "csidrivers": lambda v, o: (v.upsert_csi_driver(o), ClusterEvent.CSI_DRIVER_CHANGED),
+    "csistoragecapacities": lambda v, o: (v.upsert_capacity(o), ClusterEvent.CSI_CAPACITY_CHANGED),
+}
+_REMOVE: dict[str, Callable[[VolumeStore, str], None]] = {
+    "persistentvolumes": VolumeStore.remove_volume,
+    "persistentvolumeclaims": VolumeStore.remove_claim,
+    "storageclasses": VolumeStore.remove_class,
+    "csinodes": VolumeStore.remove_csi_node,
+    "csidrivers": VolumeStore.remove_csi_driver,
+    "csistoragecapacities": VolumeStore.remove_capacity,
+}

@@ -17,20 +17,42 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
-from metrics_sched.model.group_membership import GroupApi, GroupKey, GroupRefError, group_of
-from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.model.quantity import QuantityError
-from metrics_sched.model.resources import Resources, parse_resource_list
-from metrics_sched.ports import PodGroupApi, PodGroupStatus
+from metrics_sched.framework import (
+    ApiKind,
+    ClusterIndex,
+    EventType,
+    GroupApi,
+    GroupKey,
+    GroupRefError,
+    IndexChange,
+    KubeObject,
+    PodGroupApi,
+    PodInfo,
+    QuantityError,
+    Resources,
+    group_of,
+    parse_resource_list,
+)
 
-__all__ = ["TOPOLOGY_KEY_ANNOTATION", "GroupMembers", "GroupStatusSink", "PodGroup", "PodGroupStore",
+__all__ = ["POD_GROUP_KINDS", "TOPOLOGY_KEY_ANNOTATION", "GroupMembers", "PodGroup", "PodGroupStore",
            "parse_pod_group"]
 
 # The topology key a gang is placed within, on either API's PodGroup (the Workload API's own
 # topologyConstraints win when both are set).
 TOPOLOGY_KEY_ANNOTATION = "metrics-sched.io/topology-key"
+
+# The PodGroups of either gang API, by the name the source reports them under: the CRD, and the Workload API's as
+# 1.36 (v1alpha2) and 1.37 (v1beta1) serve it. Each is watched only where it is served; none is awaited before
+# scheduling starts: a member whose group has not been listed yet waits (Unschedulable) and is woken when it comes.
+_SERVED: dict[str, PodGroupApi] = {
+    "podgroups.scheduling.x-k8s.io": "scheduling.x-k8s.io/v1alpha1",
+    "podgroups.scheduling.k8s.io/v1alpha2": "scheduling.k8s.io/v1alpha2",
+    "podgroups.scheduling.k8s.io/v1beta1": "scheduling.k8s.io/v1beta1",
+}
+POD_GROUP_KINDS = tuple(ApiKind(api, "podgroups", name=name, awaited=False, optional=True)
+                        for name, api in _SERVED.items())
 
 
 @dataclass(frozen=True)
@@ -48,13 +70,6 @@ class PodGroup:
     @property
     def gang(self) -> bool:
         return self.min_member > 0
-
-
-class GroupStatusSink(Protocol):
-    """Where the gang plugin reports a group's status (Coscheduling's GroupStatusReporter; a list in
-    tests); here, beside the group, so the Handle that carries it needs nothing from the plugin's library."""
-
-    def report(self, group: PodGroup, status: PodGroupStatus) -> None: ...
 
 
 def _created(meta: Mapping[str, Any]) -> float:
@@ -110,7 +125,9 @@ class GroupMembers:
         return len(self.pending) + len(self.bound)
 
 
-class PodGroupStore:
+class PodGroupStore(ClusterIndex):
+    kinds = POD_GROUP_KINDS
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._groups: dict[GroupKey, PodGroup] = {}
@@ -135,6 +152,23 @@ class PodGroupStore:
             self._groups.pop(key, None)
             self.generation += 1
         return key
+
+    def on_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> IndexChange | None:
+        if event == "DELETED":
+            self.remove(_SERVED[kind.name], obj)  # its members wait (PreFilter) until it is created again
+            return None
+        group, _ = self.upsert(_SERVED[kind.name], obj)
+        # New, or changed (e.g. minMember lowered): its members may go on now.
+        return IndexChange(activate=self.members(group.key).pending)
+
+    def on_pod(self, event: EventType, pod: PodInfo) -> IndexChange | None:
+        """Membership: a group that gains a member (or whose member loses its gates) may reach its quorum, so its
+        waiting members get another try at once."""
+        if event == "DELETED":
+            self.forget_pod(pod.uid)
+            return None
+        grown = self.observe_pod(pod)
+        return None if grown is None else IndexChange(activate=self.members(grown).pending)
 
     def get(self, key: GroupKey) -> PodGroup | None:
         with self._lock:

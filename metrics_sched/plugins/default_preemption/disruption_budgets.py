@@ -12,9 +12,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metrics_sched.model.selectors import NOTHING, LabelSelector, SelectorError
+from metrics_sched.framework import (
+    NOTHING,
+    ApiKind,
+    ClusterIndex,
+    EventType,
+    IndexChange,
+    KubeObject,
+    LabelSelector,
+    SelectorError,
+)
 
-__all__ = ["Budget", "DisruptionBudgets", "parse_budget"]
+__all__ = ["BUDGETS", "Budget", "DisruptionBudgets", "parse_budget"]
+
+BUDGETS = ApiKind("policy/v1", "poddisruptionbudgets")
 
 
 @dataclass(frozen=True)
@@ -46,8 +57,10 @@ def parse_budget(obj: Mapping[str, Any]) -> Budget:
     )
 
 
-class DisruptionBudgets:
+class DisruptionBudgets(ClusterIndex):
     """The cluster's PDBs by namespace/name; fed by the watch, read by preemption (any thread)."""
+
+    kinds = (BUDGETS,)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -63,6 +76,14 @@ class DisruptionBudgets:
         meta = obj.get("metadata") or {}
         with self._lock:
             self._budgets.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+
+    def on_event(self, kind: ApiKind, event: EventType, obj: KubeObject) -> IndexChange | None:
+        # Preemption's input only (which victims to spare): no parked pod can start to fit, as upstream.
+        if event == "DELETED":
+            self.remove(obj)
+        else:
+            self.upsert(obj)
+        return None
 
     def snapshot(self) -> tuple[Budget, ...]:
         with self._lock:
