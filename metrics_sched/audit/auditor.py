@@ -1,6 +1,12 @@
 """Auditor: builds the record of each attempt (as the ring keeps it, StoredDecision) and hands it to the sinks:
 the /decisions ring, one JSON log line, the Scheduled event's message and a pod annotation, and the metric
-observers."""
+observers.
+
+A placement is logged twice: when decided ("binding to X", with everything the decision was made on) and when its
+bind ends ("bound to X", "bind to X failed: ...", at WARNING unless bound or turned down), both with the decision's
+id. The first line cannot wait for the bind: a replica that exits while its bind is on the wire (it lost the lease)
+must still have logged the decision it acted on. A bind that failed is logged even with `audit.logDecisions` off:
+the runbook of MetricsSchedBindErrors sends operators to that line."""
 
 from __future__ import annotations
 
@@ -50,7 +56,7 @@ class Auditor:
             observer(record, result)
         result.release_arrays()
         if self.log_decisions:
-            log.info("%s %s: %s", record.pod, record.result, record.node or record.message, extra={
+            log.info("%s %s: %s", record.pod, record.result, record.message, extra={
                 "decision_id": record.id, "pod": record.pod, "result": record.result, "node": record.node,
                 "score": record.winner_total, "margin": record.margin,
                 "feasible": record.feasible, "nodes": record.nodes_total, "rejections": dict(record.rejections),
@@ -61,7 +67,13 @@ class Auditor:
         record = result.cycle.get(RECORD)
         if record is None:
             return
-        record.bind = outcome.result
-        record.bind_ms = round(outcome.seconds * 1000, 3)
+        record.bind_ended(outcome.result, outcome.detail, outcome.seconds)
+        failed = record.result == "error"
+        if self.log_decisions or failed:  # the MetricsSchedBindErrors runbook sends operators to this line
+            log.log(logging.WARNING if failed else logging.INFO, "%s %s: %s", record.pod,
+                    record.result, record.message, extra={
+                        "decision_id": record.id, "pod": record.pod, "result": record.result, "node": record.node,
+                        "bind": str(outcome.result), "bind_ms": record.bind_ms, "config_hash": record.config_hash,
+                    })
         for observer in self.bind_observers:
             observer(record, outcome)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from metrics_sched.framework.cycle_state import EXPLANATIONS
+from metrics_sched.framework.interfaces import BindOutcomeKind
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.framework.status import Code
 from metrics_sched.state.cluster_state import disruption
@@ -74,7 +75,9 @@ class DecisionRecord:
     uid: str
     profile: str
     config_hash: str
-    result: str  # scheduled | waiting | unschedulable | error | shadow (a shadow profile's verdict: nothing bound)
+    # scheduled | waiting | unschedulable | error | shadow (a shadow profile's verdict: nothing bound). A placement's
+    # ("scheduled", "waiting") is rewritten when its bind ends (bind_verdict): a refused bind is not a placement.
+    result: str
     node: str | None
     message: str
     nodes_total: int
@@ -85,7 +88,7 @@ class DecisionRecord:
     duration_ms: float
     attempts: int
     nominated_node: str | None = None  # PostFilter's pick when nothing fit (e.g. where preemption would make room)
-    bind: str | None = None  # outcome of the bind, filled in later
+    bind: str | None = None  # outcome of the bind (BindOutcomeKind), filled in when it ends; None: not ended (yet)
     bind_ms: float | None = None
     # What plugins said in their own words (e.g. "pvc data-0: PV pv-7 is in zone-b"), from the cycle's EXPLANATIONS.
     notes: list[str] = field(default_factory=list)
@@ -185,7 +188,7 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
         config_hash=config_hash, result=outcome, node=result.node if placed else None,
         message=(f"would have bound to {result.node} (shadow)" if shadow and placed
                  else f"held at Permit on {result.node}: {result.status.reason}" if outcome == "waiting"
-                 else f"bound to {result.node}" if placed else result.message()),
+                 else f"binding to {result.node}" if placed else result.message()),
         nodes_total=result.nodes_total, feasible=int(rows.size), rejections=tuple(result.rejections.items()),
         nodes=nodes, values=packed, layout=layout, margin=margin, duration_ms=round(timings * 1000, 3),
         attempts=result.pod.attempts, nominated_node=result.nominated_node, notes=_notes(result),
@@ -194,6 +197,22 @@ def build_stored(result: CycleResult, table: NodeTable, *, config_hash: str, top
 
 
 _SECONDS = operator.itemgetter(2)  # of a cycle's timing (plugin, point, seconds, status)
+
+_BOUND = frozenset({BindOutcomeKind.BOUND, BindOutcomeKind.ALREADY_BOUND})
+
+
+def bind_verdict(kind: BindOutcomeKind, node: str | None, detail: str) -> tuple[str, str]:
+    """A placement's result and message once its bind has ended: "scheduled" only when the pod is bound; a bind
+    (or Permit wait) turned down is "unschedulable", any other outcome "error", as the scheduling-attempt metric
+    counts them (kube-scheduler's labels). The message says what happened to the bind, in the words of its status."""
+    if kind in _BOUND:
+        return "scheduled", f"bound to {node}"
+    said = f": {detail}" if detail else ""
+    if kind == BindOutcomeKind.REJECTED:
+        return "unschedulable", f"bind to {node} rejected{said}"
+    if kind == BindOutcomeKind.ERROR:
+        return "error", f"bind to {node} failed{said}"
+    return "error", f"bind to {node} not done ({kind}){said}"
 
 
 def _top_positions(total: np.ndarray[Any, Any], top: int) -> tuple[np.ndarray[Any, Any], bool]:
@@ -364,6 +383,14 @@ class StoredDecision:
         self.bind, self.bind_ms = None, None
         self.notes, self.owner, self.layout, self.nodes, self.values = notes, owner, layout, nodes, values
         return self
+
+    def bind_ended(self, kind: BindOutcomeKind, detail: str, seconds: float) -> None:
+        """The bind's outcome, into the record: until then `result` and `message` say what the scheduling cycle
+        decided ("binding to X"); from now on what became of it (bind_verdict). An unknown outcome is retried with
+        the same record: each try's outcome replaces the last one's. The message is set before the result, so a
+        reader racing this (a /decisions request) sees the old result or both new fields."""
+        result, self.message = bind_verdict(kind, self.node, detail)
+        self.result, self.bind, self.bind_ms = result, kind, round(seconds * 1000, 3)
 
     @property
     def winner_total(self) -> float | None:

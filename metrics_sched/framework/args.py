@@ -10,14 +10,14 @@ an Args class's `validate()` (if it has one) checks relations between fields and
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from metrics_sched.config.errors import ArgsError
+from metrics_sched.config.errors import ArgsError, ConfigError
+from metrics_sched.config.numbers import finite_number, integer_in_range, shown
 
 __all__ = ["NoArgs", "check_args_class", "parse_args", "yaml_key"]
 
@@ -110,13 +110,13 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         for option in rest:
             try:
                 return _convert(value, option, where)
-            except ArgsError as exc:
+            except (ArgsError, ConfigError) as exc:
                 errors.append(exc.message)
         raise ArgsError(where, " or ".join(errors))
     if origin is Literal:
         choices = get_args(tp)
         if value not in choices:
-            raise ArgsError(where, f"must be one of {', '.join(map(str, choices))}, got {value!r}")
+            raise ArgsError(where, f"must be one of {', '.join(map(str, choices))}, got {shown(value)}")
         return value
     if origin is tuple:
         item_type = get_args(tp)[0]
@@ -132,19 +132,21 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         return parse_args(tp, value, where)
     if tp is bool:
         if not isinstance(value, bool):
-            raise ArgsError(where, f"must be true or false, got {value!r}")
+            raise ArgsError(where, f"must be true or false, got {shown(value)}")
         return value
+    # Numbers follow the config's one rule (config.numbers): finite, and integers within 64 bits. A ConfigError
+    # names the field as an ArgsError does: the loader prefixes either with the plugin's path.
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgsError(where, f"must be an integer, got {value!r}")
-        return value
+            raise ArgsError(where, f"must be an integer, got {shown(value)}")
+        return integer_in_range(value, where)
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ArgsError(where, f"must be a finite number, got {value!r}")
-        return float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ArgsError(where, f"must be a finite number, got {shown(value)}")
+        return finite_number(value, where)
     if tp is str:
         if not isinstance(value, str) or not value:
-            raise ArgsError(where, f"must be a non-empty string, got {value!r}")
+            raise ArgsError(where, f"must be a non-empty string, got {shown(value)}")
         return value
     if tp is Any:
         return value
@@ -152,7 +154,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 
 
 def parse_args(cls: type[A], raw: Any, where: str = "") -> A:
-    """Builds the Args dataclass `cls` from a YAML mapping (None = all defaults); ArgsError names the field."""
+    """Builds the Args dataclass `cls` from a YAML mapping (None = all defaults); ArgsError names the field (a
+    ConfigError of config.numbers does, for a number that is not finite or an integer past 64 bits)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):

@@ -136,6 +136,40 @@ def test_the_sources_numbers_follow_the_same_rule(parse: Any, spec: dict[str, An
     assert info.value.field == field
 
 
+def _plugin_args(plugin: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"profiles": [{"schedulerName": "metrics-sched", "pluginConfig": [{"name": plugin, "args": args}]}]}
+
+
+SPREAD = {"defaultingType": "List",
+          "defaultConstraints": [{"maxSkew": None, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]}
+PLUGIN_FLOATS: list[tuple[str, dict[str, Any], str]] = [
+    ("GPUTemperature", {"threshold": None}, "threshold"),
+    ("GPUTemperature", {"normalization": {"max": None}}, "normalization.max"),
+]
+PLUGIN_INTS: list[tuple[str, dict[str, Any], str]] = [
+    ("DefaultPreemption", {"minCandidateNodesAbsolute": None}, "minCandidateNodesAbsolute"),
+    ("PodTopologySpread", SPREAD, "defaultConstraints[0].maxSkew"),
+]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, HUGE], ids=["nan", "inf", "-inf", "huge-int"])
+@pytest.mark.parametrize(("plugin", "args", "field"), PLUGIN_FLOATS + PLUGIN_INTS,
+                         ids=[f"{p}.{f}" for p, _, f in PLUGIN_FLOATS + PLUGIN_INTS])
+def test_plugin_args_follow_the_same_rule(plugin: str, args: dict[str, Any], field: str, value: object) -> None:
+    """framework/args.py read plugin args apart from the config's readers: a 400-digit float field ended in
+    OverflowError, and an integer field took any size (maxSkew, minCandidateNodesAbsolute)."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(_plugin_args(plugin, _with(args, value)), CATALOG)
+    assert info.value.field == f"profiles[0].pluginConfig[0].args.{field}"
+
+
+@pytest.mark.parametrize(("plugin", "args", "field"), PLUGIN_INTS, ids=[f"{p}.{f}" for p, _, f in PLUGIN_INTS])
+def test_plugin_integer_args_stay_within_64_bits(plugin: str, args: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match="must be within a 64-bit integer's range") as info:
+        parse_config(_plugin_args(plugin, _with(args, 2**63)), CATALOG)
+    assert info.value.field == f"profiles[0].pluginConfig[0].args.{field}"
+
+
 def _check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as exit_info:
         main(["check-config", str(path)])
@@ -153,6 +187,13 @@ def _check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     ("sources:\n- {name: p, type: prometheus, url: 'http://p', timeout: .nan, metrics: [{name: a, query: up}]}\n",
      "sources[0].timeout: must be a finite number"),
     ("leaderElection:\n  leaseDuration: 2024-13-45\n", "cannot be read as YAML: ValueError"),
+    ("profiles:\n- pluginConfig:\n  - {name: GPUTemperature, args: {threshold: " + "9" * 400 + "}}\n",
+     "profiles[0].pluginConfig[0].args.threshold: must be a finite number, got an integer of 1329 bits"),
+    ("profiles:\n- pluginConfig:\n  - {name: GPUTemperature, args: {threshold: .nan}}\n",
+     "profiles[0].pluginConfig[0].args.threshold: must be a finite number, got nan"),
+    ("profiles:\n- pluginConfig:\n  - {name: DefaultPreemption, args: {minCandidateNodesAbsolute: " + "9" * 400
+     + "}}\n",
+     "profiles[0].pluginConfig[0].args.minCandidateNodesAbsolute: must be within a 64-bit integer's range"),
     ("profiles: " + "[" * 5000 + "]" * 5000 + "\n", "cannot be read as YAML: RecursionError"),
 ])
 def test_check_config_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
