@@ -29,8 +29,6 @@ from adapters.kubernetes import (
 )
 from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
-from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector
 from metrics_sched.ports import (
@@ -44,9 +42,9 @@ from metrics_sched.ports import (
     SyncedResource,
     WorkloadKind,
 )
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.reporting import SERIES_FINISH, PodReporter
 from tests.e2e import kube
+from tests.schedulers import make_scheduler
 
 SCHEDULER = "metrics-sched-e2e"
 
@@ -375,8 +373,7 @@ def test_token_file_and_in_cluster_configs_reach_the_server(cluster: DevCluster,
 def test_namespace_labels_and_workload_selectors_reach_the_cluster_state(
     api: KubeAPI, namespace: str, client: KubeClient
 ) -> None:
-    registry = Registry.default(third_party=False)
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, KubePodWriter(client))
+    scheduler = make_scheduler(api=KubePodWriter(client))
     state = scheduler.state
     src = KubeClusterSource(client)
     src.start(scheduler.handlers)

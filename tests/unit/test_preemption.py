@@ -10,8 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.selectors import LabelSelector
 from metrics_sched.plugins.default_preemption import DefaultPreemption
@@ -21,6 +19,7 @@ from metrics_sched.preemption.outcome import PREEMPTION, PreemptionOutcome
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.cluster_state import PodRecord
 from metrics_sched.state.disruption_budgets import Budget, parse_budget
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 
@@ -73,11 +72,9 @@ class FakePreemptor:
 
 
 def make(config: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, FakePreemptor]:
-    registry = Registry.default(third_party=False)
     api = FakeAPI()
     preemptor = FakePreemptor(api)
-    scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api, preemptor=preemptor)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(config, api, preemptor=preemptor)
     return scheduler, api, preemptor
 
 
@@ -469,10 +466,8 @@ class RefusingPreemptor:
 
 def test_a_preemption_whose_api_calls_fail_sends_the_pod_back_to_the_active_queue() -> None:
     """No victim leaves, so no deletion event would requeue the pod: it is activated, and tries again."""
-    registry = Registry.default(third_party=False)
     api = FakeAPI()
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api, preemptor=RefusingPreemptor())
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(api=api, preemptor=RefusingPreemptor())
     results = record_results(scheduler)
     full_pool(scheduler, api, nodes=1)
     api.add_pod(inference())

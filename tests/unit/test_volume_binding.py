@@ -32,9 +32,7 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework import ClusterEvent, Code, CycleState, Handle, QueueingHint, Status
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.volumes import ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, parse_claim
 from metrics_sched.plugins.volume_binding import (
@@ -46,10 +44,10 @@ from metrics_sched.plugins.volume_binding import (
     VolumeBinding,
 )
 from metrics_sched.ports import ApiError, EventType, KubeObject, StorageKind
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI
 from tests.unit.fakes import node as fake_node
 from tests.unit.fakes import pod as fake_pod
@@ -1047,12 +1045,9 @@ def test_registered_events() -> None:
 def test_scheduler_binds_two_claims_to_the_two_static_pvs() -> None:
     """A WaitForFirstConsumer class with a local PV on each of nodes a and b (none on c). The first pod's PV is
     assumed at Reserve and its write held back; the second pod, scheduled meanwhile, must take the other PV."""
-    registry = Registry.default(third_party=False)
     api = FakeAPI()
     writer_box: list[FakeVolumeWriter] = []
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api,
-                          volume_writer=_LateWriter(writer_box))
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(api=api, volume_writer=_LateWriter(writer_box))
     cluster = Cluster(scheduler.state, scheduler.handlers.on_storage_event)
     writer = FakeVolumeWriter(cluster)
     writer_box.append(writer)

@@ -8,13 +8,10 @@ from typing import Any
 import pytest
 
 from adapters.kubernetes.source import DEFAULT_RESOURCES
-from metrics_sched.config import parse_config
-from metrics_sched.framework.registry import Registry
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector, Requirement
 from metrics_sched.ports import EventType, KubeObject, StorageKind, SyncedResource, WorkloadKind
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.workloads import WorkloadSelectors, parse_group_version
-from tests.unit.fakes import FakeAPI
+from tests.schedulers import make_scheduler
 
 pytestmark = pytest.mark.unit
 
@@ -277,8 +274,7 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
 
 
 def test_workload_events_reach_the_cluster_state() -> None:
-    registry = Registry.default(third_party=False)
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, FakeAPI())
+    scheduler = make_scheduler()
     handlers, workloads = scheduler.handlers, scheduler.state.workloads
     rs = labelled_set("ReplicaSet", "rs", {"matchLabels": {"app": "web"}})
     handlers.on_workload_event("services", "ADDED", service("front", {"tier": "front"}))
