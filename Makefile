@@ -5,6 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# `make test`'s pytest workers (pytest-xdist): tests/conftest.py keeps the e2e tier on one worker, against one dev
+# cluster, while the other takes the unit tier. 0: one process, no xdist.
+TEST_WORKERS ?= 2
 
 .PHONY: deps deps-system deps-python control-plane test test-unit test-e2e test-matrix lint demo bench bench-quick clean
 
@@ -31,7 +34,7 @@ control-plane: deps
 	@$(BIN)/metrics-sched devcluster build
 
 test: deps control-plane
-	@$(BIN)/pytest $(PYTEST_ARGS)
+	@$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-unit: deps-python
 	@$(BIN)/pytest -m unit $(PYTEST_ARGS)

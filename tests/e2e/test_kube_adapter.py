@@ -28,10 +28,8 @@ from adapters.kubernetes import (
 )
 from devcluster import DevCluster
 from devcluster.kubeapi import KubeAPI
-from metrics_sched.config import parse_config
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import (
     ApiError,
     ApiKind,
@@ -41,9 +39,9 @@ from metrics_sched.ports import (
     LeaseRecord,
     SchedulingEvent,
 )
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.reporting import SERIES_FINISH, PodReporter
 from tests.e2e import kube
+from tests.schedulers import make_scheduler
 from tests.watched import default_resources, resources_of
 
 DEFAULT_RESOURCES = default_resources()  # what the default profile watches
@@ -366,8 +364,7 @@ def test_token_file_and_in_cluster_configs_reach_the_server(cluster: DevCluster,
 def test_namespace_labels_and_workload_selectors_reach_the_cluster_state(
     api: KubeAPI, namespace: str, client: KubeClient
 ) -> None:
-    registry = in_tree_registry(third_party=False)
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, KubePodWriter(client))
+    scheduler = make_scheduler(api=KubePodWriter(client))
     state = scheduler.state
     src = KubeClusterSource(client, resources=resources_of(scheduler))
     src.start(scheduler.handlers)

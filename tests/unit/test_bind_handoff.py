@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import HANDOFF_BATCH, HANDOFF_DELAY, SLOW_DECISION
 from tests.polling import poll
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 pytestmark = pytest.mark.unit
@@ -27,10 +26,8 @@ class Clock:
 
 
 def make(pods: int, config: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, Clock]:
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
-    scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(config, api)
     clock = Clock()
     scheduler.binder.pool.clock = clock  # frozen: only the batch size decides, however slow the machine
     for i in range(4):

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework.cycle_state import CycleState
 from metrics_sched.framework.interfaces import BindOutcomeKind, BindPlugin, ReservePlugin
 from metrics_sched.framework.registry import Registry
@@ -32,6 +31,7 @@ from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.binding import BindOutcome
 from tests.polling import poll
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 pytestmark = pytest.mark.unit
@@ -207,10 +207,8 @@ def running() -> Iterator[Callable[..., tuple[Scheduler, FaultyAPI]]]:
     started: list[Scheduler] = []
 
     def start(registry: Registry | None = None, config: dict[str, Any] | None = None) -> tuple[Scheduler, FaultyAPI]:
-        registry = registry or in_tree_registry(third_party=False)
         api = FaultyAPI()
-        scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api,
-                              is_leader=api.may_bind)
+        scheduler = make_scheduler(config, api, registry=registry, is_leader=api.may_bind)
 
         def reopen(outcome: BindOutcome, _: CycleResult) -> None:
             if outcome.pod.key == VICTIM and outcome.result != BindOutcomeKind.UNKNOWN:  # done with its attempt
@@ -220,7 +218,6 @@ def running() -> Iterator[Callable[..., tuple[Scheduler, FaultyAPI]]]:
         # Backoffs of milliseconds (the config refuses them, rightly, for a real cluster).
         scheduler.queue.initial_backoff, scheduler.queue.max_backoff = 0.002, 0.01
         api.scheduler = scheduler
-        api.watchers.append(scheduler.handlers)
         for name in NODES:
             scheduler.handlers.on_node_event("ADDED", node(name, cpu="1"))
         scheduler.start()

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework import (
     SUCCESS,
     ArgsError,
@@ -49,6 +48,7 @@ from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.node_table import parse_node
 from tests.polling import poll
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 from tests.unit.test_scheduler import drain
 
@@ -126,9 +126,6 @@ def reset() -> Any:
 
 
 def make(*, binder: str = "Step") -> tuple[Scheduler, FakeAPI]:
-    registry = in_tree_registry(third_party=False)
-    registry.register(Step)
-    registry.register(Second)
     config = {"profiles": [{"plugins": {
         "reserve": {"enabled": [{"name": "Step"}, {"name": "Second"}]},
         "permit": {"enabled": [{"name": "Step"}]},
@@ -137,8 +134,7 @@ def make(*, binder: str = "Step") -> tuple[Scheduler, FakeAPI]:
         "postBind": {"enabled": [{"name": "Step"}]},
     }}]}
     api = FakeAPI()
-    scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(config, api, plugins=[Step, Second])
     scheduler.handlers.on_node_event("ADDED", node("n0"))
     return scheduler, api
 
@@ -286,13 +282,10 @@ class Nominate(PostFilterPlugin):
 
 
 def test_post_filter_runs_when_nothing_fits_and_its_nomination_is_recorded() -> None:
-    registry = in_tree_registry(third_party=False)
-    registry.register(Nominate)
     config = {"profiles": [{"plugins": {"postFilter": {"disabled": [{"name": "*"}],
                                                        "enabled": [{"name": "Nominate"}]}}}]}
     api = FakeAPI()
-    scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(config, api, plugins=[Nominate])
     scheduler.handlers.on_node_event("ADDED", node("n0", gpus=1))
     api.add_pod(pod("big", gpus=4))
     result = scheduler.schedule_one(timeout=1)
@@ -490,10 +483,8 @@ def test_pods_parked_for_room_get_another_try_when_a_held_pod_gives_its_room_bac
 
 
 def test_queueing_hints_move_a_parked_pod_only_for_a_node_that_can_help() -> None:
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(api=api)
     scheduler.handlers.on_node_event("ADDED", node("small", gpus=1, labels={"pool": "a"}))
     api.add_pod(pod("big", gpus=4, nodeSelector={"pool": "a"}))  # rejected by NodeResourcesFit only
     api.add_pod(pod("picky", nodeSelector={"pool": "c"}))  # rejected by NodeAffinity only
@@ -528,14 +519,11 @@ class Picky(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
 
 @pytest.mark.parametrize("skip", [True, False])
 def test_skip_at_prefilter_and_prescore_skips_that_plugins_filter_and_score(skip: bool) -> None:
-    registry = in_tree_registry(third_party=False)
-    registry.register(Picky)
     Picky.skip = skip
     config = {"profiles": [{"plugins": {point: {"enabled": [{"name": "Picky"}]}
                                         for point in ("preFilter", "filter", "preScore", "score")}}]}
     api = FakeAPI()
-    scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(config, api, plugins=[Picky])
     scheduler.handlers.on_node_event("ADDED", node("n0"))
     api.add_pod(pod("p"))
     result = scheduler.schedule_one(timeout=1)
@@ -550,7 +538,6 @@ def test_percentage_of_nodes_to_score_samples_round_robin_at_least_100_nodes() -
     from metrics_sched.config import parse_config
     from metrics_sched.framework.handle import Services
     from metrics_sched.framework.runtime import Framework
-    from metrics_sched.plugins import in_tree_registry
     from metrics_sched.state.cluster_state import ClusterState
     from metrics_sched.telemetry.cache import MetricCache
     from metrics_sched.telemetry.ledger import InFlightLedgerStore
@@ -586,7 +573,6 @@ def test_the_sample_wraps_to_the_first_feasible_node_past_the_last() -> None:
     from metrics_sched.config import parse_config
     from metrics_sched.framework.handle import Services
     from metrics_sched.framework.runtime import Framework
-    from metrics_sched.plugins import in_tree_registry
     from metrics_sched.state.cluster_state import ClusterState
     from metrics_sched.telemetry.cache import MetricCache
     from metrics_sched.telemetry.ledger import InFlightLedgerStore

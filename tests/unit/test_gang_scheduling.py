@@ -6,17 +6,16 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework.cycle_state import EXPLANATIONS
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.observability import SchedulerMetrics
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.coscheduling.plugin import Coscheduling
 from metrics_sched.plugins.coscheduling.pod_groups import POD_GROUP_KINDS
 from metrics_sched.ports import PodGroupApi, PodGroupStatus
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.scheduler import Scheduler as _Scheduler
 from tests.polling import poll
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 ZONE = "topology.kubernetes.io/zone"
@@ -46,16 +45,14 @@ class StatusLog:
 
 
 def make(args: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, StatusLog]:
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     log = StatusLog()
-    config = parse_config({"profiles": [{
+    config = {"profiles": [{
         "schedulerName": "metrics-sched",
         "plugins": {"queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "PrioritySort"}]}},
         "pluginConfig": [{"name": "Coscheduling", "args": {"podGroupBackoffSeconds": 0.5, **(args or {})}}],
-    }]}, registry.catalog())
-    scheduler = Scheduler(config, registry.plugins, api, group_status_writer=log)
-    api.watchers.append(scheduler.handlers)
+    }]}
+    scheduler = make_scheduler(config, api, group_status_writer=log)
     return scheduler, api, log
 
 

@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework import SUCCESS, ClusterEvent, CycleState, EventHint, PermitPlugin, PodInfo, Status
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.queue import SchedulingQueue
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 from tests.unit.test_scheduler import drain
 
@@ -33,13 +32,10 @@ class Hold(PermitPlugin):
 
 
 def make(*, taints: list[dict[str, str]] | None = None) -> tuple[Scheduler, FakeAPI]:
-    registry = in_tree_registry(third_party=False)
-    registry.register(Hold)
     config = {"profiles": [{"plugins": {"permit": {"enabled": [{"name": "Hold"}]}}}]}
     api = FakeAPI()
-    scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
+    scheduler = make_scheduler(config, api, plugins=[Hold])
     scheduler.queue.initial_backoff = scheduler.queue.max_backoff = 0.001  # retries at once
-    api.watchers.append(scheduler.handlers)
     scheduler.handlers.on_node_event("ADDED", node("n0", cpu="1", taints=taints))
     return scheduler, api
 

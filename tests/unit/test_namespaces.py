@@ -7,15 +7,13 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework.events import ClusterEvent
 from metrics_sched.model.selectors import EVERYTHING, NOTHING, LabelSelector
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.event_handlers import NAMESPACES, ClusterEventHandlers
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.namespaces import NamespaceIndex
-from tests.unit.fakes import FakeAPI
+from tests.schedulers import make_scheduler
 
 pytestmark = pytest.mark.unit
 
@@ -148,8 +146,7 @@ def test_concurrent_changes_and_lookups() -> None:
 
 # -- the handlers --------------------------------------------------------------------------------------
 def make() -> Scheduler:
-    registry = in_tree_registry(third_party=False)
-    return Scheduler(parse_config({}, registry.catalog()), registry.plugins, FakeAPI())
+    return make_scheduler()
 
 
 def test_namespace_events_reach_the_cluster_state() -> None:

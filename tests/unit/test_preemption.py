@@ -10,11 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework import FilterPlugin
 from metrics_sched.framework.runtime import CycleResult
 from metrics_sched.model.selectors import LabelSelector
-from metrics_sched.plugins import BUILTIN, in_tree_registry
+from metrics_sched.plugins import BUILTIN
 from metrics_sched.plugins.default_preemption.budgets import split_by_budget
 from metrics_sched.plugins.default_preemption.candidates import Candidate, candidate_count
 from metrics_sched.plugins.default_preemption.disruption_budgets import BUDGETS, Budget, parse_budget
@@ -25,6 +24,7 @@ from metrics_sched.plugins.default_preemption.victims import select_victims
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.pod_record import PodRecord
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 
@@ -77,11 +77,9 @@ class FakePreemptor:
 
 
 def make(config: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI, FakePreemptor]:
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     preemptor = FakePreemptor(api)
-    scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api, preemptor=preemptor)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(config, api, preemptor=preemptor)
     return scheduler, api, preemptor
 
 
@@ -508,10 +506,8 @@ class RefusingPreemptor:
 
 def test_a_preemption_whose_api_calls_fail_sends_the_pod_back_to_the_active_queue() -> None:
     """No victim leaves, so no deletion event would requeue the pod: it is activated, and tries again."""
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api, preemptor=RefusingPreemptor())
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(api=api, preemptor=RefusingPreemptor())
     results = record_results(scheduler)
     full_pool(scheduler, api, nodes=1)
     api.add_pod(inference())

@@ -8,13 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.model.podinfo import PodInfo, parse_pod
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import EventSeries
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.reporting import SERIES_FINISH, SERIES_REFRESH, PodReporter
 from tests.polling import poll
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 pytestmark = pytest.mark.unit
@@ -240,11 +238,8 @@ def test_a_deleted_pods_series_are_forgotten(api: FakeAPI, reporter: PodReporter
 def test_the_scheduler_never_leaves_unschedulable_on_a_pod_it_bound() -> None:
     """The issue's reproduction end to end: the verdict of a failed attempt is still on its way when a node
     arrives and the next attempt binds the pod."""
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
-    config = parse_config({"podInitialBackoffSeconds": 0.1, "podMaxBackoffSeconds": 0.1}, registry.catalog())
-    scheduler = Scheduler(config, registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler({"podInitialBackoffSeconds": 0.1, "podMaxBackoffSeconds": 0.1}, api)
     try:
         scheduler.handlers.on_node_event("ADDED", node("small", gpus=1))
         hold = Hold("condition")

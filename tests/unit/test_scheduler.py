@@ -7,19 +7,15 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import ApiError
 from metrics_sched.scheduler import Scheduler
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 
 def make(config: dict[str, Any] | None = None) -> tuple[Scheduler, FakeAPI]:
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
-    scheduler = Scheduler(parse_config(config or {}, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
-    return scheduler, api
+    return make_scheduler(config, api), api
 
 
 def drain(scheduler: Scheduler, api: FakeAPI, timeout: float = 10.0) -> None:

@@ -10,16 +10,15 @@ from typing import Any, cast
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework import CycleState, PodInfo, ReservePlugin, Status
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.observability import SchedulerMetrics
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler import scheduler as scheduler_module
 from metrics_sched.serving.status import SchedulerEndpoints
 from metrics_sched.supervision import Supervisor, Worker
 from tests.polling import poll
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 pytestmark = pytest.mark.unit
@@ -48,13 +47,10 @@ def running() -> Iterator[Callable[[], tuple[Scheduler, FakeAPI]]]:
 
     def start() -> tuple[Scheduler, FakeAPI]:
         UNRESERVED.clear()
-        registry = in_tree_registry(third_party=False)
-        registry.register(Exploding)
         config = {"profiles": [{"plugins": {"reserve": {"enabled": [{"name": "Exploding"}]}}}]}
         api = FakeAPI()
-        scheduler = Scheduler(parse_config(config, registry.catalog()), registry.plugins, api)
+        scheduler = make_scheduler(config, api, plugins=[Exploding])
         scheduler.queue.initial_backoff, scheduler.queue.max_backoff = 0.002, 0.01
-        api.watchers.append(scheduler.handlers)
         scheduler.handlers.on_node_event("ADDED", node("n0", cpu="2"))
         started.append(scheduler)
         return scheduler, api

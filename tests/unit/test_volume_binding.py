@@ -32,11 +32,9 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.framework import ClusterEvent, ClusterIndexes, Code, CycleState, Handle, QueueingHint, Status
 from metrics_sched.model.podinfo import PodInfo, parse_pod
 from metrics_sched.model.volumes import ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, parse_claim
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.plugins.volume_binding.plugin import (
     ERR_BIND_CONFLICT,
     ERR_NODE_CONFLICT,
@@ -47,10 +45,10 @@ from metrics_sched.plugins.volume_binding.plugin import (
 )
 from metrics_sched.plugins.volumes import STORAGE_KINDS, VolumeStore
 from metrics_sched.ports import ApiError, ApiKind, EventType, KubeObject
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.telemetry.cache import MetricCache
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI
 from tests.unit.fakes import node as fake_node
 from tests.unit.fakes import pod as fake_pod
@@ -1053,12 +1051,9 @@ def test_registered_events() -> None:
 def test_scheduler_binds_two_claims_to_the_two_static_pvs() -> None:
     """A WaitForFirstConsumer class with a local PV on each of nodes a and b (none on c). The first pod's PV is
     assumed at Reserve and its write held back; the second pod, scheduled meanwhile, must take the other PV."""
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
     writer_box: list[FakeVolumeWriter] = []
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, api,
-                          volume_writer=_LateWriter(writer_box))
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler(api=api, volume_writer=_LateWriter(writer_box))
     cluster = Cluster(scheduler.state, scheduler.indexes.get(VolumeStore), scheduler.handlers.on_object_event)
     writer = FakeVolumeWriter(cluster)
     writer_box.append(writer)

@@ -7,14 +7,11 @@ from typing import Any
 
 import pytest
 
-from metrics_sched.config import parse_config
 from metrics_sched.model.selectors import EVERYTHING, LabelSelector, Requirement
-from metrics_sched.plugins import in_tree_registry
 from metrics_sched.ports import ApiKind, EventType, KubeObject, WorkloadKind
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.event_handlers import REPLICA_SETS, SERVICES
 from metrics_sched.state.workloads import WorkloadSelectors, parse_group_version
-from tests.unit.fakes import FakeAPI
+from tests.schedulers import make_scheduler
 from tests.watched import default_resources
 
 pytestmark = pytest.mark.unit
@@ -265,8 +262,7 @@ def test_the_default_resources_route_to_their_sink_methods() -> None:
 
 
 def test_workload_events_reach_the_cluster_state() -> None:
-    registry = in_tree_registry(third_party=False)
-    scheduler = Scheduler(parse_config({}, registry.catalog()), registry.plugins, FakeAPI())
+    scheduler = make_scheduler()
     handlers, workloads = scheduler.handlers, scheduler.state.workloads
     rs = labelled_set("ReplicaSet", "rs", {"matchLabels": {"app": "web"}})
     handlers.on_object_event(SERVICES, "ADDED", service("front", {"tier": "front"}))

@@ -15,8 +15,8 @@ from metrics_sched.config import parse_config
 from metrics_sched.config.model import SchedulerConfig
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.plugins import in_tree_registry
-from metrics_sched.scheduler import Scheduler
 from metrics_sched.scheduler.reporting import PODS_PER_WORKER, PodReporter
+from tests.schedulers import make_scheduler
 from tests.unit.fakes import FakeAPI, node, pod
 
 pytestmark = pytest.mark.unit
@@ -64,10 +64,8 @@ def test_a_backlog_of_scheduled_events_gets_a_writer_per_pods_per_worker() -> No
     waiting (32 bound pods whose event writes block until 4 run at once: with 3 writing, 29 wait, more than
     PODS_PER_WORKER each, so a fourth wakes)."""
     binds = 4 * PODS_PER_WORKER
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
-    scheduler = Scheduler(parse_config({"bindWorkers": 12}, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler({"bindWorkers": 12}, api)
     gate = Gate("event", 4)
     api.before_write = gate
     try:
@@ -153,10 +151,8 @@ def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
 def test_the_bind_pool_wakes_a_writer_for_its_batch_once_it_is_bound() -> None:
     """Scheduled events of binds handed over in a batch are written once the batch is bound, with no wait_idle()
     to push them: the pool's worker, finding no bind waiting, wakes a writer."""
-    registry = in_tree_registry(third_party=False)
     api = FakeAPI()
-    scheduler = Scheduler(parse_config({"bindWorkers": 4}, registry.catalog()), registry.plugins, api)
-    api.watchers.append(scheduler.handlers)
+    scheduler = make_scheduler({"bindWorkers": 4}, api)
     try:
         scheduler.handlers.on_node_event("ADDED", node("n0", cpu="64", memory="64Gi"))
         for i in range(5):
