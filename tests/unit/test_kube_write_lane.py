@@ -10,6 +10,7 @@ import io
 import json
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -100,10 +101,19 @@ def loopback(answer: Answer) -> Iterator[tuple[str, list[Seen]]]:
         yield url, seen
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """Says nothing of a client that hung up before its answer was written (the tests whose client times out on
+    purpose): socketserver prints each such BrokenPipeError's traceback into the test run's output."""
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """A threaded loopback HTTP server with `handler`, its URL while it serves."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
