@@ -1,4 +1,4 @@
-"""Runs every benchmark and writes bench/results/latest.{json,md,png} (and the README's table).
+"""Runs every benchmark and writes bench/results/latest.{json,md,png} (and the table in docs/benchmarks.md).
 
     python -m bench.run --quick   # make bench-quick: e2e 500 nodes / 500 pods x 3 repetitions, small core
                                   # sizes, then the regression check of the core's decisions/s (< 10 min)
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
-README = Path(__file__).parent.parent / "README.md"
+# The benchmarks page of the docs holds the latest run's table between its bench markers (the README links it).
+README = Path(__file__).parent.parent / "docs" / "benchmarks.md"
 
 
 def say(message: str) -> None:
@@ -51,7 +52,7 @@ def machine() -> dict[str, Any]:
 
 def markdown(report: dict[str, Any], base: str = "") -> str:
     """The report in markdown; `base` prefixes the links to the chart and the flame graph (they sit in
-    bench/results: "" for latest.md there, "bench/results/" for the README)."""
+    bench/results: "" for latest.md there, "../bench/results/" for docs/benchmarks.md)."""
     from bench import e2e_report, rebalance_bench, soak_bench
 
     m = report["machine"]
@@ -203,7 +204,7 @@ def write_report(report: dict[str, Any], out: Path, *, readme: bool) -> str:
     (out / "latest.md").write_text(md + "\n")
     chart(report, out / "latest.png")
     if readme and out == RESULTS.resolve():
-        update_readme(markdown(report, base="bench/results/"))
+        update_readme(markdown(report, base="../bench/results/"))
     return md
 
 
