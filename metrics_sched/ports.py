@@ -172,6 +172,29 @@ class VolumeWriter(Protocol):
         ...
 
 
+class ResourceClaimWriter(Protocol):
+    """The writes DynamicResources makes on ResourceClaims (kube-scheduler's claim status updates). Raise ApiError
+    (409 when the claim changed since the version sent, 404 when it is gone)."""
+
+    def get_claim(self, namespace: str, name: str) -> KubeObject | None:
+        """The claim as the API has it now (None if gone): a write that met a conflict decides again on it."""
+        ...
+
+    def update_claim(self, claim: KubeObject) -> KubeObject:
+        """PUT of the claim (metadata and spec; PreBind adds the delete-protection finalizer this way), conditional on
+        its metadata.resourceVersion. Returns the claim as written."""
+        ...
+
+    def update_claim_status(self, claim: KubeObject) -> KubeObject:
+        """PUT of the claim's status subresource: `claim` carries metadata.resourceVersion, so the API refuses it
+        (409) if the claim changed since. Returns the claim as written."""
+        ...
+
+    def patch_claim_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        """A strategic merge patch of the status subresource (Unreserve removing the pod from reservedFor)."""
+        ...
+
+
 class Evictor(Protocol):
     """The Eviction API (policy/v1 pods/eviction): the API server honours PodDisruptionBudgets."""
 

@@ -31,6 +31,7 @@ from adapters.kubernetes.source import (
     watched,
 )
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenError, TokenSource
+from adapters.kubernetes.claim_writer import KubeResourceClaimWriter
 from adapters.kubernetes.volume_writer import KubeVolumeWriter
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "KubePodGroupStatusWriter",
     "KubePodWriter",
     "KubePreemptor",
+    "KubeResourceClaimWriter",
     "KubeVolumeWriter",
     "LibraryCredentials",
     "PemSource",

@@ -68,6 +68,7 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
         KubePodGroupStatusWriter,
         KubePodWriter,
         KubePreemptor,
+        KubeResourceClaimWriter,
         KubeVolumeWriter,
         ReflectorOptions,
         TokenError,
@@ -101,7 +102,8 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
                           is_leader=elector.may_bind if elector else (lambda: True),
                           volume_writer=KubeVolumeWriter(client), preemptor=KubePreemptor(client),
-                          group_status_writer=KubePodGroupStatusWriter(client))
+                          group_status_writer=KubePodGroupStatusWriter(client),
+                          claim_writer=KubeResourceClaimWriter(client))
 
     def kube_http() -> httpx.Client:
         return httpx.Client(**kube.http_options(), timeout=5.0)

@@ -96,7 +96,8 @@ class PluginSpec:
 VOLUME_PLUGINS = (PluginRef("VolumeRestrictions"), PluginRef("NodeVolumeLimits"), PluginRef("VolumeBinding"),
                   PluginRef("VolumeZone"))
 DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
-    "preEnqueue": (),
+    # DynamicResources keeps a pod whose claims do not exist yet out of the queue.
+    "preEnqueue": (PluginRef("DynamicResources"),),
     # Coscheduling's order is PrioritySort's (priority, then creation) for pods in no group, and keeps a gang's
     # members together in the queue, so a gang's attempt is not interleaved with other pods.
     "queueSort": (PluginRef("Coscheduling"),),
@@ -104,29 +105,35 @@ DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
     # VolumeZone): a node's FailedScheduling reason is the first plugin's that rejects it.
     "preFilter": (PluginRef("UnsupportedFields"), PluginRef("NodePorts"), PluginRef("NodeResourcesFit"),
                   *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"),
-                  PluginRef("Coscheduling")),
+                  PluginRef("DynamicResources"), PluginRef("Coscheduling")),
     "filter": (
         PluginRef("NodeUnschedulable"), PluginRef("NodeReady"), PluginRef("NodeName"), PluginRef("NodePorts"),
         PluginRef("TaintToleration"), PluginRef("NodeAffinity"), PluginRef("NodeResourcesFit"),
-        *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"), PluginRef("GPUTemperature"),
+        # DynamicResources after the upstream filters (kube-scheduler appends it), before GPUTemperature, which
+        # judges a DRA pod by the devices DynamicResources would give it on each node.
+        *VOLUME_PLUGINS, PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"), PluginRef("DynamicResources"),
+        PluginRef("GPUTemperature"),
         # Last: keeps a gang's members in the domain chosen for it (and chooses it, after Score).
         PluginRef("Coscheduling"),
     ),
     # kube-scheduler's preemption; clusters that forbid it disable it: postFilter.disabled: [{name: DefaultPreemption}]
     # Coscheduling first: a gang member that fits nowhere fails its gang's attempt, freeing its waiting siblings.
-    "postFilter": (PluginRef("Coscheduling"), PluginRef("DefaultPreemption")),
+    # DynamicResources last, as upstream: it deallocates a claim whose devices are where the pod cannot go.
+    "postFilter": (PluginRef("Coscheduling"), PluginRef("DefaultPreemption"), PluginRef("DynamicResources")),
     "preScore": (PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"),
-                 PluginRef("NodeResourcesBalancedAllocation")),
+                 PluginRef("NodeResourcesBalancedAllocation"), PluginRef("DynamicResources")),
     "score": (
         PluginRef("NodeResourcesFit", 1), PluginRef("NodeResourcesBalancedAllocation", 1),
         PluginRef("ImageLocality", 1), PluginRef("NodeAffinity", 2), PluginRef("TaintToleration", 3),
         PluginRef("PodTopologySpread", 2), PluginRef("InterPodAffinity", 2),
         PluginRef("GPUTemperature", 3), PluginRef("NodeLoad", 2), PluginRef("Cost", 2),
+        PluginRef("DynamicResources", 1),
     ),
-    "reserve": (PluginRef("VolumeBinding"), PluginRef("InFlightLedger"), PluginRef("Coscheduling")),
+    "reserve": (PluginRef("VolumeBinding"), PluginRef("DynamicResources"), PluginRef("InFlightLedger"),
+                PluginRef("Coscheduling")),
     # Gang members wait here for their quorum.
     "permit": (PluginRef("Coscheduling"),),
-    "preBind": (PluginRef("VolumeBinding"),),
+    "preBind": (PluginRef("VolumeBinding"), PluginRef("DynamicResources")),
     "bind": (PluginRef("DefaultBinder"),),
     "postBind": (),
 }

@@ -23,6 +23,7 @@ from metrics_sched.framework.api import (
     PodGroupStatusWriter,
     PodWriter,
     Preemptor,
+    ResourceClaimWriter,
     SchedulingEvent,
 )
 from metrics_sched.framework.args import NoArgs, parse_args
@@ -255,6 +256,7 @@ __all__ = [
     "Resources",
     "RowScores",
     "Scale",
+    "ResourceClaimWriter",
     "SchedulingEvent",
     "ScoreDetail",
     "ScorePlugin",

@@ -12,6 +12,7 @@ from metrics_sched.ports import (
     PodGroupStatusWriter,
     PodWriter,
     Preemptor,
+    ResourceClaimWriter,
     SchedulingEvent,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "PodGroupStatusWriter",
     "PodWriter",
     "Preemptor",
+    "ResourceClaimWriter",
     "SchedulingEvent",
 ]

@@ -34,6 +34,9 @@ class ClusterEvent(enum.StrEnum):
     CSI_DRIVER_CHANGED = "CSIDriverChange"  # added or updated
     CSI_CAPACITY_CHANGED = "CSIStorageCapacityChange"  # added or updated
     VOLUME_DETACHED = "VolumeAttachmentDelete"
+    RESOURCE_CLAIM_CHANGED = "ResourceClaimChange"  # added, updated or deleted
+    RESOURCE_SLICE_CHANGED = "ResourceSliceChange"  # added or updated
+    DEVICE_CLASS_CHANGED = "DeviceClassChange"  # added or updated
     METRIC_CHANGED = "MetricChange"
 
 
@@ -47,7 +50,8 @@ class QueueingHint(enum.Enum):
 
 # (parked pod, the event's object) -> hint. The object is the NodeRecord for node events, the PodRecord
 # placed, relabelled or released for AssignedPod*, the namespace name for NamespaceLabelChange, the parsed
-# storage object (metrics_sched.model.volumes) for the storage events, the set of refreshed metric names for
+# storage object (metrics_sched.model.volumes) for the storage events, a ClaimChange (old, new) for
+# ResourceClaimChange, the object for the other DRA events, the set of refreshed metric names for
 # MetricChange.
 HintFn = Callable[[PodInfo, Any], QueueingHint]
 

@@ -26,6 +26,9 @@ class Filtered:
 
     feasible: BoolArray
     reasons: dict[str, BoolArray] = field(default_factory=dict)
+    # An error that ends the scheduling attempt (upstream's Filter returning an Error status, e.g. a device
+    # selector that fails to evaluate): the pod backs off and is retried, no PostFilter runs.
+    error: str | None = None
 
     @classmethod
     def single(cls, feasible: BoolArray, reason: str) -> Filtered:

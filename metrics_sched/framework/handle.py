@@ -5,6 +5,7 @@
     ledger        the in-flight ledger: estimated load of pods placed since their node's last sample
     pod_writer    the API writes (binding, events, status)
     volume_writer the writes of volume binding (a PV's claimRef, a claim's selected node); None: not wired
+    claim_writer  the writes of device allocation (a ResourceClaim's status); None: not wired
     waiting_pods  pods held at Permit, to allow or reject them from another plugin or thread
     preemptor     the writes of preemption (nominations, victims' condition and deletion); None: not wired
     activator     moves pods straight back to the active queue (a gang waking its members)
@@ -30,7 +31,7 @@ from metrics_sched.framework.plugin_events import PluginEvents
 from metrics_sched.framework.waiting import WaitingPods
 from metrics_sched.model.group_membership import GroupKey
 from metrics_sched.model.podinfo import PodInfo
-from metrics_sched.ports import PodGroupApi, PodGroupStatus, PodWriter, Preemptor, VolumeWriter
+from metrics_sched.ports import PodGroupApi, PodGroupStatus, PodWriter, Preemptor, ResourceClaimWriter, VolumeWriter
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
@@ -101,6 +102,7 @@ class Services:
     may_write: Callable[[], bool] = _always
     events: PluginEvents = field(default_factory=PluginEvents)
     indexes: ClusterIndexes = field(default_factory=ClusterIndexes)
+    claim_writer: ResourceClaimWriter | None = None
 
 
 @dataclass
@@ -111,7 +113,7 @@ class Handle(Services):
     def of(cls, services: Services) -> Handle:
         return cls(services.cluster, services.metrics, services.ledger, services.pod_writer, services.waiting_pods,
                    services.volume_writer, services.preemptor, services.activator, services.group_status,
-                   services.may_write, services.events, services.indexes)
+                   services.may_write, services.events, services.indexes, services.claim_writer)
 
     def index(self, cls: type[IndexT]) -> IndexT:
         """The scheduler's instance of a cluster index the plugin declares (Plugin.indexes): one per class, shared

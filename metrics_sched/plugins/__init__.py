@@ -9,6 +9,7 @@ from metrics_sched.plugins.cost import Cost
 from metrics_sched.plugins.custom_metric import CustomMetric
 from metrics_sched.plugins.default_binder import DefaultBinder
 from metrics_sched.plugins.default_preemption import DefaultPreemption
+from metrics_sched.plugins.dynamic_resources import DynamicResources
 from metrics_sched.plugins.gpu_temperature import GPUTemperature
 from metrics_sched.plugins.image_locality import ImageLocality
 from metrics_sched.plugins.in_flight_ledger import InFlightLedger
@@ -42,6 +43,7 @@ BUILTIN: dict[str, type[Plugin]] = {
         InterPodAffinity, PodTopologySpread, VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone,
         Coscheduling,
         DefaultPreemption,
+        DynamicResources,
     )
 }
 

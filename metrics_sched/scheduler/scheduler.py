@@ -26,7 +26,14 @@ from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.framework.status import Code, Status
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.plugins.coscheduling.status import GroupStatusReporter
-from metrics_sched.ports import NodeDirectory, PodGroupStatusWriter, PodWriter, Preemptor, VolumeWriter
+from metrics_sched.ports import (
+    NodeDirectory,
+    PodGroupStatusWriter,
+    PodWriter,
+    Preemptor,
+    ResourceClaimWriter,
+    VolumeWriter,
+)
 from metrics_sched.scheduler.binding import Binder, BindOutcome
 from metrics_sched.scheduler.event_handlers import ClusterEventHandlers
 from metrics_sched.scheduler.failures import FailureHandler, Outcome, attempt_outcome, permit_outcome
@@ -63,6 +70,7 @@ class Scheduler:
         volume_writer: VolumeWriter | None = None,
         preemptor: Preemptor | None = None,
         group_status_writer: PodGroupStatusWriter | None = None,
+        claim_writer: ResourceClaimWriter | None = None,
     ) -> None:
         self.config = config
         # Every worker thread reports its unexpected failures here; /healthz and /metrics read it.
@@ -74,7 +82,8 @@ class Scheduler:
         self.ledger = ledger if ledger is not None else InFlightLedgerStore(clock=self.metrics.clock)
         self.ledger.bind_table(self.state.table)
         services = Services(cluster=self.state, metrics=self.metrics, ledger=self.ledger, pod_writer=writer,
-                            volume_writer=volume_writer, preemptor=preemptor, may_write=is_leader)
+                            volume_writer=volume_writer, preemptor=preemptor, may_write=is_leader,
+                            claim_writer=claim_writer)
         # PodGroup status goes out on its own thread: the cycle never waits for the API.
         self.group_status = GroupStatusReporter(group_status_writer) if group_status_writer is not None else None
         services.group_status = self.group_status

@@ -127,6 +127,13 @@ class FullCycle:
                 continue
             started = clock()
             verdict = plugin.filter(cycle, pod, table)
+            if verdict.error is not None:
+                # The attempt ends here with an Error (backoff, then a retry), as upstream's Filter error does.
+                if result is not None:
+                    result.status = Status.error(verdict.error, plugin.name)
+                    result.rejected_by.add(plugin.name)
+                    result.timings.append((plugin.name, "Filter", clock() - started, "Error"))
+                return Filtered(np.zeros(table.capacity, dtype=bool), reasons, verdict.error)
             before = feasible
             feasible = before & verdict.feasible
             remaining = int(np.count_nonzero(feasible))
@@ -161,6 +168,9 @@ class FullCycle:
         if not passed:
             if result.status.code in REJECTIONS:
                 self._post_filter(result, table)
+            return result
+        if result.status.code == Code.ERROR:  # a filter's error: no PostFilter, the pod backs off
+            result.feasible_rows = rows
             return result
         if rows.size == 0:
             result.feasible_rows = rows

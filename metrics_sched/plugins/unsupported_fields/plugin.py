@@ -38,7 +38,7 @@ from metrics_sched.framework import (
     Status,
 )
 
-RESOURCE_CLAIMS = "spec.resourceClaims"
+RESOURCE_CLAIMS = "spec.resourceClaims"  # honoured by DynamicResources now
 # A gang member of the 1.36 Workload API: honoured by Coscheduling now (refused before it existed).
 SCHEDULING_GROUP = "spec.schedulingGroup"
 # Paths refused before the plugins honouring them existed (volumes, gangs): still accepted in `ignore`, where
@@ -46,18 +46,15 @@ SCHEDULING_GROUP = "spec.schedulingGroup"
 SUPPORTED_NOW: tuple[str, ...] = (*(
     f"spec.volumes[*].{kind}"
     for kind in ("persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi",
-                 "csi")), SCHEDULING_GROUP)
+                 "csi")), SCHEDULING_GROUP, RESOURCE_CLAIMS)
 
 # Every field this plugin refuses, in the order they are checked.
-FIELDS: tuple[str, ...] = (RESOURCE_CLAIMS,)
+FIELDS: tuple[str, ...] = ()
 
 
 def unsupported_fields(spec: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> list[str]:
     """The unsupported fields the pod spec uses, each named with its index where it has one, in FIELDS order."""
-    found: list[str] = []
-    if RESOURCE_CLAIMS not in ignore and spec.get("resourceClaims"):
-        found.append(RESOURCE_CLAIMS)
-    return found
+    return []
 
 
 class UnsupportedFields(PreFilterPlugin, Batchable):

@@ -1,0 +1,517 @@
+"""DynamicResources: pods that ask for devices through ResourceClaims (kube-scheduler 1.36's dynamicresources plugin,
+with its default feature gates; docs/design/dra.md is the specification, with the upstream source of each rule).
+
+- PreEnqueue keeps a pod out of the queue until each of its claims exists (a template's claim is made by the
+  resource-claim controller), is not being deleted, and, for a template's claim, is owned by the pod.
+- PreFilter sorts the claims: allocated ones (their node selector decides where the pod may go), and the ones to
+  allocate, whose device classes must exist; it builds one allocator for the pod from the slices, the classes
+  and every device already allocated (watched, written by us, or chosen by a Reserve not yet written).
+- Filter runs the structured allocator for each node that may have devices; a fatal allocator error (a selector
+  that fails to evaluate, a pool being updated under an `All` request) ends the attempt with an Error.
+  With per-device telemetry, devices are tried coolest first, so the allocation a node would get is its best.
+- Score: the firstAvailable preference (8 - index of the subrequest chosen, summed), as upstream.
+- Reserve records the chosen allocations as pending (no other pod gets those devices); Unreserve drops them and
+  takes the pod out of a claim's reservedFor it was written to.
+- PreBind writes each claim: the delete-protection finalizer, then status.allocation and reservedFor, each
+  conditional on the resourceVersion read (a conflict re-reads and decides again), then waits for the devices'
+  binding conditions when they have any.
+- PostFilter, when no node fits, deallocates one allocated claim that only this pod uses and that is not
+  available where the pod could go (its devices may be elsewhere than the pod can run).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from metrics_sched.framework import (
+    SUCCESS,
+    ApiError,
+    ArgsError,
+    BoolArray,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventHint,
+    Filtered,
+    FilterPlugin,
+    FloatArray,
+    Handle,
+    IntArray,
+    KubeObject,
+    NodeTable,
+    PodInfo,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    QueueingHint,
+    ReservePlugin,
+    ScorePlugin,
+    StateKey,
+    Status,
+    explain,
+    max_normalize,
+    term_mask,
+)
+
+from .allocator import AllocationError, Allocator, NodeAllocationError, gather_allocated_state
+from .cel import SelectorCache
+from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
+from .index import ClaimChange, DraIndex
+
+__all__ = [
+    "DELETE_PROTECTION",
+    "ERR_CANNOT_ALLOCATE",
+    "ERR_NOT_AVAILABLE",
+    "DynamicResources",
+]
+
+ERR_CANNOT_ALLOCATE = "cannot allocate all claims"
+ERR_NOT_AVAILABLE = "resourceclaim not available on the node"
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+# FirstAvailableDeviceRequestMaxSize: the Score of a firstAvailable request is this minus the subrequest's index.
+_FIRST_AVAILABLE_MAX = 8
+_WRITE_ATTEMPTS = 5  # retry.DefaultRetry's steps for a claim write that met a conflict
+
+
+@dataclass
+class _PodState:
+    """One pod's cycle: its claims, which of them to allocate (indices into `claims`), the allocator, and what
+    Filter found per node (allocation results, in `to_allocate` order)."""
+
+    claims: tuple[PodClaim, ...]
+    to_allocate: tuple[int, ...]
+    allocator: Allocator | None
+    node_selectors: dict[int, BoolArray] = field(default_factory=dict)  # allocated claim index -> rows it allows
+    results: dict[str, list[KubeObject]] = field(default_factory=dict)  # node -> allocation results
+    unavailable: set[int] = field(default_factory=set)  # allocated claims some node could not use
+    reserved: tuple[KubeObject, ...] = ()  # claims as Reserve chose them (pending)
+    written: set[str] = field(default_factory=set)  # claim UIDs PreBind reserved for this pod
+
+    def clone(self) -> _PodState:
+        return _PodState(self.claims, self.to_allocate, self.allocator, dict(self.node_selectors),
+                         dict(self.results), set(self.unavailable), self.reserved, set(self.written))
+
+
+_STATE = StateKey[_PodState]("DynamicResources/pod")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilterPlugin, PreScorePlugin,
+                       ScorePlugin, ReservePlugin, PreBindPlugin):
+    name = "DynamicResources"
+    indexes = (DraIndex,)
+    # Its reasons are UnschedulableAndUnresolvable upstream: removing pods does not free devices (their claims
+    # are deallocated by the controller afterwards, and that event requeues the pod).
+    resolvable_reasons: ClassVar[frozenset[str]] = frozenset()
+
+    @dataclass(frozen=True)
+    class Args:
+        # How long PreBind waits for the binding conditions of allocated devices (upstream's bindingTimeout).
+        binding_timeout_seconds: float = 600.0
+
+        def validate(self) -> None:
+            if not self.binding_timeout_seconds > 0:
+                raise ArgsError("bindingTimeoutSeconds", "must be > 0")
+
+    args: Args
+
+    def __init__(self, args: Args, handle: Handle) -> None:
+        super().__init__(args, handle)
+        self.index = handle.index(DraIndex)
+        # Compiled selectors and their results per device live across pods: a device's match changes only with
+        # its slice, an expression's program never.
+        self.selectors = SelectorCache()
+        self.selector_memo: dict[Any, bool] = {}
+        self._memo_slices = -1
+        # A telemetry preference over devices for one node's allocation (lower first); None: upstream's order.
+        self.device_rank: Callable[[PodInfo, NodeTable], Callable[[str, str, str, str], float] | None] = (
+            lambda pod, table: None)
+
+    # -- queueing ------------------------------------------------------------------------------------
+    def events_to_register(self) -> list[EventHint]:
+        return [
+            EventHint(ClusterEvent.NODE_ADDED), EventHint(ClusterEvent.NODE_LABELS),
+            EventHint(ClusterEvent.NODE_ALLOCATABLE),
+            EventHint(ClusterEvent.RESOURCE_CLAIM_CHANGED, self._claim_hint),
+            EventHint(ClusterEvent.RESOURCE_SLICE_CHANGED), EventHint(ClusterEvent.DEVICE_CLASS_CHANGED),
+        ]
+
+    def _claim_hint(self, pod: PodInfo, detail: Any) -> QueueingHint:
+        """isSchedulableAfterClaimChange (a deletion is treated as a deallocation, which upstream hears of first)."""
+        if not isinstance(detail, ClaimChange):
+            return QueueingHint.QUEUE
+        old, new = detail.old, detail.new
+        if old is not None and is_allocated(old) and (new is None or not is_allocated(new)):
+            return QueueingHint.QUEUE  # devices were freed: any pod may use them
+        if new is None or isinstance(resolve_claims(pod, self.index), ClaimMissing):
+            return QueueingHint.SKIP
+        meta = new.get("metadata") or {}
+        if meta.get("namespace") != pod.namespace or meta.get("name") not in _claim_names(pod):
+            return QueueingHint.SKIP
+        if old is None:
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP if old.get("status") == new.get("status") else QueueingHint.QUEUE
+
+    # -- PreEnqueue ----------------------------------------------------------------------------------
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if not (pod.raw.get("spec") or {}).get("resourceClaims"):
+            return SUCCESS
+        found = resolve_claims(pod, self.index)
+        if isinstance(found, ClaimMissing):
+            if found.waiting_for is not None:
+                self.index.wait_for_claim(pod.namespace, found.waiting_for, pod.uid)
+            return Status(Code.UNRESOLVABLE, found.reason)
+        return SUCCESS
+
+    # -- PreFilter -----------------------------------------------------------------------------------
+    def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
+        if not (pod.raw.get("spec") or {}).get("resourceClaims"):
+            return Status(Code.SKIP)
+        found = resolve_claims(pod, self.index)
+        if isinstance(found, ClaimMissing):
+            return Status(Code.UNRESOLVABLE, found.reason)
+        if not found:
+            return Status(Code.SKIP)
+        to_allocate: list[int] = []
+        for i, pod_claim in enumerate(found):
+            claim = pod_claim.claim
+            if is_allocated(claim):
+                continue
+            if self.index.pending(pod_claim.uid) is not None:
+                return Status(Code.UNRESOLVABLE,
+                              f"resource claim {pod_claim.key} is in the process of being allocated")
+            status = self._check_requests(pod_claim)
+            if not status.ok:
+                return status
+            to_allocate.append(i)
+        allocator = None
+        if to_allocate:
+            index = self.index
+            if index.slices_generation != self._memo_slices:
+                self.selector_memo.clear()  # results are keyed by slice version too; this only bounds memory
+                self._memo_slices = index.slices_generation
+            allocator = Allocator(gather_allocated_state(index.allocated_claims()), index.classes(), index.slices(),
+                                  self.selectors, selector_memo=self.selector_memo,
+                                  rank=self.device_rank(pod, self.handle.table))
+        cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator))
+        return SUCCESS
+
+    def _check_requests(self, pod_claim: PodClaim) -> Status:
+        """Every request's device class exists (an unknown class waits for a DeviceClass event)."""
+        for request in ((pod_claim.claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+            name = str(request.get("name", ""))
+            exactly = request.get("exactly")
+            if exactly is not None:
+                classes = [(name, str(exactly.get("deviceClassName", "")))]
+            elif request.get("firstAvailable"):
+                classes = [(f"{name}/{sub.get('name', '')}", str(sub.get("deviceClassName", "")))
+                           for sub in request["firstAvailable"]]
+            else:
+                return Status(Code.UNRESOLVABLE, f"resource claim {pod_claim.key}, request {name}: unknown request "
+                                                 "type")
+            for where, class_name in classes:
+                if not class_name:
+                    return Status.error(f"request {where}: unsupported request type")
+                if self.index.device_class(class_name) is None:
+                    return Status(Code.UNRESOLVABLE, f"request {where}: device class {class_name} does not exist")
+        return SUCCESS
+
+    # -- Filter --------------------------------------------------------------------------------------
+    def filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered:
+        state = cycle.get(_STATE)
+        size = table.capacity
+        if state is None:
+            return Filtered(np.ones(size, dtype=bool))
+        available = np.ones(size, dtype=bool)
+        for i, pod_claim in enumerate(state.claims):
+            selector = ((pod_claim.claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
+            if selector is None or not is_allocated(pod_claim.claim):
+                continue
+            mask = np.zeros(size, dtype=bool)
+            for term in selector.get("nodeSelectorTerms") or ():
+                mask |= term_mask(table, term)
+            state.node_selectors[i] = mask
+            if not (mask | ~table.present[:size]).all():
+                state.unavailable.add(i)
+            available &= mask
+        allocated = np.ones(size, dtype=bool)
+        if state.allocator is not None:
+            allocated = np.zeros(size, dtype=bool)
+            claims = [state.claims[i].claim for i in state.to_allocate]
+            try:
+                for row in self._candidate_rows(table):
+                    record = table.records[row]
+                    if record is None:
+                        continue
+                    node = {"metadata": {"name": record.name, "labels": dict(record.labels)}}
+                    try:
+                        results = state.allocator.allocate(node, claims)
+                    except NodeAllocationError:
+                        continue
+                    if results is not None and len(results) == len(claims):
+                        allocated[row] = True
+                        state.results[record.name] = results
+            except AllocationError as exc:
+                return Filtered(np.zeros(size, dtype=bool), {}, str(exc))
+        reasons: dict[str, BoolArray] = {}
+        if not allocated.all():
+            reasons[ERR_CANNOT_ALLOCATE] = ~allocated
+        unavailable = allocated & ~available
+        if unavailable.any():
+            reasons[ERR_NOT_AVAILABLE] = unavailable
+        return Filtered(allocated & available, reasons)
+
+    def _candidate_rows(self, table: NodeTable) -> IntArray:
+        """Rows that may have devices: every present node when some slice is not tied to one node by name (a node
+        selector, all nodes, per-device selection, counters), else the nodes the slices name."""
+        present = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
+        rows: list[int] = []
+        for slice_ in self.index.slices():
+            node_name = (slice_.get("spec") or {}).get("nodeName")
+            if not node_name:
+                return present
+            row = table.index.get(str(node_name))
+            if row is not None:
+                rows.append(row)
+        return np.unique(np.asarray(rows, dtype=np.int64))
+
+    # -- PostFilter ----------------------------------------------------------------------------------
+    def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
+                    rejections: Mapping[str, int]) -> tuple[PostFilterResult, Status]:
+        state = cycle.get(_STATE)
+        if state is None or not state.claims:
+            return PostFilterResult(), Status(Code.UNRESOLVABLE, "no new claims to deallocate")
+        writer = self.handle.claim_writer
+        for i in sorted(state.unavailable):
+            claim = self.index.claim(state.claims[i].namespace, state.claims[i].name)
+            if claim is None or not is_allocated(claim):
+                continue
+            reserved = (claim.get("status") or {}).get("reservedFor") or ()
+            if reserved and not (len(reserved) == 1 and is_reserved_for(claim, pod)):
+                continue
+            if writer is None or not self.handle.may_write():
+                break
+            freed = copy.deepcopy(claim)
+            status = freed.setdefault("status", {})
+            for key in ("reservedFor", "allocation", "devices"):
+                status.pop(key, None)
+            try:
+                writer.update_claim_status(freed)
+            except ApiError as exc:
+                return PostFilterResult(), Status.error(f"deallocate claim {state.claims[i].key}: {exc}")
+            explain(cycle, f"claim {state.claims[i].key}: deallocated, its devices are not where the pod can go")
+            return PostFilterResult(), Status.unschedulable("deallocation of ResourceClaim completed")
+        return PostFilterResult(), Status.unschedulable("still not schedulable")
+
+    # -- PreScore / Score ----------------------------------------------------------------------------
+    def pre_score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> Status:
+        state = cycle.get(_STATE)
+        if state is None or not any(_first_available(state.claims[i].claim) for i in state.to_allocate):
+            return Status(Code.SKIP)
+        return SUCCESS
+
+    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
+        state = cycle.read(_STATE)
+        scores = np.zeros(rows.size, dtype=np.float64)
+        for position, row in enumerate(rows.tolist()):
+            results = state.results.get(table.name(int(row)))
+            if results is None:
+                continue
+            total = 0
+            for claim_index, result in zip(state.to_allocate, results, strict=True):
+                subrequests = _first_available(state.claims[claim_index].claim)
+                for device in (result.get("devices") or {}).get("results") or ():
+                    request, _, sub = str(device.get("request", "")).partition("/")
+                    names = subrequests.get(request)
+                    if names and sub in names:
+                        total += _FIRST_AVAILABLE_MAX - names.index(sub)
+            scores[position] = total
+        return scores
+
+    def normalize(self, scores: FloatArray) -> FloatArray:
+        return max_normalize(scores)
+
+    # -- Reserve / Unreserve -------------------------------------------------------------------------
+    def reserve(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        state = cycle.get(_STATE)
+        if state is None or not state.to_allocate:
+            return SUCCESS
+        results = state.results.get(node)
+        if results is None or len(results) != len(state.to_allocate):
+            return Status.error(f"internal error, have {0 if results is None else len(results)} allocations, "
+                                f"{len(state.to_allocate)} claims to allocate")
+        reserved = []
+        for claim_index, result in zip(state.to_allocate, results, strict=True):
+            claim = copy.deepcopy(state.claims[claim_index].claim)
+            finalizers = claim.setdefault("metadata", {}).setdefault("finalizers", [])
+            if DELETE_PROTECTION not in finalizers:
+                finalizers.append(DELETE_PROTECTION)
+            claim.setdefault("status", {})["allocation"] = result
+            self.index.signal_pending(claim)
+            reserved.append(claim)
+            devices = ", ".join(f"{d.get('driver')}/{d.get('pool')}/{d.get('device')}"
+                                for d in (result.get("devices") or {}).get("results") or ())
+            explain(cycle, f"claim {state.claims[claim_index].key}: devices {devices} on {node}")
+        state.reserved = tuple(reserved)
+        return SUCCESS
+
+    def unreserve(self, cycle: CycleState, pod: PodInfo, node: str) -> None:
+        state = cycle.get(_STATE)
+        if state is None:
+            return
+        for pod_claim in state.claims:
+            self.index.remove_pending(pod_claim.uid)
+        writer = self.handle.claim_writer
+        for pod_claim in state.claims:
+            if pod_claim.uid not in state.written or writer is None:
+                continue
+            patch = {"metadata": {"uid": pod_claim.uid},
+                     "status": {"reservedFor": [{"$patch": "delete", "uid": pod.uid}]}}
+            try:
+                writer.patch_claim_status(pod_claim.namespace, pod_claim.name, patch)
+            except ApiError:
+                pass  # gone or changed: the controller drops reservations of pods that will not run
+            self.index.restore(pod_claim.namespace, pod_claim.name)
+            state.written.discard(pod_claim.uid)
+
+    # -- PreBind -------------------------------------------------------------------------------------
+    def pre_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
+        state = cycle.get(_STATE)
+        if state is None or not state.claims:
+            return SUCCESS
+        writer = self.handle.claim_writer
+        if writer is None:
+            return Status.error("allocating devices: no ResourceClaim writer is configured")
+        chosen = {str(c["metadata"].get("uid", "")): c for c in state.reserved}
+        for pod_claim in state.claims:
+            status = self._bind_claim(writer, pod, pod_claim, chosen.get(pod_claim.uid))
+            if not status.ok:
+                return status
+            state.written.add(pod_claim.uid)
+        return self._wait_binding_conditions(cycle, pod, state, node)
+
+    def _bind_claim(self, writer: Any, pod: PodInfo, pod_claim: PodClaim, chosen: KubeObject | None) -> Status:
+        """bindClaim: the allocation (if Reserve chose one) and the pod's reservation, retried on conflicts."""
+        allocation = None if chosen is None else chosen["status"]["allocation"]
+        claim = self.index.claim(pod_claim.namespace, pod_claim.name) or pod_claim.claim
+        verb = "add allocation and reservation to" if allocation is not None else "add reservation to"
+        try:
+            for attempt in range(_WRITE_ATTEMPTS):
+                if attempt:
+                    claim = writer.get_claim(pod_claim.namespace, pod_claim.name)
+                    if claim is None:
+                        return Status.error(f"{verb} claim {pod_claim.key}: not found")
+                if is_reserved_for(claim, pod):
+                    self.index.assume(claim)
+                    self.index.remove_pending(pod_claim.uid)
+                    return SUCCESS
+                current = (claim.get("status") or {}).get("allocation")
+                if allocation is not None and current is not None and not _same_allocation(current, allocation):
+                    return Status.error(f"claim {pod_claim.key} got allocated elsewhere in the meantime")
+                try:
+                    claim = copy.deepcopy(claim)
+                    if allocation is not None and current is None:
+                        finalizers = claim.setdefault("metadata", {}).setdefault("finalizers", [])
+                        if DELETE_PROTECTION not in finalizers:
+                            finalizers.append(DELETE_PROTECTION)
+                            claim = writer.update_claim(claim)
+                        claim.setdefault("status", {})["allocation"] = {**allocation, "allocationTimestamp": _now()}
+                    status = claim.setdefault("status", {})
+                    status["reservedFor"] = [*(status.get("reservedFor") or ()),
+                                             {"resource": "pods", "name": pod.name, "uid": pod.uid}]
+                    written = writer.update_claim_status(claim)
+                except ApiError as exc:
+                    if exc.conflict:
+                        continue
+                    return Status.error(f"{verb} claim {pod_claim.key}: {exc}")
+                self.index.assume(written)
+                self.index.remove_pending(pod_claim.uid)
+                return SUCCESS
+        except ApiError as exc:
+            return Status.error(f"{verb} claim {pod_claim.key}: {exc}")
+        return Status.error(f"{verb} claim {pod_claim.key}: still conflicting after {_WRITE_ATTEMPTS} attempts")
+
+    def _wait_binding_conditions(self, cycle: CycleState, pod: PodInfo, state: _PodState, node: str) -> Status:
+        """Devices with bindingConditions: wait until the driver reports them all True (or a failure condition)."""
+        waiting = [pc for pc in state.claims if _binding_conditions(self.index.claim(pc.namespace, pc.name))]
+        if not waiting:
+            return SUCCESS
+        explain(cycle, f"waiting for binding conditions for device on node {node}")
+
+        def check() -> Status | None:
+            for pod_claim in waiting:
+                claim = self.index.claim(pod_claim.namespace, pod_claim.name)
+                if claim is None:
+                    return Status.error(f"claim {pod_claim.name} is gone")
+                verdict = _binding_verdict(claim)
+                if verdict is None:
+                    return None
+                if not verdict.ok:
+                    return Status.error(f"claim {pod_claim.name} {verdict.reason}")
+            return SUCCESS
+
+        done = self.index.wait_for(check, self.args.binding_timeout_seconds)
+        return done if done is not None else Status.error("device binding timeout")
+
+
+def _claim_names(pod: PodInfo) -> set[str]:
+    names = {str(e.get("resourceClaimName")) for e in (pod.raw.get("spec") or {}).get("resourceClaims") or ()
+             if e.get("resourceClaimName")}
+    names |= {str(s.get("resourceClaimName")) for s in (pod.raw.get("status") or {}).get("resourceClaimStatuses")
+              or () if s.get("resourceClaimName")}
+    return names
+
+
+def _first_available(claim: Mapping[str, Any]) -> dict[str, list[str]]:
+    """request name -> its subrequest names, for the claim's firstAvailable requests."""
+    return {str(r.get("name", "")): [str(s.get("name", "")) for s in r["firstAvailable"]]
+            for r in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ()
+            if r.get("firstAvailable")}
+
+
+def _same_allocation(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    strip = ("allocationTimestamp",)
+    return {k: v for k, v in a.items() if k not in strip} == {k: v for k, v in b.items() if k not in strip}
+
+
+def _binding_conditions(claim: Mapping[str, Any] | None) -> bool:
+    if claim is None:
+        return False
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or ()
+    return any(r.get("bindingConditions") for r in results)
+
+
+def _binding_verdict(claim: Mapping[str, Any]) -> Status | None:
+    """isClaimReadyForBinding: None while some condition is not True yet; an error status on a failure condition."""
+    status = claim.get("status") or {}
+    devices = {(d.get("driver"), d.get("pool"), d.get("device")): d for d in status.get("devices") or ()}
+    pending = False
+    for result in ((status.get("allocation") or {}).get("devices") or {}).get("results") or ():
+        wanted: Sequence[str] = result.get("bindingConditions") or ()
+        if not wanted:
+            continue
+        device = devices.get((result.get("driver"), result.get("pool"), result.get("device")))
+        if device is None:
+            pending = True
+            continue
+        conditions = {c.get("type"): c for c in device.get("conditions") or ()}
+        for failure in result.get("bindingFailureConditions") or ():
+            condition = conditions.get(failure)
+            if condition is not None and condition.get("status") == "True":
+                return Status.error(f"binding failed: reason={condition.get('reason', '')}, "
+                                    f'message="{condition.get("message", "")}"')
+        if any((conditions.get(c) or {}).get("status") != "True" for c in wanted):
+            pending = True
+    return None if pending else SUCCESS

@@ -1,0 +1,364 @@
+"""DynamicResources through the whole Scheduler: claims, slices and classes arrive as watch events, PreBind writes
+through a fake claim API that plays the API server (resourceVersion preconditions, 409 on a stale one, the write
+coming back as a watch event).
+
+Cases after kube-scheduler 1.36's pkg/scheduler/framework/plugins/dynamicresources/dynamicresources_test.go
+(TestPlugin: "claim-reference", "claim-template", "missing-claim", "deleted-claim", "wrong-claim" (not owner),
+"missing-class", "structured-no-resources", "structured-allocation", "allocated-elsewhere" / "unavailable",
+"bad-CEL"; Test_isSchedulableAfterClaimChange) and its reason strings (docs/design/dra.md §7).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from metrics_sched.framework import ClusterEvent, Code, QueueingHint
+from metrics_sched.model.podinfo import parse_pod
+from metrics_sched.plugins.dynamic_resources import DynamicResources
+from metrics_sched.plugins.dynamic_resources.index import CLAIMS, CLASSES, SLICES, ClaimChange, DraIndex
+from metrics_sched.ports import ApiError, KubeObject
+from metrics_sched.scheduler import Scheduler
+from tests.schedulers import make_scheduler
+from tests.unit.fakes import FakeAPI
+from tests.unit.fakes import node as fake_node
+from tests.unit.fakes import pod as fake_pod
+from tests.unit.test_scheduler import drain
+
+pytestmark = pytest.mark.unit
+
+Obj = dict[str, Any]
+DRIVER = "gpu.example.com"
+
+
+# -- builders ---------------------------------------------------------------------------------------------------------
+def device_class(name: str = "gpu", expression: str | None = None) -> Obj:
+    spec: Obj = {"selectors": [{"cel": {"expression": expression or f'device.driver == "{DRIVER}"'}}]}
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}
+
+
+def gpu_slice(node: str, count: int, *, generation: int = 1, attrs: Callable[[int], Obj] | None = None) -> Obj:
+    devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}, **(attrs(i) if attrs else {})},
+                "capacity": {"memory": {"value": "80Gi"}}} for i in range(count)]
+    return {"metadata": {"name": f"{node}-{DRIVER}", "resourceVersion": "1"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": generation,
+                                                                  "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+_uids = itertools.count(1)
+
+
+def claim(name: str, *, count: int = 1, cls: str = "gpu", selector: str | None = None, owner: str | None = None,
+          namespace: str = "default", allocation: Obj | None = None, reserved_for: list[Obj] | None = None,
+          deleting: bool = False) -> Obj:
+    request: Obj = {"name": "req-1", "exactly": {"deviceClassName": cls, "allocationMode": "ExactCount",
+                                                 "count": count}}
+    if selector is not None:
+        request["exactly"]["selectors"] = [{"cel": {"expression": selector}}]
+    meta: Obj = {"name": name, "namespace": namespace, "uid": f"claim-uid-{next(_uids)}", "resourceVersion": "1"}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner,
+                                    "controller": True}]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+    body: Obj = {"metadata": meta, "spec": {"devices": {"requests": [request]}}, "status": {}}
+    if allocation is not None:
+        body["status"]["allocation"] = allocation
+    if reserved_for is not None:
+        body["status"]["reservedFor"] = reserved_for
+    return body
+
+
+def claim_pod(name: str, *claims: str, template: str | None = None, status_name: str | None = None,
+              uid: str | None = None) -> Obj:
+    entries: list[Obj] = [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+    body = fake_pod(name)
+    if uid is not None:
+        body["metadata"]["uid"] = uid
+    if template is not None:
+        entries.append({"name": "tpl", "resourceClaimTemplateName": template})
+        if status_name is not None:
+            body["status"]["resourceClaimStatuses"] = [{"name": "tpl", "resourceClaimName": status_name}]
+    body["spec"]["resourceClaims"] = entries
+    return body
+
+
+def on_node(node: str, *devices: str) -> Obj:
+    return {"devices": {"results": [{"request": "req-1", "driver": DRIVER, "pool": node, "device": d}
+                                    for d in devices]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+
+
+class FakeClaimAPI:
+    """The API server for ResourceClaims: conditional writes (409 on a stale resourceVersion), each write delivered
+    back as a watch event; `fail_next` makes the next status write answer with that error."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], Obj] = {}
+        self.deliver: Callable[[str, Obj], None] = lambda event, obj: None
+        self.writes: list[tuple[str, Obj]] = []
+        self.fail_next: ApiError | None = None
+        self._rv = itertools.count(100)
+
+    def put(self, obj: Obj) -> Obj:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        event = "MODIFIED" if key in self.claims else "ADDED"
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.claims[key] = stored
+        self.deliver(event, copy.deepcopy(stored))
+        return copy.deepcopy(stored)
+
+    def _check(self, obj: KubeObject) -> tuple[str, str]:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        current = self.claims.get(key)
+        if current is None:
+            raise ApiError(404, "not found")
+        if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "the object has been modified")
+        return key
+
+    def get_claim(self, namespace: str, name: str) -> KubeObject | None:
+        found = self.claims.get((namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def update_claim(self, obj: KubeObject) -> KubeObject:
+        key = self._check(obj)
+        body = {**copy.deepcopy(self.claims[key]), "metadata": copy.deepcopy(obj["metadata"])}
+        self.writes.append(("update", body))
+        return self.put(body)
+
+    def update_claim_status(self, obj: KubeObject) -> KubeObject:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        key = self._check(obj)
+        body = {**copy.deepcopy(self.claims[key]), "status": copy.deepcopy(obj.get("status") or {})}
+        self.writes.append(("status", body))
+        return self.put(body)
+
+    def patch_claim_status(self, namespace: str, name: str, patch: Any) -> KubeObject:
+        body = copy.deepcopy(self.claims[(namespace, name)])
+        drop = {r["uid"] for r in patch["status"]["reservedFor"]}
+        body["status"]["reservedFor"] = [r for r in body["status"].get("reservedFor") or () if r["uid"] not in drop]
+        self.writes.append(("patch", body))
+        return self.put(body)
+
+
+class Rig:
+    def __init__(self, nodes: tuple[str, ...] = ("n1", "n2")) -> None:
+        self.api = FakeAPI()
+        self.claims = FakeClaimAPI()
+        self.scheduler: Scheduler = make_scheduler(api=self.api, claim_writer=self.claims)
+        handlers = self.scheduler.handlers
+        self.claims.deliver = lambda event, obj: handlers.on_object_event(CLAIMS, event, obj)
+        for name in nodes:
+            handlers.on_node_event("ADDED", fake_node(name))
+        for kind in (SLICES, CLASSES, CLAIMS):
+            handlers.on_synced(kind.name)
+
+    def add(self, kind: Any, obj: Obj) -> None:
+        self.scheduler.handlers.on_object_event(kind, "ADDED", obj)
+
+    @property
+    def index(self) -> DraIndex:
+        return self.scheduler.indexes.get(DraIndex)
+
+    def schedule(self, pod: Obj) -> Any:
+        self.api.add_pod(pod)
+        return self.scheduler.schedule_one(timeout=1)
+
+    def plugin(self) -> DynamicResources:
+        plugin = self.scheduler.frameworks["metrics-sched"].plugins["DynamicResources"]
+        assert isinstance(plugin, DynamicResources)
+        return plugin
+
+
+def message(rig: Rig, pod: str) -> str:
+    cond = rig.api.pod_scheduled(f"default/{pod}")
+    assert cond is not None
+    return cond["message"]
+
+
+# -- PreEnqueue: the claims must exist --------------------------------------------------------------------------------
+def test_a_pod_whose_claim_is_missing_waits_until_it_is_created() -> None:
+    rig = Rig()
+    rig.add(SLICES, gpu_slice("n1", 2))
+    rig.add(CLASSES, device_class())
+    pod = claim_pod("p", "gpu-claim")
+    assert rig.schedule(pod) is None  # gated: nothing to pop
+    status = rig.plugin().pre_enqueue(parse_pod(pod))
+    assert (status.code, status.reason) == (Code.UNRESOLVABLE, 'resourceclaim.resource.k8s.io "gpu-claim" not found')
+    rig.claims.put(claim("gpu-claim"))  # the claim's ADDED event wakes the pod
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/p", "n1")]
+
+
+@pytest.mark.parametrize(("pod", "claims", "reason"), [
+    (claim_pod("p", template="tpl"), [], 'pod "default/p": ResourceClaim not created yet'),
+    (claim_pod("p", "c", uid="pod-uid"), [claim("c", deleting=True)], 'resourceclaim "c" is being deleted'),
+    (claim_pod("p", template="tpl", status_name="p-tpl", uid="pod-uid"), [claim("p-tpl", owner="someone-else")],
+     "ResourceClaim default/p-tpl was not created for Pod default/p (Pod is not owner)"),
+])
+def test_pre_enqueue_reasons_are_upstreams(pod: Obj, claims: list[Obj], reason: str) -> None:
+    rig = Rig()
+    for body in claims:
+        rig.claims.put(body)
+    status = rig.plugin().pre_enqueue(parse_pod(pod))
+    assert (status.code, status.reason) == (Code.UNRESOLVABLE, reason)
+
+
+def test_a_template_claim_owned_by_the_pod_is_allocated() -> None:
+    rig = Rig()
+    rig.add(SLICES, gpu_slice("n2", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("p-tpl", owner="pod-uid"))
+    rig.schedule(claim_pod("p", template="tpl", status_name="p-tpl", uid="pod-uid"))
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/p", "n2")]
+    written = rig.claims.claims[("default", "p-tpl")]
+    assert written["status"]["allocation"]["devices"]["results"] == [
+        {"request": "req-1", "driver": DRIVER, "pool": "n2", "device": "gpu-0"}]
+    assert written["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "pod-uid"}]
+    assert "resource.kubernetes.io/delete-protection" in written["metadata"]["finalizers"]
+    assert written["status"]["allocation"]["allocationTimestamp"]
+
+
+# -- PreFilter / Filter -----------------------------------------------------------------------------------------------
+def test_a_missing_device_class_is_named() -> None:
+    rig = Rig()
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.claims.put(claim("c", cls="nope"))
+    rig.schedule(claim_pod("p", "c"))
+    assert "request req-1: device class nope does not exist" in message(rig, "p")
+
+
+def test_no_node_with_enough_devices_is_cannot_allocate_all_claims() -> None:
+    rig = Rig()
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("c", count=2))
+    rig.schedule(claim_pod("p", "c"))
+    assert message(rig, "p").startswith("0/2 nodes are available: 2 cannot allocate all claims.")
+    assert rig.api.binds == []
+
+
+def test_two_pods_never_get_one_device() -> None:
+    """The first pod's allocation is pending (Reserve) while its write is held back: the second takes the other
+    device; a third finds none."""
+    rig = Rig(("n1",))
+    rig.add(SLICES, gpu_slice("n1", 2))
+    rig.add(CLASSES, device_class())
+    for name in ("a", "b", "c"):
+        rig.claims.put(claim(name))
+    for name in ("a", "b", "c"):
+        rig.schedule(claim_pod(f"p-{name}", name))
+    drain(rig.scheduler, rig.api)
+    assert sorted(rig.api.binds) == [("default/p-a", "n1"), ("default/p-b", "n1")]
+    devices = {rig.claims.claims[("default", n)]["status"]["allocation"]["devices"]["results"][0]["device"]
+               for n in ("a", "b")}
+    assert devices == {"gpu-0", "gpu-1"}
+    assert "cannot allocate all claims" in message(rig, "p-c")
+    # Deleting a bound pod's claim frees its device: the waiting pod is moved and binds.
+    freed = rig.claims.claims.pop(("default", "a"))
+    rig.scheduler.handlers.on_object_event(CLAIMS, "DELETED", freed)
+    drain(rig.scheduler, rig.api)
+    assert ("default/p-c", "n1") in rig.api.binds
+
+
+def test_a_claim_shared_by_two_pods_is_allocated_once_and_reserved_for_both() -> None:
+    rig = Rig(("n1", "n2"))
+    rig.add(SLICES, gpu_slice("n2", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("shared"))
+    rig.schedule(claim_pod("p1", "shared", uid="u1"))
+    drain(rig.scheduler, rig.api)
+    rig.schedule(claim_pod("p2", "shared", uid="u2"))
+    drain(rig.scheduler, rig.api)
+    assert sorted(rig.api.binds) == [("default/p1", "n2"), ("default/p2", "n2")]
+    status = rig.claims.claims[("default", "shared")]["status"]
+    assert [r["uid"] for r in status["reservedFor"]] == ["u1", "u2"]
+
+
+def test_an_allocated_claim_keeps_the_pod_on_its_node() -> None:
+    rig = Rig(("n1", "n2"))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("c", allocation=on_node("n2", "gpu-0")))
+    rig.schedule(claim_pod("p", "c"))
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/p", "n2")]
+
+
+def test_an_allocated_claim_elsewhere_is_not_available_and_post_filter_deallocates_it() -> None:
+    rig = Rig(("n1", "n2"))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("c", allocation=on_node("gone", "gpu-0")))
+    rig.schedule(claim_pod("p", "c"))
+    assert "resourceclaim not available on the node" in message(rig, "p")
+    # PostFilter deallocated the claim (nobody else uses it): the claim is free now.
+    assert not rig.claims.claims[("default", "c")]["status"].get("allocation")
+
+
+def test_a_selector_that_fails_to_evaluate_is_an_error_not_a_mismatch() -> None:
+    rig = Rig(("n1",))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("c", selector=f'device.attributes["{DRIVER}"].missing == 1'))
+    outcome = rig.schedule(claim_pod("p", "c"))
+    assert outcome is not None and outcome.status.code == Code.ERROR
+    assert "CEL runtime error" in outcome.status.reason and "no such key: missing" in outcome.status.reason
+    assert rig.api.binds == []
+
+
+def test_a_write_conflict_is_decided_again_on_the_fresh_claim() -> None:
+    rig = Rig(("n1",))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("c"))
+    rig.claims.fail_next = ApiError(409, "the object has been modified")
+    rig.schedule(claim_pod("p", "c"))
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/p", "n1")]
+    assert rig.claims.claims[("default", "c")]["status"]["allocation"]
+
+
+def test_a_failed_write_unreserves_and_frees_the_pending_allocation() -> None:
+    rig = Rig(("n1",))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("c"))
+    rig.claims.fail_next = ApiError(500, "etcd is down")
+    rig.schedule(claim_pod("p", "c"))
+    assert rig.scheduler.binder.drain(10)
+    assert rig.index.pending(rig.claims.claims[("default", "c")]["metadata"]["uid"]) is None
+    drain(rig.scheduler, rig.api, timeout=5)  # the retry after backoff binds
+    assert rig.api.binds == [("default/p", "n1")]
+
+
+# -- queueing hints (Test_isSchedulableAfterClaimChange) --------------------------------------------------------------
+def test_claim_change_hints() -> None:
+    rig = Rig()
+    hint = next(e.hint for e in rig.plugin().events_to_register() if e.event == ClusterEvent.RESOURCE_CLAIM_CHANGED)
+    assert hint is not None
+    mine = claim("mine")
+    rig.claims.put(mine)
+    pod = parse_pod(claim_pod("p", "mine"))
+    other = claim("other")
+    allocated = claim("other", allocation=on_node("n1", "gpu-0"))
+    assert hint(pod, ClaimChange(allocated, other)) == QueueingHint.QUEUE  # deallocated: any pod
+    assert hint(pod, ClaimChange(allocated, None)) == QueueingHint.QUEUE  # deleted while allocated
+    assert hint(pod, ClaimChange(None, other)) == QueueingHint.SKIP  # not the pod's
+    assert hint(pod, ClaimChange(None, mine)) == QueueingHint.QUEUE  # the pod's, new
+    finalized = copy.deepcopy(mine)
+    finalized["metadata"]["finalizers"] = ["x"]
+    assert hint(pod, ClaimChange(mine, finalized)) == QueueingHint.SKIP  # status unchanged
+    changed = copy.deepcopy(mine)
+    changed["status"]["reservedFor"] = []
+    changed["status"]["allocation"] = on_node("n1", "gpu-0")
+    assert hint(pod, ClaimChange(mine, changed)) == QueueingHint.QUEUE
