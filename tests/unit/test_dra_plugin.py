@@ -175,7 +175,7 @@ class Rig:
         return self.scheduler.schedule_one(timeout=1)
 
     def plugin(self) -> DynamicResources:
-        plugin = self.scheduler.frameworks["metrics-sched"].plugins["DynamicResources"]
+        plugin = self.scheduler.frameworks["metrics-sched"].instances["DynamicResources"]
         assert isinstance(plugin, DynamicResources)
         return plugin
 
