@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 
 from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexChange, KubeObject
 
-__all__ = ["CLAIMS", "CLASSES", "SLICES", "ClaimChange", "ClaimKey", "DraIndex", "claim_key_of", "resource_version"]
+from .allocator import AllocatedState
+from .tracker import AllocatedTracker, allocation_node
+
+__all__ = ["CLAIMS", "CLASSES", "SLICES", "ClaimChange", "ClaimKey", "DraIndex", "NodeChanges", "claim_key_of",
+           "resource_version"]
+
+# How many node changes the log keeps for readers that are behind (a reader further behind starts over).
+_LOG_SIZE = 65536
 
 # Optional: a cluster that does not serve resource.k8s.io/v1 (older than 1.34) still schedules every other pod;
 # a pod with claims then waits for its claims like one whose claims are not created yet.
@@ -57,6 +64,19 @@ def _uid(claim: Mapping[str, Any]) -> str:
     return str((claim.get("metadata") or {}).get("uid", ""))
 
 
+def _allocation(claim: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return None if claim is None else (claim.get("status") or {}).get("allocation")
+
+
+@dataclass(frozen=True)
+class NodeChanges:
+    """What changed for allocation since a reader's cursor: the nodes (None: possibly every node), and the cursor to
+    pass next time."""
+
+    nodes: frozenset[str] | None
+    cursor: int
+
+
 class DraIndex(ClusterIndex):
     kinds = (SLICES, CLASSES, CLAIMS)
 
@@ -75,7 +95,12 @@ class DraIndex(ClusterIndex):
         self.claims_generation = 0
         self._slice_snapshot: tuple[int, tuple[KubeObject, ...]] = (-1, ())
         self._class_snapshot: tuple[int, Mapping[str, KubeObject]] = (-1, {})
-        self._claim_snapshot: tuple[int, tuple[KubeObject, ...]] = (-1, ())
+        self._tracker = AllocatedTracker()
+        self._tracked_node: dict[str, str] = {}  # claim uid -> the node its counted allocation is tied to
+        self._claim_uids: dict[str, ClaimKey] = {}  # watched claims' uid -> key
+        # Nodes whose allocation inputs changed, in order ("": every node); `_log_base` is the first entry's number.
+        self._log: list[str] = []
+        self._log_base = 0
 
     # -- watch events ------------------------------------------------------------------------------
     def on_event(self, kind: ApiKind, event: str, obj: KubeObject) -> IndexChange | None:
@@ -83,22 +108,34 @@ class DraIndex(ClusterIndex):
         name = str(meta.get("name", ""))
         with self._cond:
             if kind.resource == "resourceslices":
+                old_slice = self._slices.get(name)
                 self._store(self._slices, name, event, obj)
                 self.slices_generation += 1
+                self._note(*(n for n in (_slice_node(old_slice), _slice_node(obj)) if n is not None))
                 self._cond.notify_all()
                 return None if event == "DELETED" else IndexChange(ClusterEvent.RESOURCE_SLICE_CHANGED, obj)
             if kind.resource == "deviceclasses":
                 self._store(self._classes, name, event, obj)
                 self.classes_generation += 1
+                self._note("")
                 self._cond.notify_all()
                 return None if event == "DELETED" else IndexChange(ClusterEvent.DEVICE_CLASS_CHANGED, obj)
             key = str(meta.get("namespace", "")), name
             old = self._claims.get(key)
             self._store(self._claims, key, event, obj)
+            if event == "DELETED":
+                self._claim_uids.pop(_uid(obj), None)
+            else:
+                self._claim_uids[_uid(obj)] = key
             assumed = self._assumed.get(key)
             if assumed is not None and (event == "DELETED" or _uid(assumed) != _uid(obj)
                                         or resource_version(obj) >= resource_version(assumed)):
                 del self._assumed[key]  # the watch caught up with what we wrote (or the claim is gone)
+                if _uid(assumed) != _uid(obj):
+                    self._track(_uid(assumed))
+            if old is not None and _uid(old) != _uid(obj):
+                self._track(_uid(old))
+            self._track(_uid(obj))
             self.claims_generation += 1
             woken = self._waiting.pop(key, set()) if event != "DELETED" else set()
             self._cond.notify_all()
@@ -145,20 +182,52 @@ class DraIndex(ClusterIndex):
                 self._slice_snapshot = (self.slices_generation, snapshot)
             return snapshot
 
-    def allocated_claims(self) -> tuple[KubeObject, ...]:
-        """Every claim whose allocation counts: watched, overlaid by assumed and then by pending ones (by UID)."""
+    def allocated_state(self) -> AllocatedState:
+        """Every device allocated to a claim: watched claims, overlaid by the ones PreBind wrote and then by the ones
+        Reserve chose (a snapshot, shared until the next change: the allocator must not change it)."""
         with self._cond:
-            generation, snapshot = self._claim_snapshot
-            if generation != self.claims_generation:
-                by_uid: dict[str, KubeObject] = {}
-                for key, claim in self._claims.items():
-                    by_uid[_uid(claim)] = self._assumed.get(key, claim)
-                for key, claim in self._assumed.items():
-                    by_uid.setdefault(_uid(claim), claim)
-                by_uid.update(self._pending)
-                snapshot = tuple(c for c in by_uid.values() if (c.get("status") or {}).get("allocation"))
-                self._claim_snapshot = (self.claims_generation, snapshot)
-            return snapshot
+            return self._tracker.snapshot()
+
+    def changes_since(self, cursor: int) -> NodeChanges:
+        """The nodes whose allocation inputs (slices, allocations, classes) changed since `cursor` (0: the start)."""
+        with self._cond:
+            end = self._log_base + len(self._log)
+            if cursor < self._log_base or cursor > end:
+                return NodeChanges(None, end)
+            names = frozenset(self._log[cursor - self._log_base:])
+            return NodeChanges(None if "" in names else names, end)
+
+    # -- bookkeeping (under the lock) --------------------------------------------------------------------------
+    def _effective(self, uid: str) -> KubeObject | None:
+        """The claim whose allocation counts for `uid`: pending, else assumed, else watched."""
+        pending = self._pending.get(uid)
+        if pending is not None:
+            return pending
+        key = self._claim_uids.get(uid)
+        if key is None:
+            return None
+        assumed = self._assumed.get(key)
+        if assumed is not None and _uid(assumed) == uid:
+            return assumed
+        return self._claims.get(key)
+
+    def _track(self, uid: str) -> None:
+        before = self._tracked_node.get(uid)
+        claim = self._effective(uid)
+        if self._tracker.set(uid, claim):
+            after = allocation_node(_allocation(claim)) if _allocation(claim) else None
+            self._note(*(n for n in (before, after) if n is not None))
+            if after is None:
+                self._tracked_node.pop(uid, None)
+            else:
+                self._tracked_node[uid] = after
+
+    def _note(self, *nodes: str) -> None:
+        self._log.extend(nodes)
+        if len(self._log) > _LOG_SIZE:
+            drop = len(self._log) - _LOG_SIZE // 2
+            del self._log[:drop]
+            self._log_base += drop
 
     # -- the scheduler's own layers ----------------------------------------------------------------
     def pending(self, uid: str) -> KubeObject | None:
@@ -169,12 +238,14 @@ class DraIndex(ClusterIndex):
         """Reserve chose this allocation: other pods' allocators count its devices from now on."""
         with self._cond:
             self._pending[_uid(claim)] = claim
+            self._track(_uid(claim))
             self.claims_generation += 1
 
     def remove_pending(self, uid: str) -> bool:
         with self._cond:
             found = self._pending.pop(uid, None) is not None
             if found:
+                self._track(uid)
                 self.claims_generation += 1
                 self._cond.notify_all()
             return found
@@ -187,12 +258,16 @@ class DraIndex(ClusterIndex):
             if watched is None or _uid(watched) != _uid(written) or resource_version(watched) < resource_version(
                     written):
                 self._assumed[key] = written
+                self._claim_uids.setdefault(_uid(written), key)
+                self._track(_uid(written))
                 self.claims_generation += 1
 
     def restore(self, namespace: str, name: str) -> None:
         """Forget what was assumed for the claim (Unreserve after a failed write)."""
         with self._cond:
-            if self._assumed.pop((namespace, name), None) is not None:
+            assumed = self._assumed.pop((namespace, name), None)
+            if assumed is not None:
+                self._track(_uid(assumed))
                 self.claims_generation += 1
 
     def wait_for_claim(self, namespace: str, name: str, uid: str) -> None:
@@ -223,3 +298,11 @@ class DraIndex(ClusterIndex):
             with self._cond:
                 if (self.claims_generation, self.slices_generation) == seen:
                     self._cond.wait(min(remaining, poll))
+
+
+def _slice_node(slice_: Mapping[str, Any] | None) -> str | None:
+    """The node a slice's devices are tied to ("" for a slice that may serve several), None for no slice."""
+    if slice_ is None:
+        return None
+    spec = slice_.get("spec") or {}
+    return "" if spec.get("sharedCounters") or not spec.get("nodeName") else str(spec["nodeName"])

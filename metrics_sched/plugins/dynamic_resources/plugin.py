@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -62,7 +64,7 @@ from metrics_sched.framework import (
     term_mask,
 )
 
-from .allocator import AllocationError, Allocator, NodeAllocationError, gather_allocated_state
+from .allocator import AllocationError, Allocator, NodeAllocationError
 from .cel import SelectorCache
 from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
 from .index import ClaimChange, DraIndex
@@ -90,18 +92,43 @@ class _PodState:
     claims: tuple[PodClaim, ...]
     to_allocate: tuple[int, ...]
     allocator: Allocator | None
+    shape: str = ""  # what the claims to allocate ask for (the row cache's key)
     node_selectors: dict[int, BoolArray] = field(default_factory=dict)  # allocated claim index -> rows it allows
-    results: dict[str, list[KubeObject]] = field(default_factory=dict)  # node -> allocation results
+    rows: _RowCache | None = None  # per row, the allocation it would get (set by Filter)
     unavailable: set[int] = field(default_factory=set)  # allocated claims some node could not use
     reserved: tuple[KubeObject, ...] = ()  # claims as Reserve chose them (pending)
     written: set[str] = field(default_factory=set)  # claim UIDs PreBind reserved for this pod
 
     def clone(self) -> _PodState:
-        return _PodState(self.claims, self.to_allocate, self.allocator, dict(self.node_selectors),
-                         dict(self.results), set(self.unavailable), self.reserved, set(self.written))
+        return _PodState(self.claims, self.to_allocate, self.allocator, self.shape, dict(self.node_selectors),
+                         self.rows, set(self.unavailable), self.reserved, set(self.written))
+
+    def results(self, table: NodeTable, node: str) -> list[KubeObject] | None:
+        row = table.index.get(node)
+        if row is None or self.rows is None or row >= len(self.rows.results):
+            return None
+        return self.rows.results[row]
 
 
 _STATE = StateKey[_PodState]("DynamicResources/pod")
+_SHAPES = 64  # claim shapes whose per-row allocations are kept
+
+
+class _RowCache:
+    """For one claim shape, what each row would be allocated: valid until that node's inputs change (its slices,
+    the allocations on it) or every node's do (classes, shared slices, node labels, telemetry when it ranks).
+    A pod like the last one then runs the allocator only on the nodes that changed since (usually the one the last
+    pod went to), not on all of them."""
+
+    def __init__(self, size: int) -> None:
+        self.valid = np.zeros(size, dtype=bool)
+        self.ok = np.zeros(size, dtype=bool)
+        self.results: list[list[KubeObject] | None] = [None] * size
+
+
+def _shape(claims: Sequence[KubeObject]) -> str:
+    """What allocating `claims` depends on of the claims themselves: their device specs (not names or uids)."""
+    return json.dumps([(c.get("spec") or {}).get("devices") for c in claims], sort_keys=True, separators=(",", ":"))
 
 
 def _now() -> str:
@@ -135,6 +162,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         self.selectors = SelectorCache()
         self.selector_memo: dict[Any, bool] = {}
         self._memo_slices = -1
+        self._row_caches: OrderedDict[str, _RowCache] = OrderedDict()
+        self._cursor = 0  # where this plugin is in the index's log of node changes
+        self._table_key: tuple[int, int, int] = (-1, -1, -1)
+        self._candidates: tuple[tuple[int, int], IntArray] = ((-1, -1), np.zeros(0, dtype=np.int64))
         # A telemetry preference over devices for one node's allocation (lower first); None: upstream's order.
         self.device_rank: Callable[[PodInfo, NodeTable], Callable[[str, str, str, str], float] | None] = (
             lambda pod, table: None)
@@ -202,10 +233,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if index.slices_generation != self._memo_slices:
                 self.selector_memo.clear()  # results are keyed by slice version too; this only bounds memory
                 self._memo_slices = index.slices_generation
-            allocator = Allocator(gather_allocated_state(index.allocated_claims()), index.classes(), index.slices(),
-                                  self.selectors, selector_memo=self.selector_memo,
-                                  rank=self.device_rank(pod, self.handle.table))
-        cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator))
+            allocator = Allocator(index.allocated_state(), index.classes(), index.slices(), self.selectors,
+                                  selector_memo=self.selector_memo, rank=self.device_rank(pod, self.handle.table))
+        cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
+                                      _shape([found[i].claim for i in to_allocate]) if to_allocate else ""))
         return SUCCESS
 
     def _check_requests(self, pod_claim: PodClaim) -> Status:
@@ -248,23 +279,18 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             available &= mask
         allocated = np.ones(size, dtype=bool)
         if state.allocator is not None:
-            allocated = np.zeros(size, dtype=bool)
+            cache = state.rows = self._row_cache(state.shape, table)
+            candidates = self._candidate_rows(table)
+            stale = candidates[~cache.valid[candidates]]
             claims = [state.claims[i].claim for i in state.to_allocate]
             try:
-                for row in self._candidate_rows(table):
-                    record = table.records[row]
-                    if record is None:
-                        continue
-                    node = {"metadata": {"name": record.name, "labels": dict(record.labels)}}
-                    try:
-                        results = state.allocator.allocate(node, claims)
-                    except NodeAllocationError:
-                        continue
-                    if results is not None and len(results) == len(claims):
-                        allocated[row] = True
-                        state.results[record.name] = results
+                for row in stale.tolist():
+                    cache.ok[row], cache.results[row] = self._allocate(state.allocator, table, row, claims)
+                    cache.valid[row] = True
             except AllocationError as exc:
                 return Filtered(np.zeros(size, dtype=bool), {}, str(exc))
+            allocated = np.zeros(size, dtype=bool)
+            allocated[candidates] = cache.ok[candidates]
         reasons: dict[str, BoolArray] = {}
         if not allocated.all():
             reasons[ERR_CANNOT_ALLOCATE] = ~allocated
@@ -273,19 +299,61 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             reasons[ERR_NOT_AVAILABLE] = unavailable
         return Filtered(allocated & available, reasons)
 
+    @staticmethod
+    def _allocate(allocator: Allocator, table: NodeTable, row: int,
+                  claims: Sequence[KubeObject]) -> tuple[bool, list[KubeObject] | None]:
+        record = table.records[row]
+        if record is None:
+            return False, None
+        node = {"metadata": {"name": record.name, "labels": dict(record.labels)}}
+        try:
+            results = allocator.allocate(node, claims)
+        except NodeAllocationError:
+            return False, None
+        if results is None or len(results) != len(claims):
+            return False, None
+        return True, results
+
+    def _row_cache(self, shape: str, table: NodeTable) -> _RowCache:
+        """The shape's row cache with every row whose inputs changed since the last cycle marked stale."""
+        key = (table.rows_generation, table.labels_generation, table.capacity)
+        changes = self.index.changes_since(self._cursor)
+        self._cursor = changes.cursor
+        if key != self._table_key or changes.nodes is None:
+            self._row_caches.clear()  # nodes came, went or were relabelled, or every node's inputs changed
+            self._table_key = key
+        elif changes.nodes:
+            rows = [table.index[n] for n in changes.nodes if n in table.index]
+            for cache in self._row_caches.values():
+                cache.valid[rows] = False
+        cache = self._row_caches.get(shape)
+        if cache is None:
+            cache = self._row_caches[shape] = _RowCache(table.capacity)
+            while len(self._row_caches) > _SHAPES:
+                self._row_caches.popitem(last=False)
+        else:
+            self._row_caches.move_to_end(shape)
+        return cache
+
     def _candidate_rows(self, table: NodeTable) -> IntArray:
         """Rows that may have devices: every present node when some slice is not tied to one node by name (a node
         selector, all nodes, per-device selection, counters), else the nodes the slices name."""
+        key = (self.index.slices_generation, table.rows_generation)
+        if key == self._candidates[0]:
+            return self._candidates[1]
         present = np.flatnonzero(table.present[: table.capacity]).astype(np.int64)
         rows: list[int] = []
         for slice_ in self.index.slices():
             node_name = (slice_.get("spec") or {}).get("nodeName")
             if not node_name:
-                return present
+                rows = present.tolist()
+                break
             row = table.index.get(str(node_name))
             if row is not None:
                 rows.append(row)
-        return np.unique(np.asarray(rows, dtype=np.int64))
+        found = np.unique(np.asarray(rows, dtype=np.int64))
+        self._candidates = (key, found)
+        return found
 
     # -- PostFilter ----------------------------------------------------------------------------------
     def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
@@ -326,7 +394,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         state = cycle.read(_STATE)
         scores = np.zeros(rows.size, dtype=np.float64)
         for position, row in enumerate(rows.tolist()):
-            results = state.results.get(table.name(int(row)))
+            results = state.results(table, table.name(int(row)))
             if results is None:
                 continue
             total = 0
@@ -348,7 +416,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         state = cycle.get(_STATE)
         if state is None or not state.to_allocate:
             return SUCCESS
-        results = state.results.get(node)
+        results = state.results(self.handle.table, node)
         if results is None or len(results) != len(state.to_allocate):
             return Status.error(f"internal error, have {0 if results is None else len(results)} allocations, "
                                 f"{len(state.to_allocate)} claims to allocate")
