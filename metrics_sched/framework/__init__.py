@@ -144,6 +144,7 @@ from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, P
 from metrics_sched.ports import EventType
 from metrics_sched.state.node_table import BoolArray, FloatArray, IntArray, NodeRecord, NodeTable, Taint
 from metrics_sched.telemetry.cache import MetricColumn
+from metrics_sched.telemetry.devices import DeviceValue
 
 __all__ = [
     "ALL_EVENTS",
@@ -184,6 +185,7 @@ __all__ = [
     "ClusterState",
     "Code",
     "CycleState",
+    "DeviceValue",
     "Direction",
     "DryRun",
     "EventHint",

@@ -1,7 +1,8 @@
 """The Handle: what a plugin may use from the scheduler, as typed members (kube-scheduler's Handle).
 
     cluster       the cluster state (nodes as a NodeTable, placed and assumed pods)
-    metrics       the telemetry cache: fresh values per metric and node, freshness contracts
+    metrics       the telemetry cache: fresh values per metric and node (and per device, for metrics kept so),
+                  freshness contracts
     ledger        the in-flight ledger: estimated load of pods placed since their node's last sample
     pod_writer    the API writes (binding, events, status)
     volume_writer the writes of volume binding (a PV's claimRef, a claim's selected node); None: not wired
@@ -18,7 +19,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,6 +36,7 @@ from metrics_sched.ports import PodGroupApi, PodGroupStatus, PodWriter, Preempto
 from metrics_sched.state.cluster_state import ClusterState
 from metrics_sched.state.node_table import FloatArray, IntArray, NodeTable
 from metrics_sched.telemetry.cache import MetricColumn
+from metrics_sched.telemetry.devices import DeviceValue
 from metrics_sched.telemetry.ledger import InFlightLedgerStore
 
 __all__ = ["FilterRunner", "GroupRef", "GroupStatusSink", "Handle", "MetricReader", "Services"]
@@ -53,6 +55,16 @@ class MetricReader(Protocol):
     def column(self, metric: str, table: NodeTable) -> MetricColumn: ...
 
     def contract(self, metric: str) -> FreshnessContract: ...
+
+    def device_values(self, metric: str, node: str) -> Mapping[str, DeviceValue]:
+        """The node's devices with a fresh value of `metric`: device id (as the source's `deviceLabels` give it,
+        e.g. a GPU's UUID or index) -> (value, age in seconds). Empty for a metric not kept per device. For the
+        hot path: no I/O, and the same mapping object while nothing changed or expired."""
+        ...
+
+    def device_value(self, metric: str, node: str, device: str) -> DeviceValue | None:
+        """One device's fresh value and age; None when it has none or it is stale (missing, by the contract)."""
+        ...
 
 
 class GroupRef(Protocol):

@@ -5,6 +5,10 @@ cache a batch per metric instead of one `Sample` per node: at 5,000 nodes and a 
 tens of thousands of objects built, walked and dropped per refresh, where a batch is stored by a few numpy
 operations (MetricCache.ingest). A `BatchedFetchResult` is a FetchResult whose batches come on top of its
 plain `samples`; `samples_of` gives every value of a result as Samples (tests, tools).
+
+A metric configured per device (a GPU's own temperature, for a DRA plugin choosing one GPU) also comes as a
+`DeviceBatch`: one value per (node, device id), next to the metric's per-node batch (the node value, e.g. the
+hottest GPU, which per-node scoring keeps reading).
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ import numpy as np
 
 from metrics_sched.ports import FetchResult, Sample
 from metrics_sched.state.node_table import FloatArray
+
+__all__ = ["BatchedFetchResult", "DeviceBatch", "DeviceKey", "MetricBatch", "samples_of"]
+
+DeviceKey = tuple[str, str]  # (node name, device id as the source's labels give it, e.g. a GPU's UUID)
 
 
 @dataclass(frozen=True)
@@ -42,9 +50,36 @@ class MetricBatch:
                 for node, value, at in zip(self.nodes, self.values.tolist(), self.observed_at.tolist(), strict=True)]
 
 
+@dataclass(frozen=True)
+class DeviceBatch:
+    """`metric`'s value for each of `keys` ((node, device id), each at most once), stamped with when it was
+    measured. Like MetricBatch.nodes, `keys` is kept by the cache to recognise the same devices in the same order
+    at the next refresh: it must not be changed afterwards."""
+
+    metric: str
+    keys: list[DeviceKey]
+    values: FloatArray
+    observed_at: FloatArray
+
+    def __post_init__(self) -> None:
+        if not len(self.keys) == len(self.values) == len(self.observed_at):
+            raise ValueError(f"device batch of {self.metric}: {len(self.keys)} devices, {len(self.values)} values, "
+                             f"{len(self.observed_at)} timestamps")
+
+    @classmethod
+    def of(cls, metric: str, keys: list[DeviceKey], values: list[float], observed_at: list[float]) -> DeviceBatch:
+        return cls(metric, keys, np.array(values, dtype=np.float64), np.array(observed_at, dtype=np.float64))
+
+    def items(self) -> list[tuple[str, str, float, float]]:
+        """(node, device, value, observed_at) of every entry (tests, tools)."""
+        return [(node, device, value, at) for (node, device), value, at
+                in zip(self.keys, self.values.tolist(), self.observed_at.tolist(), strict=True)]
+
+
 @dataclass
 class BatchedFetchResult(FetchResult):
     batches: list[MetricBatch] = field(default_factory=list)
+    device_batches: list[DeviceBatch] = field(default_factory=list)
 
 
 def samples_of(result: FetchResult) -> list[Sample]:

@@ -21,6 +21,10 @@ remembered from its previous refresh. The bookkeeping after it (coverage, values
 is vectorised and looks at the refreshed source's own metrics only; each source's coverage is its own
 refresh's to update. A column is rebuilt only when its own metric changed, not whenever any metric did,
 by a gather through a slot -> row map kept while neither the table's rows nor the store's slots move.
+
+Metrics a source reports per device (DeviceBatch) are also kept per (node, device id), beside the node value,
+by the same rules (metrics_sched.telemetry.devices); plugins read them through `device_values` and
+`device_value` (the Handle's MetricReader).
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ from metrics_sched.ports import FetchResult, NodeDirectory, Sample
 from metrics_sched.state.node_table import BoolArray, FloatArray, NodeTable
 from metrics_sched.supervision import Supervisor, Worker
 from metrics_sched.telemetry.batch import BatchedFetchResult, MetricBatch
+from metrics_sched.telemetry.devices import DeviceStore, DeviceValue
 from metrics_sched.telemetry.health import SourceHealth
 from metrics_sched.telemetry.polled import PolledSource
-from metrics_sched.telemetry.store import NO_SOURCE, IntArray, MetricValues
+from metrics_sched.telemetry.store import NO_SOURCE, SENTINEL_LIMIT, IntArray, MetricValues
+
+__all__ = ["SENTINEL_LIMIT", "DeviceValue", "MetricCache", "MetricColumn"]
 
 log = logging.getLogger(__name__)
-
-SENTINEL_LIMIT = 1e15
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ class MetricCache:
         self.contracts = dict(contracts or {})
         self._clock = clock
         self._lock = threading.Lock()
-        self._store: dict[str, MetricValues] = {}
+        self._store: dict[str, MetricValues[str]] = {}
         self._source_ids: dict[str, int] = {}  # source name -> its id in the store (MetricValues.source)
         self._source_names: list[str] = []
         self._row_maps: dict[str, _RowMap] = {}
@@ -103,6 +108,7 @@ class MetricCache:
         # Per metric, bumped with every change of its values: what its column is rebuilt on.
         self._metric_generation: dict[str, int] = {}
         self._columns: dict[str, _CachedColumn] = {}
+        self._devices = DeviceStore(self._lock)  # the per-device values, beside the node values in _store
         self._listeners: list[Callable[[set[str]], None]] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -166,8 +172,9 @@ class MetricCache:
         if source.health.attempts != attempts:  # a refresh skipped by an open breaker fetched nothing to time
             self._observe_refresh(name, source.health.last_duration, result is not None)
         if result is None:
+            swept = self._sweep_devices(name)
             self.update_coverage(directory, (name,))
-            self._notify(self._expired(name))
+            self._notify(swept | self._expired(name))
             return
         self.ingest(name, result, fetched_at=self._clock(), directory=directory)
 
@@ -208,6 +215,8 @@ class MetricCache:
         changed: set[str] = set()
         bad = clamped = 0
         batches = result.batches if isinstance(result, BatchedFetchResult) else []
+        device_batches = result.device_batches if isinstance(result, BatchedFetchResult) else []
+        refused = 0
         with self._lock:
             sid = self._source_id(name)
             for batch in batches:
@@ -227,15 +236,27 @@ class MetricCache:
                 self._written |= changed
                 for metric in changed:
                     self._metric_generation[metric] = self._metric_generation.get(metric, 0) + 1
+            devices_changed = set()
+            for device_batch in device_batches:
+                generation = self._devices.generation.get(device_batch.metric, 0)
+                bad_, clamped_, refused_ = self._devices.ingest(sid, device_batch, fetched_at)
+                bad, clamped, refused = bad + bad_, clamped + clamped_, refused + refused_
+                if self._devices.generation.get(device_batch.metric, 0) != generation:
+                    devices_changed.add(device_batch.metric)
+            if devices_changed:
+                self.generation += 1  # what a batch of pods is valid for (a plugin may read device values)
         health = self.health.get(name)
         if health is not None:
             if bad:
                 health.dropped["invalid"] = health.dropped.get("invalid", 0) + bad
+            if refused:
+                health.dropped["device_limit"] = health.dropped.get("device_limit", 0) + refused
             health.clamped += clamped
+        swept = self._sweep_devices(name)
         if directory is not None:
             self._forget_gone_nodes(directory)
             self.update_coverage(directory, (name,))
-        self._notify(changed | self._expired(name))
+        self._notify(changed | devices_changed | swept | self._expired(name))
 
     def _store_samples(self, sid: int, samples: list[Sample], fetched_at: float,
                        changed: set[str]) -> tuple[int, int]:
@@ -267,25 +288,18 @@ class MetricCache:
         slots = store.slots_for(sid, batch.nodes)
         if slots is None:
             return None
-        values, stamps = batch.values, batch.observed_at
-        valid = np.isfinite(values) & (np.abs(values) <= SENTINEL_LIMIT) & np.isfinite(stamps)
-        bad = len(values) - int(np.count_nonzero(valid))
-        if bad:
-            slots, values, stamps = slots[valid], values[valid], stamps[valid]
-        # Every time is the scheduler's: a stamp from the future is clamped to the fetch.
-        ahead = stamps > fetched_at
-        observed = np.where(ahead, fetched_at, stamps)
-        # The same measurement fetched again keeps the clamped time of its first fetch: it does not get younger.
-        before = store.observed[slots]
-        same = (store.stamp[slots] == stamps) & (store.source[slots] == sid) & (before < observed)
-        if same.any():
-            observed = np.where(same, before, observed)
-        store.value[slots] = values
-        store.observed[slots] = observed
-        store.fetched[slots] = fetched_at
-        store.stamp[slots] = stamps
-        store.source[slots] = sid
-        return bad, int(np.count_nonzero(ahead))
+        return store.store(sid, slots, batch.values, batch.observed_at, fetched_at)
+
+    def _sweep_devices(self, name: str) -> set[str]:
+        """Frees the devices of the source's metrics that no answer named for their ttl (after every refresh of
+        it, answered or not: a source that stays down lets them go too); the metrics that lost some."""
+        health = self.health.get(name)
+        metrics = health.metrics if health is not None else list(self._devices.stores)
+        with self._lock:
+            swept = self._devices.sweep(metrics, self._clock(), self.contract)
+            if swept:
+                self.generation += 1
+        return swept
 
     def _forget_gone_nodes(self, directory: NodeDirectory) -> None:
         """Values of nodes no longer in the cluster go: memory follows the current nodes (autoscaler churn
@@ -305,6 +319,8 @@ class MetricCache:
                     store.free(gone)
                     self.generation += 1
                     self._metric_generation[metric] = self._metric_generation.get(metric, 0) + 1
+            if self._devices.forget_nodes(names):
+                self.generation += 1
 
     def _expired(self, name: str) -> set[str]:
         """The metrics with a value from `name` that went stale since the last look: nothing else announces
@@ -328,6 +344,7 @@ class MetricCache:
                 expires = store.expires(contract.max_age, contract.ttl)
                 if np.any((since < expires) & (expires <= now) & (store.source[: store.size] == sid)):
                     expired.add(metric)
+            expired |= self._devices.expired(metrics, sid, since, now, self.contract)
         return expired
 
     def _notify(self, metrics: set[str]) -> None:
@@ -360,8 +377,10 @@ class MetricCache:
                         if store.slots.keys() <= nodes:  # every node held is current: no check per node
                             fresh = int(np.count_nonzero(mine))
                         else:
-                            held = store.nodes
+                            held = store.keys
                             fresh = sum(1 for slot in np.flatnonzero(mine).tolist() if held[slot] in nodes)
+                    if sid is not None and metric in self._devices.stores:
+                        health.devices[metric] = self._devices.fresh_count(metric, sid, now, contract, nodes)
                 health.coverage[metric] = fresh / len(nodes) if nodes else 0.0
 
     # -- reads on the scheduling path ------------------------------------------------------------
@@ -408,7 +427,7 @@ class MetricCache:
         cached.since, cached.soonest = now, soonest
         return cached.column
 
-    def _row_map(self, metric: str, store: MetricValues, table: NodeTable) -> _RowMap:
+    def _row_map(self, metric: str, store: MetricValues[str], table: NodeTable) -> _RowMap:
         """The slots of `store` with a row in `table`, and their rows (a loop over the nodes only when the
         table's rows or the store's slots moved; under the lock)."""
         key = (store.assigned, store.size, table.rows_generation, table.capacity)
@@ -416,7 +435,7 @@ class MetricCache:
         if known is not None and known.key == key:
             return known
         index = table.index
-        rows = np.fromiter((-1 if node is None else index.get(node, -1) for node in store.nodes), dtype=np.intp,
+        rows = np.fromiter((-1 if node is None else index.get(node, -1) for node in store.keys), dtype=np.intp,
                            count=store.size)
         slots = np.flatnonzero(rows >= 0)
         known = self._row_maps[metric] = _RowMap(key, slots, rows[slots])
@@ -427,8 +446,18 @@ class MetricCache:
         self.column(metric, table)
         return self._columns[metric].soonest
 
+    def device_values(self, metric: str, node: str) -> Mapping[str, DeviceValue]:
+        """The node's devices with a fresh value of `metric` (by its contract): device id -> (value, age). Empty
+        for a metric not kept per device. No I/O; the same mapping object while nothing changed or expired."""
+        return self._devices.values(metric, node, self._clock(), self.contract)
+
+    def device_value(self, metric: str, node: str, device: str) -> DeviceValue | None:
+        """One device's fresh value of `metric` and its age, or None (none, or stale: missing by the contract)."""
+        return self._devices.values(metric, node, self._clock(), self.contract).get(device)
+
     def node_values(self, node: str) -> dict[str, dict[str, Any]]:
-        """Every metric held for one node, with ages and freshness (for /values and explain)."""
+        """Every metric held for one node, with ages and freshness (for /values and explain); a metric kept per
+        device also lists its devices (`devices`: device id -> the same fields)."""
         now = self._clock()
         out = {}
         with self._lock:
@@ -446,4 +475,8 @@ class MetricCache:
                     "age": round(now - observed, 3), "fetched_age": round(now - fetched, 3),
                     "fresh": now - observed <= contract.max_age and now - fetched <= contract.ttl,
                 }
+            devices = self._devices.report(node, now, self.contract, self._source_names)
+        for metric, entries in devices.items():
+            if metric in out:  # beside its node value (readers of /values expect a value in every entry)
+                out[metric]["devices"] = entries
         return out

@@ -46,6 +46,7 @@ class SourceHealth:
     unmatched_series: int = 0
     clamped: int = 0  # samples stamped after they were fetched (clock skew): the cache used the fetch time
     coverage: dict[str, float] = field(default_factory=dict)  # metric -> share of nodes with a fresh value
+    devices: dict[str, int] = field(default_factory=dict)  # per-device metric -> devices with a fresh value
     # metric -> how its series found their nodes in its latest answered query (rule counts, unmatched label sets)
     series_matching: dict[str, SeriesMatching] = field(default_factory=dict)
     breaker: BreakerStatus | None = None  # set by a source with a circuit breaker
