@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from metrics_sched.framework import (
+    DEVICE_SETS,
     SUCCESS,
     ApiError,
     ArgsError,
@@ -39,6 +41,7 @@ from metrics_sched.framework import (
     ClusterEvent,
     Code,
     CycleState,
+    DeviceSets,
     EventHint,
     Filtered,
     FilterPlugin,
@@ -124,6 +127,7 @@ class _RowCache:
         self.valid = np.zeros(size, dtype=bool)
         self.ok = np.zeros(size, dtype=bool)
         self.results: list[list[KubeObject] | None] = [None] * size
+        self.values = np.full(size, np.nan)  # the worst device metric value of the row's allocation (NaN: none)
 
 
 def _shape(claims: Sequence[KubeObject]) -> str:
@@ -147,10 +151,17 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     class Args:
         # How long PreBind waits for the binding conditions of allocated devices (upstream's bindingTimeout).
         binding_timeout_seconds: float = 600.0
+        # The per-device metric devices are preferred by, lowest first ("" : upstream's first-fit order), and the
+        # slice device attributes that name a device the way the metric's source does (the first one present:
+        # NVIDIA's driver publishes `uuid`, DCGM labels its series with UUID; `index` matches DCGM's gpu label).
+        device_metric: str = "gpu_temperature"
+        device_id_attributes: tuple[str, ...] = ("uuid", "index")
 
         def validate(self) -> None:
             if not self.binding_timeout_seconds > 0:
                 raise ArgsError("bindingTimeoutSeconds", "must be > 0")
+            if self.device_metric and not self.device_id_attributes:
+                raise ArgsError("deviceIdAttributes", "must name at least one attribute when deviceMetric is set")
 
     args: Args
 
@@ -164,11 +175,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         self._memo_slices = -1
         self._row_caches: OrderedDict[str, _RowCache] = OrderedDict()
         self._cursor = 0  # where this plugin is in the index's log of node changes
-        self._table_key: tuple[int, int, int] = (-1, -1, -1)
+        self._table_key: tuple[int, int, int, int] = (-1, -1, -1, -1)
         self._candidates: tuple[tuple[int, int], IntArray] = ((-1, -1), np.zeros(0, dtype=np.int64))
-        # A telemetry preference over devices for one node's allocation (lower first); None: upstream's order.
-        self.device_rank: Callable[[PodInfo, NodeTable], Callable[[str, str, str, str], float] | None] = (
-            lambda pod, table: None)
+        self._device_ids: tuple[int, dict[tuple[str, str, str], str]] = (-1, {})
 
     # -- queueing ------------------------------------------------------------------------------------
     def events_to_register(self) -> list[EventHint]:
@@ -234,7 +243,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 self.selector_memo.clear()  # results are keyed by slice version too; this only bounds memory
                 self._memo_slices = index.slices_generation
             allocator = Allocator(index.allocated_state(), index.classes(), index.slices(), self.selectors,
-                                  selector_memo=self.selector_memo, rank=self.device_rank(pod, self.handle.table))
+                                  selector_memo=self.selector_memo, rank=self._rank())
         cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
                                       _shape([found[i].claim for i in to_allocate]) if to_allocate else ""))
         return SUCCESS
@@ -286,11 +295,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             try:
                 for row in stale.tolist():
                     cache.ok[row], cache.results[row] = self._allocate(state.allocator, table, row, claims)
+                    cache.values[row] = self._set_value(table, row, cache.results[row])
                     cache.valid[row] = True
             except AllocationError as exc:
                 return Filtered(np.zeros(size, dtype=bool), {}, str(exc))
             allocated = np.zeros(size, dtype=bool)
             allocated[candidates] = cache.ok[candidates]
+            if self.args.device_metric:
+                cycle.write(DEVICE_SETS, DeviceSets(self.args.device_metric, cache.values))
         reasons: dict[str, BoolArray] = {}
         if not allocated.all():
             reasons[ERR_CANNOT_ALLOCATE] = ~allocated
@@ -316,7 +328,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
     def _row_cache(self, shape: str, table: NodeTable) -> _RowCache:
         """The shape's row cache with every row whose inputs changed since the last cycle marked stale."""
-        key = (table.rows_generation, table.labels_generation, table.capacity)
+        # With telemetry ranking devices, a refresh may change every node's best devices.
+        telemetry = self.handle.metrics.generation if self.args.device_metric else 0
+        key = (table.rows_generation, table.labels_generation, table.capacity, telemetry)
         changes = self.index.changes_since(self._cursor)
         self._cursor = changes.cursor
         if key != self._table_key or changes.nodes is None:
@@ -334,6 +348,64 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         else:
             self._row_caches.move_to_end(shape)
         return cache
+
+    def _ids(self) -> dict[tuple[str, str, str], str]:
+        """(driver, pool, device) -> the device's id in its telemetry (the first of deviceIdAttributes it has),
+        rebuilt when slices change."""
+        generation, ids = self._device_ids
+        if generation == self.index.slices_generation:
+            return ids
+        generation, ids = self.index.slices_generation, {}
+        names = self.args.device_id_attributes
+        for slice_ in self.index.slices():
+            spec = slice_.get("spec") or {}
+            driver, pool = str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", ""))
+            for device in spec.get("devices") or ():
+                attributes = device.get("attributes") or {}
+                for name in names:
+                    value = attributes.get(name) or attributes.get(f"{driver}/{name}")
+                    if value:
+                        ids[(driver, pool, str(device.get("name", "")))] = str(next(iter(value.values())))
+                        break
+        self._device_ids = (generation, ids)
+        return ids
+
+    def _rank(self) -> Callable[[str, str, str, str], float] | None:
+        """Devices by their telemetry, lowest first: a device without a value of its own on a node whose other
+        devices have one comes last; on a node without per-device values all are equal (upstream's order)."""
+        metric = self.args.device_metric
+        if not metric:
+            return None
+        ids = self._ids()
+        read = self.handle.metrics.device_values
+
+        def rank(node: str, driver: str, pool: str, device: str) -> float:
+            values = read(metric, node)
+            if not values:
+                return 0.0
+            found = values.get(ids.get((driver, pool, device), ""))
+            return math.inf if found is None else found.value
+
+        return rank
+
+    def _set_value(self, table: NodeTable, row: int, results: Sequence[KubeObject] | None) -> float:
+        """The hottest device of an allocation by its own telemetry (NaN: none of them has a value)."""
+        metric = self.args.device_metric
+        record = table.records[row]
+        if not metric or not results or record is None:
+            return math.nan
+        values = self.handle.metrics.device_values(metric, record.name)
+        if not values:
+            return math.nan
+        ids = self._ids()
+        worst = math.nan
+        for result in results:
+            for device in (result.get("devices") or {}).get("results") or ():
+                found = values.get(ids.get((str(device.get("driver")), str(device.get("pool")),
+                                            str(device.get("device"))), ""))
+                if found is not None and not found.value <= worst:
+                    worst = found.value
+        return worst
 
     def _candidate_rows(self, table: NodeTable) -> IntArray:
         """Rows that may have devices: every present node when some slice is not tied to one node by name (a node

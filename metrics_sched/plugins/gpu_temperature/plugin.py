@@ -5,7 +5,12 @@ The metric is the hottest GPU of each node (the source aggregates with max). Fil
 node hovering at the limit does not flap. A node without a fresh value is not hot: its hysteresis
 state expires with the value (maxAge, ttl), and the metric's `onMissing` alone decides what missing
 means (`deny` filters the node, `neutral` and `lowest` do not). Score: headroom below the threshold,
-normalised over [`coolest`, `threshold`] (or minmax over the candidates). Args (defaults):
+normalised over [`coolest`, `threshold`] (or minmax over the candidates).
+
+A pod that asks for GPUs through ResourceClaims (DRA) is judged by the GPUs it would get: where DynamicResources
+says which devices those are and they have per-device values (DEVICE_SETS), the hottest of them stands for the
+node, so a node with one hot GPU still takes the pod on a cool one; elsewhere the node's value applies. Args
+(defaults):
 
     metric: gpu_temperature
     threshold: 85          # °C
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metrics_sched.framework import (
+    DEVICE_SETS,
     GPU,
     ArgsError,
     BoolArray,
@@ -31,12 +37,14 @@ from metrics_sched.framework import (
     Filtered,
     FloatArray,
     Handle,
+    IntArray,
     MetricScorePlugin,
     MetricTerm,
     NodeTable,
     Normalization,
     PodInfo,
     Scale,
+    ScoreDetail,
     read_metric,
 )
 
@@ -83,7 +91,15 @@ class GPUTemperature(MetricScorePlugin):
         return (MetricTerm(self.args.metric, "lower", self.args.scale()),)
 
     def applies(self, pod: PodInfo) -> bool:
-        return not self.args.only_gpu_pods or pod.requests.get(self.args.gpu_resource, 0) > 0
+        return (not self.args.only_gpu_pods or pod.requests.get(self.args.gpu_resource, 0) > 0
+                or bool((pod.raw.get("spec") or {}).get("resourceClaims")))
+
+    def _device_sets(self, cycle: CycleState) -> FloatArray | None:
+        """Per row, the hottest GPU the pod's claims would get there (NaN: no per-device value), if known."""
+        sets = cycle.get(DEVICE_SETS)
+        if sets is None or sets.metric != self.args.metric:
+            return None
+        return sets.values
 
     def update_hot(self, table: NodeTable) -> bool:
         """Applies the hysteresis to the latest values; True when some node was re-admitted."""
@@ -130,5 +146,23 @@ class GPUTemperature(MetricScorePlugin):
             return verdict
         self.update_hot(table)
         hot = self._hot.copy()
+        devices = self._device_sets(cycle)
+        if devices is not None:
+            known = ~np.isnan(devices[: hot.size])
+            with np.errstate(invalid="ignore"):
+                hot[known] = devices[: hot.size][known] > self.threshold
         reasons = {f"node(s) had a GPU above {self.threshold:g}°C": hot, **verdict.reasons}
         return Filtered(verdict.feasible & ~hot, reasons)
+
+    def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> ScoreDetail:
+        detail = super().score(cycle, pod, table, rows)
+        devices = self._device_sets(cycle)
+        if devices is None or not self.applies(pod):
+            return detail
+        chosen = devices[rows]
+        known = ~np.isnan(chosen)
+        if not known.any():
+            return detail
+        scores = np.array(detail.scores, dtype=np.float64)
+        scores[known] = self.args.scale().apply(chosen[known], "lower")
+        return ScoreDetail(scores, detail.evidence)
