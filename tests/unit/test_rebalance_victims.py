@@ -105,4 +105,4 @@ def test_a_pod_its_profile_refuses_outright_is_skipped_with_the_plugins_words() 
     rig.place("claims", "a", resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}])
     [verdict] = rig.hot_for(300, COOL)
     assert verdict.verdict == Verdict.SKIPPED
-    assert "; UnsupportedFields: " in verdict.reason and "spec.resourceClaims" in verdict.reason
+    assert '; DynamicResources: resourceclaim.resource.k8s.io "c" not found' in verdict.reason

@@ -40,19 +40,6 @@ def verdict(p: UnsupportedFields, **spec: Any) -> tuple[Code, str]:
     return status.code, status.reason
 
 
-@pytest.mark.parametrize(("spec", "field"), [
-    ({"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]}, "spec.resourceClaims"),
-    # Several: the first in FIELDS order is named (inter-pod affinity, spreading and volumes are supported now).
-    ({"affinity": {"podAntiAffinity": REQUIRED}, "volumes": [PVC], "topologySpreadConstraints": SPREAD,
-      "schedulingGroup": {"podGroupName": "train"},
-      "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]},
-     "spec.resourceClaims"),
-])
-def test_a_pod_using_an_unsupported_field_is_refused_naming_it(spec: dict[str, Any], field: str) -> None:
-    expected = f"pod uses {field}, which metrics-sched does not support yet"
-    assert verdict(plugin(), **spec) == (Code.UNRESOLVABLE, expected)
-
-
 @pytest.mark.parametrize("spec", [
     {},
     {"affinity": {"podAffinity": {}, "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}},
@@ -68,18 +55,17 @@ def test_a_pod_using_an_unsupported_field_is_refused_naming_it(spec: dict[str, A
     {"volumes": [EMPTY_DIR, PVC, EPHEMERAL, {"name": "d", "csi": {"driver": "d.example.com"}}]},
     {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},  # NodePorts' business
     {"schedulingGroup": {"podGroupName": "train"}},  # a gang member: Coscheduling's business (issue 13)
+    {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]},  # DynamicResources' (issue 43)
 ])
 def test_a_pod_using_only_supported_fields_passes(spec: dict[str, Any]) -> None:
     assert verdict(plugin(), **spec)[0] == Code.SUCCESS
 
 
-def test_ignored_fields_are_not_refused_and_the_next_one_is_named() -> None:
-    # Paths refused before the volume and gang plugins are still accepted, and do nothing.
-    p = plugin(ignore=["spec.volumes[*].persistentVolumeClaim", "spec.schedulingGroup"])
+def test_paths_refused_before_their_plugins_existed_are_accepted_in_ignore_and_do_nothing() -> None:
+    p = plugin(ignore=["spec.volumes[*].persistentVolumeClaim", "spec.schedulingGroup", "spec.resourceClaims"])
     claims = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
-    assert verdict(p, volumes=[PVC], schedulingGroup={"podGroupName": "train"})[0] == Code.SUCCESS
-    code, reason = verdict(p, resourceClaims=claims, schedulingGroup={"podGroupName": "train"})
-    assert code == Code.UNRESOLVABLE and reason.startswith("pod uses spec.resourceClaims,")
+    assert verdict(p, volumes=[PVC], schedulingGroup={"podGroupName": "train"}, resourceClaims=claims) == (
+        Code.SUCCESS, "")
 
 
 def test_ignore_accepts_only_known_fields() -> None:
@@ -98,22 +84,16 @@ def test_it_is_built_in_and_first_in_the_default_pre_filters() -> None:
     assert profile.enabled("preFilter")[0].name == "UnsupportedFields"
 
 
-def test_the_scheduler_reports_parks_and_never_binds_an_unsupported_pod() -> None:
+def test_a_pod_with_a_device_claim_is_no_longer_refused_here_but_waits_for_its_claim() -> None:
+    """DynamicResources honours claims now: a pod whose claim does not exist is kept out of the queue by its
+    PreEnqueue (tests/unit/test_dra_plugin.py), never bound, and not refused by this plugin."""
     scheduler, api = make()
     scheduler.handlers.on_node_event("ADDED", node("a"))
     api.add_pod(pod("claim", resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu-claim"}]))
     drain(scheduler, api)
     assert api.binds == []
-    assert api.conditions["default/claim"]["status"] == "False"
-    assert api.conditions["default/claim"]["reason"] == "Unschedulable"
-    [event] = api.events_for("default/claim", "FailedScheduling")
-    assert "pod uses spec.resourceClaims, which metrics-sched does not support yet" in event.note
-    assert scheduler.queue.lengths()["unschedulable"] == 1
-    # No cluster event moves it: a new node cannot make the field supported.
-    scheduler.handlers.on_node_event("ADDED", node("b"))
-    assert scheduler.queue.lengths()["unschedulable"] == 1
-    drain(scheduler, api)
-    assert api.binds == []
+    assert api.events_for("default/claim", "FailedScheduling") == []
+    assert scheduler.queue.lengths()["gated"] == 1
 
 
 @pytest.mark.parametrize("kind", ["persistentVolumeClaim", "ephemeral", "gcePersistentDisk", "awsElasticBlockStore",

@@ -4,7 +4,7 @@ Placing such a pod as if the field were absent would silently break the pod's ow
 device claim on a node without the device). Instead the pod gets
 `UnschedulableAndUnresolvable` naming the first offending field, e.g.
 
-    pod uses spec.resourceClaims, which metrics-sched does not support yet
+    pod uses spec.<field>, which metrics-sched does not support yet
 
 so the framework reports `FailedScheduling` with that text and `PodScheduled=False` (`Unschedulable`),
 and parks the pod. No cluster event can help (the plugin registers none): only an update of the pod
@@ -13,9 +13,11 @@ moves it, or the periodic flush of parked pods, which finds the same field again
 `ignore` lists field paths (as in FIELDS below, `[*]` for any index) an operator accepts to be ignored.
 That is a risk the operator takes on: such pods are placed as if the field did not exist, so their
 device claims or gangs are NOT honoured; keep those pods on the default scheduler unless that is really
-acceptable. Volumes are honoured (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits), and so are
-gangs (Coscheduling: spec.schedulingGroup and the scheduling.x-k8s.io/pod-group label); the paths this plugin once
-refused are still accepted in `ignore`, as no-ops, so older configs keep loading.
+acceptable. Every field it once refused is honoured now: volumes (VolumeBinding, VolumeZone, VolumeRestrictions,
+NodeVolumeLimits), gangs (Coscheduling: spec.schedulingGroup and the scheduling.x-k8s.io/pod-group label) and device
+claims (DynamicResources: spec.resourceClaims), so FIELDS is empty until kube-scheduler honours a field this
+scheduler does not; the paths it once refused are still accepted in `ignore`, as no-ops, so older configs keep
+loading.
 """
 
 from __future__ import annotations
