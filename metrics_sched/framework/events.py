@@ -37,6 +37,7 @@ class ClusterEvent(enum.StrEnum):
     RESOURCE_CLAIM_CHANGED = "ResourceClaimChange"  # added, updated or deleted
     RESOURCE_SLICE_CHANGED = "ResourceSliceChange"  # added or updated
     DEVICE_CLASS_CHANGED = "DeviceClassChange"  # added or updated
+    DEVICE_TAINT_RULE_CHANGED = "DeviceTaintRuleChange"  # added, updated or deleted
     METRIC_CHANGED = "MetricChange"
 
 

@@ -21,7 +21,7 @@ from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexCh
 from .allocator import AllocatedState
 from .tracker import AllocatedTracker, allocation_node
 
-__all__ = ["CLAIMS", "CLASSES", "SLICES", "ClaimChange", "ClaimKey", "DraIndex", "NodeChanges", "claim_key_of",
+__all__ = ["CLAIMS", "CLASSES", "SLICES", "TAINT_RULES", "ClaimChange", "ClaimKey", "DraIndex", "NodeChanges", "claim_key_of",
            "resource_version"]
 
 # How many node changes the log keeps for readers that are behind (a reader further behind starts over).
@@ -32,6 +32,9 @@ _LOG_SIZE = 65536
 SLICES = ApiKind("resource.k8s.io/v1", "resourceslices", optional=True)
 CLASSES = ApiKind("resource.k8s.io/v1", "deviceclasses", optional=True)
 CLAIMS = ApiKind("resource.k8s.io/v1", "resourceclaims", optional=True)
+# DeviceTaintRules are beta and off by default in 1.36 (DRADeviceTaintRules): where a cluster serves and uses them,
+# their taints are not applied here, so DRA pods are refused while one exists rather than placed ignoring it.
+TAINT_RULES = ApiKind("resource.k8s.io/v1beta2", "devicetaintrules", optional=True)
 
 ClaimKey = tuple[str, str]  # (namespace, name)
 T = TypeVar("T")
@@ -78,7 +81,7 @@ class NodeChanges:
 
 
 class DraIndex(ClusterIndex):
-    kinds = (SLICES, CLASSES, CLAIMS)
+    kinds = (SLICES, CLASSES, CLAIMS, TAINT_RULES)
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -89,6 +92,7 @@ class DraIndex(ClusterIndex):
         self._pending: dict[str, KubeObject] = {}
         # Pods kept out of the queue by PreEnqueue until a claim of theirs appears (by claim key).
         self._waiting: dict[ClaimKey, set[str]] = {}
+        self._taint_rules: set[str] = set()
         # Generations: any change of the layer; the snapshots below are rebuilt only when one moved.
         self.slices_generation = 0
         self.classes_generation = 0
@@ -114,6 +118,12 @@ class DraIndex(ClusterIndex):
                 self._note(*(n for n in (_slice_node(old_slice), _slice_node(obj)) if n is not None))
                 self._cond.notify_all()
                 return None if event == "DELETED" else IndexChange(ClusterEvent.RESOURCE_SLICE_CHANGED, obj)
+            if kind.resource == "devicetaintrules":
+                if event == "DELETED":
+                    self._taint_rules.discard(name)
+                else:
+                    self._taint_rules.add(name)
+                return IndexChange(ClusterEvent.DEVICE_TAINT_RULE_CHANGED, obj)
             if kind.resource == "deviceclasses":
                 self._store(self._classes, name, event, obj)
                 self.classes_generation += 1
@@ -159,6 +169,11 @@ class DraIndex(ClusterIndex):
     def watched_claim(self, namespace: str, name: str) -> KubeObject | None:
         with self._cond:
             return self._claims.get((namespace, name))
+
+    def taint_rule(self) -> str | None:
+        """The name of a DeviceTaintRule that exists (the first by name), if any."""
+        with self._cond:
+            return min(self._taint_rules) if self._taint_rules else None
 
     def device_class(self, name: str) -> KubeObject | None:
         with self._cond:

@@ -186,6 +186,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             EventHint(ClusterEvent.NODE_ALLOCATABLE),
             EventHint(ClusterEvent.RESOURCE_CLAIM_CHANGED, self._claim_hint),
             EventHint(ClusterEvent.RESOURCE_SLICE_CHANGED), EventHint(ClusterEvent.DEVICE_CLASS_CHANGED),
+            EventHint(ClusterEvent.DEVICE_TAINT_RULE_CHANGED),
         ]
 
     def _claim_hint(self, pod: PodInfo, detail: Any) -> QueueingHint:
@@ -224,6 +225,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             return Status(Code.UNRESOLVABLE, found.reason)
         if not found:
             return Status(Code.SKIP)
+        rule = self.index.taint_rule()
+        if rule is not None:
+            return Status(Code.UNRESOLVABLE, f"DeviceTaintRule {rule} exists: device taint rules (DRADeviceTaintRules, "
+                                             "off by default in Kubernetes 1.36) are not supported yet")
         to_allocate: list[int] = []
         for i, pod_claim in enumerate(found):
             claim = pod_claim.claim
