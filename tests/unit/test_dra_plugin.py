@@ -362,3 +362,20 @@ def test_claim_change_hints() -> None:
     changed["status"]["reservedFor"] = []
     changed["status"]["allocation"] = on_node("n1", "gpu-0")
     assert hint(pod, ClaimChange(mine, changed)) == QueueingHint.QUEUE
+
+
+def test_a_device_taint_rule_refuses_dra_pods_naming_it_until_it_is_gone() -> None:
+    """DRADeviceTaintRules is off by default in 1.36: where a cluster uses it anyway, its taints would be ignored
+    here, so DRA pods are refused while a rule exists, and retried when it goes."""
+    from metrics_sched.plugins.dynamic_resources.index import TAINT_RULES
+    rig = Rig(("n1",))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("c"))
+    rule = {"metadata": {"name": "maintenance", "resourceVersion": "1"}, "spec": {}}
+    rig.add(TAINT_RULES, rule)
+    rig.schedule(claim_pod("p", "c"))
+    assert "DeviceTaintRule maintenance exists" in message(rig, "p")
+    rig.scheduler.handlers.on_object_event(TAINT_RULES, "DELETED", rule)
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/p", "n1")]
