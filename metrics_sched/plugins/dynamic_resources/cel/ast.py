@@ -162,14 +162,13 @@ def _string_const(node: Node) -> str | None:
 
 @dataclass
 class DomainRefs:
-    """The domains an expression looks up in `device.attributes` / `device.capacity`: literal keys, and whether
-    some lookup uses a computed key (then every string literal of the expression is a candidate)."""
+    """The domains an expression looks up in `device.attributes` / `device.capacity` with literal keys, and
+    whether some lookup uses a computed key (`device.attributes[device.driver]`)."""
 
     attributes: set[str] = field(default_factory=set)
     capacity: set[str] = field(default_factory=set)
     dynamic_attributes: bool = False
     dynamic_capacity: bool = False
-    literals: set[str] = field(default_factory=set)
 
 
 # The calls that look a key up in a map: m[k], m[?k], m.?k (m.k and has(m.k) are select nodes).
@@ -195,11 +194,7 @@ def domain_refs(serialized: bytes, attributes_type: bytes, capacity_type: bytes)
 
     for node in walk(root):
         kind = node.WhichOneof("expr_kind")
-        if kind == "const_expr":
-            literal = _string_const(node)
-            if literal is not None:
-                refs.literals.add(literal)
-        elif kind == "select_expr":
+        if kind == "select_expr":
             note(node.select_expr.operand, node.select_expr.field)
         elif kind == "call_expr":
             call = node.call_expr

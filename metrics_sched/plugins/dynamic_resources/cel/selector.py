@@ -7,8 +7,13 @@ device lacks, so `device.attributes["other.example.com"].x` fails with "no such 
 lazy map to hook), so the device gets an empty map for each domain the expression looks up by a literal key,
 found in the checked AST (a node typed as `device.attributes` / `device.capacity`, indexed or selected with a
 constant). Only `"d" in device.attributes` and `size(device.attributes)` can tell the difference, and only for
-a domain the same expression also looks up. Where a lookup uses a computed key (`device.attributes[x]`), every
-string literal of the expression and the device's driver are defaulted as well: a best effort, documented.
+a domain the same expression also looks up by that literal.
+
+A lookup with a computed key (`device.attributes[device.driver]`) cannot be resolved before evaluating: when
+such an expression fails with "no such key: K" for a K the device lacks as a domain, it is evaluated again with
+K defaulted, as often as new keys come up (bounded). An error is only absorbed by `||`/`&&` when the other side
+decides the result, so the retried result is upstream's; the one difference left is an optional lookup with a
+computed key (`device.attributes[?k]` is none here for an unknown domain, upstream an empty map).
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ _MISSING_KEY = re.compile(r'^Key not found in map : "?(.*?)"?$')
 _NO_OVERLOAD = re.compile(r"^No matching overloads found : (.*)$")
 _UNDECLARED = re.compile(r"undeclared reference to '([A-Za-z_][\w.]*)'")
 _LIST_INDEX = re.compile(r"found no matching overload for '(?:last)?[iI]ndexOf' applied to '\(list")
+
+# Evaluations of one expression against one device with computed-key lookups: one per unknown domain found.
+_MAX_RETRIES = 8
+_NO_SUCH_KEY = "no such key: "
 
 # Upstream's cost limit (1,000,000 per evaluation) has no counterpart in cel-expr-python; its fixed budget of
 # 10,000 comprehension iterations per evaluation stops runaway selectors instead, with upstream's text.
@@ -89,7 +98,7 @@ def runtime_message(text: str) -> str:
     if _BUDGET in detail:
         return _COST_LIMIT
     if (missing := _MISSING_KEY.match(detail)) is not None:
-        return f"no such key: {missing.group(1)}"
+        return _NO_SUCH_KEY + missing.group(1)
     if (overload := _NO_OVERLOAD.match(detail)) is not None:
         return "no such overload: " + overload.group(1).replace("int64", "int").replace("uint64", "uint")
     return _RUNTIME_TEXTS.get(detail, detail)
@@ -137,19 +146,34 @@ class CompiledSelector:
     _env: Environment
     _attribute_domains: frozenset[str]
     _capacity_domains: frozenset[str]
-    # A computed key looks up a domain: the device's driver joins the defaulted domains too.
-    _default_driver_attributes: bool
-    _default_driver_capacity: bool
+    # Some lookup of a domain uses a computed key (see the module docstring).
+    _computed_attribute_keys: bool
+    _computed_capacity_keys: bool
 
     def matches(self, device: CelDevice) -> bool:
         """Whether `device` satisfies the expression; CelRuntimeError(upstream text) when evaluation fails."""
         if device.error is not None:
             raise CelRuntimeError(device.error)
         attributes, capacity = self._attribute_domains, self._capacity_domains
-        if self._default_driver_attributes:
-            attributes = attributes | {device.driver}
-        if self._default_driver_capacity:
-            capacity = capacity | {device.driver}
+        for _ in range(_MAX_RETRIES):
+            try:
+                return self._evaluate(device, attributes, capacity)
+            except CelRuntimeError as err:
+                if not err.message.startswith(_NO_SUCH_KEY):
+                    raise
+                key = err.message.removeprefix(_NO_SUCH_KEY)
+                retry_attributes = (self._computed_attribute_keys and key not in device.attributes
+                                    and key not in attributes)
+                retry_capacity = self._computed_capacity_keys and key not in device.capacity and key not in capacity
+                if not (retry_attributes or retry_capacity):
+                    raise
+                if retry_attributes:
+                    attributes = attributes | {key}
+                if retry_capacity:
+                    capacity = capacity | {key}
+        return self._evaluate(device, attributes, capacity)
+
+    def _evaluate(self, device: CelDevice, attributes: frozenset[str], capacity: frozenset[str]) -> bool:
         activation = device.activation(self._env.env, attributes, capacity)
         try:
             result = self._program.eval(activation)
@@ -185,10 +209,5 @@ def compile_selector(expression: str) -> CompiledSelector:
     if output != T.BOOL and output != T.DYN:
         raise CelCompileError(f"must evaluate to bool or the unknown type, not {_type_name(output)}")
     refs = ast.domain_refs(program.serialize(), env.attributes_type, env.capacity_type)
-    attributes, capacity = set(refs.attributes), set(refs.capacity)
-    if refs.dynamic_attributes:
-        attributes |= refs.literals
-    if refs.dynamic_capacity:
-        capacity |= refs.literals
-    return CompiledSelector(expression, program, env, frozenset(attributes), frozenset(capacity),
+    return CompiledSelector(expression, program, env, frozenset(refs.attributes), frozenset(refs.capacity),
                             refs.dynamic_attributes, refs.dynamic_capacity)
