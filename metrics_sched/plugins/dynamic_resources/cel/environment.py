@@ -14,6 +14,7 @@ docs/design/dra-cel.md; the selector module turns those compile errors into ones
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 from metrics_sched.plugins.dynamic_resources.cel import ast
@@ -36,9 +37,18 @@ class Environment:
     capacity_type: bytes
 
 
-@functools.cache
+_LOCK = threading.Lock()
+
+
 def environment() -> Environment:
-    """Built once per process, on first use (building it takes milliseconds)."""
+    """Built once per process, on first use (building it takes milliseconds). One instance only: a device's
+    activations are kept per process, and an activation belongs to the environment that built it."""
+    with _LOCK:
+        return _build()
+
+
+@functools.cache
+def _build() -> Environment:
     env = cel.NewEnv(
         POOL,
         variables={
