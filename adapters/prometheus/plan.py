@@ -87,6 +87,8 @@ class ReducePlan:
         np.minimum.at(oldest, self.t_nodes, stamps)
         values = raw[self.v_positions]
         paired = self.v_stamps >= 0
+        if self.v_nodes is not None:
+            oldest = oldest[self.v_nodes]  # per value series, its node's (several series per node)
         observed = np.where(paired, raw[np.where(paired, self.v_stamps, 0)], oldest)
         out = Reduced(dropped=Counter(self.dropped), unmatched=self.unmatched,
                       matched_by_rule=Counter(self.matched_by_rule), unmatched_examples=list(self.unmatched_examples))
