@@ -54,6 +54,12 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
   - `sentinelAbove` (default 1e15; 1e14 for DCGM presets): raw values above it are "blank" sentinels,
     dropped and counted.
   - `nodeLabels` (default: the source's): the labels tried first for this metric, instead of the source's.
+  - `deviceLabels` (default none): keep the metric per device too, the device named by the first of these
+    labels a series carries (e.g. `[UUID, gpu]` for DCGM: the GPU's UUID, else its index). The node value stays
+    what it is (the `aggregation` over the node's devices); each device's own value is kept beside it, for
+    plugins choosing one device (DRA). Label names as Prometheus spells them, at least one. Only for a DCGM
+    preset (one series per GPU) or a custom query whose series carry the labels; a DCGM preset then reads the
+    raw per-GPU series even with `recordingRules` (the recorded series are per node). See devices.py.
 """
 
 from __future__ import annotations
@@ -106,7 +112,9 @@ _HEADER_VALUE = re.compile(r"^[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?$")
 _RESERVED_HEADERS = frozenset({"authorization", "proxy-authorization", "host", "content-length", "content-type",
                                "transfer-encoding", "connection"})
 _METRIC_KEYS = {"name", "preset", "query", "timestampQuery", "aggregation", "scale", "allowNegative",
-                "sentinelAbove", "nodeLabels"}
+                "sentinelAbove", "nodeLabels", "deviceLabels"}
+# A Prometheus label name: device labels are written into the presets' `by (...)` lists.
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A metric name and/or a {...} of matchers (quoted values may hold braces), nothing else.
 _SELECTOR = re.compile(r'^\s*(?=[A-Za-z_:{])(?:[A-Za-z_:][A-Za-z0-9_:]*)?\s*(?:\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\})?\s*$')
 
@@ -125,6 +133,8 @@ class MetricSpec:
     # (value record, timestamp record) when the preset is read through recording rules: `query` and
     # `timestamp_query` are then those names, read together by one selector on __name__.
     recorded: tuple[str, str] | None = None
+    # Labels naming a series' device, first present wins; empty: the metric is kept per node only.
+    device_labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -283,6 +293,8 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
     name = read_str(spec, "name", where, non_empty=True)
     if ("preset" in spec) == ("query" in spec):
         raise ConfigError(where, "needs exactly one of preset or query")
+    device_labels = _device_labels(spec["deviceLabels"], field_name(where, "deviceLabels")) \
+        if "deviceLabels" in spec else ()
     if "preset" in spec:
         preset_name = read_str(spec, "preset", where)
         preset = PRESETS.get(preset_name)
@@ -293,9 +305,15 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
             raise ConfigError(field_name(where, "timestampQuery"), "only applies to a custom query")
         node_labels = (_node_labels(spec["nodeLabels"], field_name(where, "nodeLabels"))
                        if "nodeLabels" in spec else source_labels)
-        # The rules aggregate by the built-in labels; configured nodeLabels are for the rules' owner to add.
-        recorded = recorded_series(preset_name) if recording_rules else None
-        query, timestamp_query = recorded or preset.render(node_labels)
+        if device_labels and not preset.per_device:
+            raise ConfigError(field_name(where, "deviceLabels"),
+                              f"preset {preset_name!r} gives one series per node, none per device: per-device values "
+                              f"need a DCGM preset ({', '.join(n for n, p in sorted(PRESETS.items()) if p.per_device)})"
+                              f" or a custom query")
+        # The rules aggregate by the built-in labels; configured nodeLabels are for the rules' owner to add. They
+        # are per node: a per-device metric reads the raw series.
+        recorded = recorded_series(preset_name) if recording_rules and not device_labels else None
+        query, timestamp_query = recorded or preset.render(node_labels, device_labels)
         aggregation, sentinel = preset.aggregation, preset.sentinel_above
     else:
         preset_name = None
@@ -326,7 +344,19 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
         sentinel_above=read_float(spec, "sentinelAbove", where, sentinel, positive=True),
         preset=preset_name,
         recorded=recorded,
+        device_labels=device_labels,
     )
+
+
+def _device_labels(value: object, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(field, "must be a non-empty list of label names, e.g. [UUID, gpu]")
+    for i, label in enumerate(value):
+        if not isinstance(label, str) or not _LABEL_NAME.match(label):
+            raise ConfigError(field_name(field, i), f"must be a Prometheus label name, got {label!r}")
+    if len(set(value)) != len(value):
+        raise ConfigError(field, "names a label twice")
+    return tuple(value)
 
 
 def _node_labels(value: object, field: str) -> tuple[str, ...]:

@@ -15,6 +15,11 @@ caller reduces the general way): it declines an answer of plain JSON (not every 
 value that is not a number, a timestamp that is not finite, and a plan where some node has several value
 series (those are aggregated per node, the general way). Refused values (NaN, negative, sentinels) are
 dropped and counted as the general way does, by the same `refusal`.
+
+A metric kept per device (`deviceLabels`) has several value series per node by design: its plan numbers each
+series' node and device and ends in the same `devices.split` as the general way (a node value folded from its
+devices, and the devices' own values); it declines an answer naming one device twice (aggregated the general
+way).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from adapters.prometheus.config import MetricSpec
+from adapters.prometheus.devices import device_id, split
 from adapters.prometheus.node_names import NodeIndex
 from adapters.prometheus.series import (
     PART_LABEL,
@@ -37,7 +43,7 @@ from adapters.prometheus.series import (
     SeriesKey,
     refusal,
 )
-from metrics_sched.telemetry.batch import MetricBatch
+from metrics_sched.telemetry.batch import DeviceKey, MetricBatch
 
 IntArray = npt.NDArray[np.intp]
 
@@ -52,11 +58,15 @@ class ReducePlan:
     t_nodes: IntArray  # ... and that node (into `nodes`)
     v_positions: IntArray  # value series that name a node, in answer order ...
     v_stamps: IntArray  # ... and the position of the timestamp series with their labels (-1: none)
-    nodes: list[str]  # the node of each value series (one value series per node)
+    nodes: list[str]  # the node of each value series (one value series per node; per device: each node once)
     dropped: dict[str, int]  # per answer, whatever its values: malformed, unknown_node, no_node_label
     unmatched: int
     matched_by_rule: dict[str, int]
     unmatched_examples: tuple[dict[str, str], ...]
+    # Per device: each value series' node (into `nodes`) and device (into `keys`, -1: no device label).
+    v_nodes: IntArray | None = None
+    v_devices: IntArray | None = None
+    keys: list[DeviceKey] | None = None
 
     def matches(self, vector: list[RawElement], index: NodeIndex) -> bool:
         """The answer holds exactly the plan's series, in its order (and the node set is the same)."""
@@ -77,6 +87,8 @@ class ReducePlan:
         np.minimum.at(oldest, self.t_nodes, stamps)
         values = raw[self.v_positions]
         paired = self.v_stamps >= 0
+        if self.v_nodes is not None:
+            oldest = oldest[self.v_nodes]  # per value series, its node's (several series per node)
         observed = np.where(paired, raw[np.where(paired, self.v_stamps, 0)], oldest)
         out = Reduced(dropped=Counter(self.dropped), unmatched=self.unmatched,
                       matched_by_rule=Counter(self.matched_by_rule), unmatched_examples=list(self.unmatched_examples))
@@ -93,6 +105,13 @@ class ReducePlan:
         if missing:
             out.dropped["no_timestamp"] += missing
             keep &= timed
+        if self.keys is not None and self.v_nodes is not None and self.v_devices is not None:
+            v_nodes, v_devices = self.v_nodes, self.v_devices
+            if not keep.all():
+                v_nodes, v_devices, values, observed = v_nodes[keep], v_devices[keep], values[keep], observed[keep]
+            out.batch, out.devices = split(metric.name, metric.aggregation, self.nodes, v_nodes, self.keys, v_devices,
+                                           values * metric.scale, observed)
+            return out
         nodes = self.nodes  # the same list refresh after refresh: the cache reuses its slots
         if not keep.all():
             nodes = [node for node, kept in zip(nodes, keep.tolist(), strict=True) if kept]
@@ -143,6 +162,10 @@ def build_plan(metric: MetricSpec, result: object, vector: list[RawElement], ind
     node_ids: dict[str, int] = {}
     v_positions: list[int] = []
     v_stamps: list[int] = []
+    device_labels = metric.device_labels
+    key_ids: dict[DeviceKey, int] = {}
+    v_nodes: list[int] = []
+    v_devices: list[int] = []
     for position, labels, key, name in value_series:
         match = resolve(labels, node_labels)
         node = match.node
@@ -152,9 +175,20 @@ def build_plan(metric: MetricSpec, result: object, vector: list[RawElement], ind
             if len(examples) < UNMATCHED_EXAMPLES:
                 examples.append({"__name__": name, **labels} if name is not None else dict(labels))
             continue
-        if node in node_ids:
+        if device_labels:
+            v_nodes.append(node_ids.setdefault(node, len(node_ids)))
+            device = device_id(labels, device_labels)
+            if device is None:
+                dropped["no_device_label"] += 1
+                v_devices.append(-1)
+            elif (node, device) in key_ids:
+                return None  # several value series for one device: aggregated the general way
+            else:
+                v_devices.append(key_ids.setdefault((node, device), len(key_ids)))
+        elif node in node_ids:
             return None  # several value series for one node: aggregated the general way
-        node_ids[node] = len(node_ids)
+        else:
+            node_ids[node] = len(node_ids)
         matched_by_rule[match.rule] += 1
         v_positions.append(position)
         v_stamps.append(stamp_at.get(key, -1))
@@ -167,4 +201,7 @@ def build_plan(metric: MetricSpec, result: object, vector: list[RawElement], ind
         t_nodes=np.array([n for _, n in t_kept], dtype=np.intp),
         v_positions=np.array(v_positions, dtype=np.intp),
         v_stamps=np.array(v_stamps, dtype=np.intp), nodes=list(node_ids), dropped=dict(dropped),
-        unmatched=unmatched, matched_by_rule=dict(matched_by_rule), unmatched_examples=tuple(examples))
+        unmatched=unmatched, matched_by_rule=dict(matched_by_rule), unmatched_examples=tuple(examples),
+        v_nodes=np.array(v_nodes, dtype=np.intp) if device_labels else None,
+        v_devices=np.array(v_devices, dtype=np.intp) if device_labels else None,
+        keys=list(key_ids) if device_labels else None)

@@ -55,10 +55,18 @@ class Preset:
     aggregation: Aggregation
     unit: str
     sentinel_above: float = DEFAULT_SENTINEL
+    per_device: bool = False  # its raw series are per device (a GPU): `deviceLabels` may keep them so
 
-    def render(self, node_labels: Sequence[str] = ()) -> tuple[str, str]:
-        """(value query, timestamp query) aggregating by the configured node labels and the built-in ones."""
-        labels = ", ".join(dict.fromkeys((*node_labels, *BUILT_IN_LABELS)))
+    def render(self, node_labels: Sequence[str] = (), device_labels: Sequence[str] = ()) -> tuple[str, str]:
+        """(value query, timestamp query) aggregating by the configured node labels and the built-in ones, and
+        for a metric kept per device by its device labels too.
+
+        Per device, one query by (node labels, device labels) rather than today's per-node query plus a second,
+        per-device one: the per-device answer has to come anyway (one series per GPU, with only the labels read),
+        and the node value is the fold of those same series on our side (adapters.prometheus.devices, a few numpy
+        operations), so a second query would only add Prometheus evaluating and shipping the per-node series again
+        (and could be evaluated at another instant than the devices it summarises)."""
+        labels = ", ".join(dict.fromkeys((*node_labels, *BUILT_IN_LABELS, *device_labels)))
         return self.query.replace(NODE_LABELS, labels), self.timestamp_query.replace(NODE_LABELS, labels)
 
 
@@ -75,7 +83,7 @@ def _per_gpu(name: str, aggregation: Aggregation, unit: str) -> Preset:
     timestamp is its oldest GPU sample."""
     op = {"last": "max"}.get(aggregation, aggregation)
     return Preset(f"{op} by ({NODE_LABELS}) ({name} < {DCGM_SENTINEL:g})",
-                  f"min by ({NODE_LABELS}) (timestamp({name}))", aggregation, unit, DCGM_SENTINEL)
+                  f"min by ({NODE_LABELS}) (timestamp({name}))", aggregation, unit, DCGM_SENTINEL, per_device=True)
 
 
 PRESETS: dict[str, Preset] = {

@@ -18,6 +18,9 @@ Decoding: the client decodes a well-formed answer straight into `Element`s (msgs
 string, the value a [time, string] pair, checked in C), so the loop below only converts and files them;
 an answer with anything else in it comes as plain decoded JSON and each element is checked here (a bad
 one is dropped and counted, the others kept).
+
+A metric kept per device (`deviceLabels`) ends in adapters.prometheus.devices.split: its node values and its
+device values, each as a batch.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 
 from adapters.prometheus.config import MetricSpec
+from adapters.prometheus.devices import device_id, split
 from adapters.prometheus.node_names import Match, NodeIndex
 from metrics_sched.ports import Sample, SeriesMatching
-from metrics_sched.telemetry.batch import MetricBatch
+from metrics_sched.telemetry.batch import DeviceBatch, DeviceKey, MetricBatch
 
 PART_LABEL = "metrics_sched_part"
 SeriesKey = frozenset[tuple[str, str]]  # a series' labels but the part marker and __name__
@@ -71,6 +76,7 @@ class RawElement(msgspec.Struct, gc=False):
 class Reduced:
     samples: list[Sample] = field(default_factory=list)
     batch: MetricBatch | None = None  # the values as one batch instead of samples (adapters.prometheus.plan)
+    devices: DeviceBatch | None = None  # a per-device metric's device values (its node values: `batch`)
     dropped: Counter[str] = field(default_factory=Counter)
     unmatched: int = 0
     matched_by_rule: Counter[str] = field(default_factory=Counter)
@@ -179,6 +185,11 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
 
     per_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
     sentinel = metric.sentinel_above
+    device_labels = metric.device_labels
+    # Per device: each node and device numbered by its first series (as the plan does), and the usable points.
+    node_ids: dict[str, int] = {}
+    key_ids: dict[DeviceKey, int] = {}
+    usable: list[tuple[int, int, float, float]] = []
     for labels, key, raw, name in values:
         match = matches.get(key) or resolve(labels, node_labels)
         node = match.node
@@ -189,6 +200,14 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
                 out.unmatched_examples.append({"__name__": name, **labels} if name is not None else dict(labels))
             continue
         out.matched_by_rule[match.rule] += 1
+        node_id = device = -1
+        if device_labels:
+            node_id = node_ids.setdefault(node, len(node_ids))
+            found = device_id(labels, device_labels)
+            if found is None:
+                out.dropped["no_device_label"] += 1
+            else:
+                device = key_ids.setdefault((node, found), len(key_ids))
         # Within [0, sentinel] nothing can be wrong (NaN fails every comparison): the checks only for the rest.
         if not 0.0 <= raw <= sentinel and (reason := refusal(raw, metric)) is not None:
             out.dropped[reason] += 1
@@ -197,8 +216,17 @@ def reduce_result(metric: MetricSpec, result: object, nodes: NodeIndex) -> Reduc
         if observed is None:
             out.dropped["no_timestamp"] += 1
             continue
-        per_node[node].append((raw * metric.scale, observed))
+        if device_labels:
+            usable.append((node_id, device, raw * metric.scale, observed))
+        else:
+            per_node[node].append((raw * metric.scale, observed))
 
+    if device_labels:
+        columns = np.array(usable, dtype=np.float64).reshape(len(usable), 4)
+        out.batch, out.devices = split(
+            metric.name, metric.aggregation, list(node_ids), columns[:, 0].astype(np.intp), list(key_ids),
+            columns[:, 1].astype(np.intp), columns[:, 2].copy(), columns[:, 3].copy())
+        return out
     for node, points in per_node.items():
         value, observed = aggregate(metric.aggregation, points)
         out.samples.append(Sample(metric=metric.name, node=node, value=value, observed_at=observed))

@@ -1,4 +1,5 @@
-"""PrometheusSource: every configured metric as one instant query per refresh, for all nodes at once.
+"""PrometheusSource: every configured metric as one instant query per refresh, for all nodes at once (a metric
+kept per device: its node values and its device values from that one query).
 
 The source type `prometheus` (entry point in pyproject.toml); health, backoff and logging of failures
 are PolledSource's.
@@ -65,6 +66,8 @@ class PrometheusSource(PolledSource):
                 result.errors[metric.name] = str(exc)
                 continue
             result.batches.append(reduced.batch or _batch(metric.name, reduced))
+            if reduced.devices is not None:
+                result.device_batches.append(reduced.devices)
             result.unmatched_series += reduced.unmatched
             result.series_matching[metric.name] = reduced.matching()
             dropped.update(reduced.dropped)

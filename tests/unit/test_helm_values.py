@@ -105,3 +105,15 @@ def test_helm_is_built_like_the_control_plane() -> None:
     assert all(c.name != "helm" for c in components(
         Versions(kubernetes="1.36.3", etcd="3.6.16", kwok="0.8.0", go_toolchain=""), with_staging=False))
     assert load_versions().helm
+
+
+def test_schema_checks_a_metrics_device_labels() -> None:
+    validator = jsonschema.Draft7Validator(schema())
+
+    def with_temperature(metric: dict[str, Any]) -> dict[str, Any]:
+        return merged(values(), {"sources": {"prometheus": {"metrics": [
+            {"name": "gpu_temperature", "preset": "dcgm_gpu_temp", **metric}]}}})
+
+    assert not list(validator.iter_errors(with_temperature({"deviceLabels": ["UUID", "gpu"]})))
+    for bad in ("UUID", [], ["UUID", "UUID"], ["pci-bus"], [3]):
+        assert list(validator.iter_errors(with_temperature({"deviceLabels": bad}))), f"accepted {bad!r}"
