@@ -1,5 +1,5 @@
 """DevCluster: etcd + kube-apiserver + kube-controller-manager + KWOK (+ kube-scheduler) + Prometheus + the
-telemetry emulator + a test volume provisioner.
+telemetry emulator + a test volume provisioner + a fake DRA driver for the GPU nodes.
 
 Everything listens on free loopback ports; logs go to <run dir>/logs; `endpoints.json` and
 `kubeconfig` in the run dir tell clients where things are. Used as a context manager (tests, demo,
@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
-from devcluster import custom_metrics_api, pod_group_crd, prometheus
+from devcluster import custom_metrics_api, dra, pod_group_crd, prometheus
 from devcluster.build import ControlPlaneBinaries, ensure_built
 from devcluster.certs import ClusterPKI, generate_pki
 from devcluster.heartbeats import NodeHeartbeats
@@ -53,6 +53,9 @@ CONTROLLERS = (
     "replicaset-controller",
     "deployment-controller",
     "node-lifecycle-controller",
+    # DRA: makes a pod's ResourceClaims from its ResourceClaimTemplates, records them in
+    # pod.status.resourceClaimStatuses, and deallocates and deletes them when the pod is gone.
+    "resourceclaim-controller",
 )
 # KWOK renews a Lease per node it manages (every quarter of this), which is what node lifecycle reads as the
 # node's heartbeat.
@@ -135,6 +138,7 @@ class DevCluster:
         kubernetes: str | None = None,
         node_heartbeats: NodeHeartbeats | None = None,
         recording_rules: bool = False,
+        dra_driver: bool = True,
     ) -> None:
         self.owns_run_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="metrics-sched-")).resolve()
@@ -158,6 +162,9 @@ class DevCluster:
         self.node_heartbeats = node_heartbeats
         # Prometheus loads the product's per-node recording rules and telemetry_sources() reads them.
         self.recording_rules = recording_rules
+        # The fake DRA driver (devcluster.dra): DeviceClasses at start, each GPU node's ResourceSlices when
+        # add_nodes creates it.
+        self.dra_driver = dra_driver
         self.group = ProcessGroup(self.run_dir, detach=detach)
         self.endpoints: Endpoints | None = None
         self._etcd_dir: Path | None = None
@@ -219,6 +226,8 @@ class DevCluster:
         kubeconfig = self._write_kubeconfig(apiserver, pki.ca_cert, admin_token)
         with self.api() as api:
             pod_group_crd.install(api)  # gangs: scheduler-plugins' PodGroup (Coscheduling)
+            if self.dra_driver:
+                dra.install_device_classes(api)
         self._start_kwok(kubeconfig, kwok_port)
 
         self.endpoints = Endpoints(
@@ -515,7 +524,10 @@ class DevCluster:
     def add_nodes(self, specs: Sequence[NodeSpec]) -> None:
         started = time.monotonic()
         with self.api() as api:
-            create_nodes(api, specs, progress=self.progress)
+            uids = create_nodes(api, specs, progress=self.progress)
+            if self.dra_driver:
+                gpus = [dra.node_gpus(s, self.seed, uids[s.name]) for s in specs]
+                dra.publish(api, [g for g in gpus if g is not None])
         if self.endpoints is not None and self.endpoints.emulator:
             with self.emulator() as emulator:
                 emulator.register_nodes([s.registration() for s in specs])
@@ -526,6 +538,8 @@ class DevCluster:
     def remove_nodes(self, names: Sequence[str]) -> None:
         with self.api() as api:
             delete_nodes(api, names)
+            if self.dra_driver:
+                dra.unpublish(api, names)
         if self.endpoints is not None and self.endpoints.emulator:
             with self.emulator() as emulator:
                 for name in names:

@@ -30,11 +30,17 @@ class NodeSpec:
     unschedulable: bool = False
     extended: dict[str, str] = field(default_factory=dict)
     ready: bool = True
+    # How the node's GPUs reach the scheduler. The dev cluster's fake DRA driver publishes every GPU node's
+    # ResourceSlices; `gpu_device_plugin` also advertises them as the extended resource nvidia.com/gpu (what the
+    # device plugin does). Without it, a pod asking for nvidia.com/gpu gets GPUs through DRA (DRAExtendedResource).
+    gpu_device_plugin: bool = True
+    # The GPUs are MIG-partitionable (an A100 or H100 model): published with their MIG partitions.
+    mig: bool = False
 
     def resources(self) -> dict[str, str]:
         res = {"cpu": self.cpu, "memory": self.memory, "ephemeral-storage": self.ephemeral_storage,
                "pods": str(self.pods)}
-        if self.gpus:
+        if self.gpus and self.gpu_device_plugin:
             res[GPU_RESOURCE] = str(self.gpus)
         res.update(self.extended)
         return res
@@ -91,9 +97,18 @@ def node_ip(index: int) -> str:
     return f"10.{240 + (index >> 16) % 16}.{(index >> 8) & 255}.{index & 255}"
 
 
+# A fleet's MIG nodes: about a quarter of its A100/H100 nodes, at most this many (a MIG node's pool is ~150 devices:
+# a few show the feature, thousands would only weigh on benchmarks' API servers and schedulers).
+MIG_SHARE = 0.25
+MIG_NODES_MAX = 4
+
+
 def fleet(count: int, *, gpus_per_node: int = 8, seed: int = 1, prefix: str = "node") -> list[NodeSpec]:
-    """A seeded heterogeneous fleet: zones round-robin, mixed disk types, roles and instance types."""
+    """A seeded heterogeneous fleet: zones round-robin, mixed disk types, roles and instance types; a few A100/H100
+    nodes MIG-partitionable."""
     rng = random.Random(seed)
+    mig_rng = random.Random(f"{seed}:mig")  # its own stream: the draws above stay what they always were
+    migs = 0
     width = max(3, len(str(count)))
     specs = []
     for i in range(count):
@@ -106,7 +121,10 @@ def fleet(count: int, *, gpus_per_node: int = 8, seed: int = 1, prefix: str = "n
             "disk-type": rng.choice(["ssd", "ssd", "hdd"]),
             "role": "special" if rng.random() < 0.2 else "general",
         }
-        specs.append(NodeSpec(name=f"{prefix}-{i:0{width}d}", internal_ip=node_ip(i + 1), gpus=gpus, labels=labels))
+        mig = bool(gpus) and "l4" not in instance and migs < MIG_NODES_MAX and mig_rng.random() < MIG_SHARE
+        migs += mig
+        specs.append(NodeSpec(name=f"{prefix}-{i:0{width}d}", internal_ip=node_ip(i + 1), gpus=gpus, labels=labels,
+                              mig=mig))
     return specs
 
 
@@ -116,10 +134,11 @@ def create_nodes(
     *,
     concurrency: int = 32,
     progress: Callable[[str], None] | None = None,
-) -> None:
-    """POSTs nodes (status included) concurrently; an existing node is replaced by the new spec."""
+) -> dict[str, str]:
+    """POSTs nodes (status included) concurrently; an existing node is replaced by the new spec. Returns each
+    node's uid (what objects owned by the node, such as its ResourceSlices, refer to)."""
 
-    def create(spec: NodeSpec) -> None:
+    def create(spec: NodeSpec) -> tuple[str, str]:
         body = spec.manifest()
         created = api.post("/api/v1/nodes", body, ok=(409,))
         if created is None or created.get("kind") == "Status":
@@ -128,13 +147,17 @@ def create_nodes(
         # Some apiserver versions drop status on create; make sure it is what we asked for.
         if not created.get("status", {}).get("allocatable"):
             api.merge_patch(f"/api/v1/nodes/{spec.name}/status", {"status": body["status"]})
+        return spec.name, str(created["metadata"]["uid"])
 
     done = 0
+    uids = {}
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="create-node") as pool:
-        for _ in pool.map(create, specs):
+        for name, uid in pool.map(create, specs):
+            uids[name] = uid
             done += 1
             if progress and (done % 1000 == 0 or done == len(specs)) and len(specs) >= 1000:
                 progress(f"created {done}/{len(specs)} nodes")
+    return uids
 
 
 def delete_nodes(api: KubeAPI, names: Iterable[str], *, concurrency: int = 32) -> None:

@@ -62,9 +62,15 @@ class EmulatorControl:
         return result
 
     def set_values(self, name: str, **fields: Any) -> dict[str, Any]:
-        """Exact overrides, e.g. gpu_temp=91 (all GPUs) or gpu_temp=[60, 91, ...]; None clears a field."""
+        """Exact overrides, e.g. gpu_temp=91 (all GPUs), gpu_temp=[60, 91, ...] (each GPU) or gpu_temp={"3": 91}
+        (GPU 3 only); None clears a field."""
         result: dict[str, Any] = self._call("PATCH", f"/control/nodes/{quote(name, safe='')}/values", fields)
         return result
+
+    def set_gpu_values(self, name: str, gpu: int, **fields: Any) -> dict[str, Any]:
+        """Exact overrides of one GPU's per-GPU fields, e.g. set_gpu_values("node-1", 3, gpu_temp=91): the node's
+        other GPUs keep their values (drifting, or their own overrides); None lets that GPU drift again."""
+        return self.set_values(name, **{field: {str(gpu): value} for field, value in fields.items()})
 
     def set_many(self, values: Mapping[str, Mapping[str, Any]]) -> None:
         self._call("PATCH", "/control/nodes/values", {"nodes": {k: dict(v) for k, v in values.items()}})

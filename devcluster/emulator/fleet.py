@@ -173,7 +173,10 @@ def _put_gpu(gpu: dict[str, Array], fleet: Fleet, i: int, fields: Mapping[str, O
     for name in names:
         value = fields.get(name)
         if isinstance(value, tuple):
-            gpu[name][fleet.gpu_start[i]:fleet.gpu_start[i + 1]] = value
+            section = gpu[name][fleet.gpu_start[i]:fleet.gpu_start[i + 1]]
+            exact = np.asarray(value, dtype=np.float64)
+            overridden = ~np.isnan(exact)  # NaN: that GPU is not overridden (a partial, per-GPU override)
+            section[overridden] = exact[overridden]
 
 
 def _put_node(node: dict[str, Array], i: int, fields: Mapping[str, OverrideValue],

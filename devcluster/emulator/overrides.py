@@ -1,19 +1,42 @@
 """Test overrides: validation of `PATCH /control/nodes/{name}/values` bodies.
 
-An override replaces the drifting value exactly (no drift, no noise) until a JSON null clears it.
+An override replaces the drifting value exactly (no drift, no noise) until a JSON null clears it. A per-GPU field
+takes a number (every GPU), a list (one value per GPU) or an object {"<gpu index>": number or null} that sets (or
+clears) those GPUs only, the others keeping their value or drift. A per-GPU override is stored as one value per
+GPU, NaN where the GPU is not overridden.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from devcluster.emulator.errors import RequestError
 
+__all__ = ["FIELDS", "PER_GPU_FIELDS", "GpuPatch", "OverrideValue", "ParsedOverride", "parse_overrides"]
+
 OverrideValue = float | tuple[float, ...] | bool | str
 
-# A scalar sets every GPU of the node; a list sets them one by one.
+
+@dataclass(frozen=True)
+class GpuPatch:
+    """Some GPUs of one per-GPU field: index -> exact value, or None to let that GPU drift again."""
+
+    values: tuple[tuple[int, float | None], ...]
+
+    def merged(self, current: OverrideValue | None, gpus: int) -> tuple[float, ...] | None:
+        """The field's override after this patch (None: no GPU overridden any more)."""
+        base = list(current) if isinstance(current, tuple) else [math.nan] * gpus
+        for index, value in self.values:
+            base[index] = math.nan if value is None else value
+        return None if all(math.isnan(v) for v in base) else tuple(base)
+
+
+ParsedOverride = OverrideValue | GpuPatch
+
+# A scalar sets every GPU of the node; a list sets them one by one; an object some of them.
 PER_GPU_FIELDS = frozenset({"gpu_temp", "memory_temp", "gpu_util", "gpu_power", "fb_used_mib", "xid_errors"})
 NUMBER_FIELDS = frozenset({
     "load1", "load5", "load15", "cpu_util", "memory_used_bytes",
@@ -24,20 +47,20 @@ TEXT_FIELDS = frozenset({"rack"})
 FIELDS = PER_GPU_FIELDS | NUMBER_FIELDS | BOOL_FIELDS | TEXT_FIELDS
 
 
-def parse_overrides(node: str, gpus: int, body: Mapping[str, Any]) -> dict[str, OverrideValue | None]:
+def parse_overrides(node: str, gpus: int, body: Mapping[str, Any]) -> dict[str, ParsedOverride | None]:
     """Returns field -> new override, None meaning "clear"; raises RequestError naming the bad field."""
     if not isinstance(body, Mapping):
         raise RequestError(f"node {node}: values must be a JSON object")
     unknown = sorted(set(body) - FIELDS)
     if unknown:
         raise RequestError(f"node {node}: unknown value field(s) {unknown}; known: {sorted(FIELDS)}")
-    parsed: dict[str, OverrideValue | None] = {}
+    parsed: dict[str, ParsedOverride | None] = {}
     for field, value in body.items():
         parsed[field] = None if value is None else _parse_one(node, gpus, field, value)
     return parsed
 
 
-def _parse_one(node: str, gpus: int, field: str, value: Any) -> OverrideValue:
+def _parse_one(node: str, gpus: int, field: str, value: Any) -> ParsedOverride:
     if field in BOOL_FIELDS:
         if not isinstance(value, bool):
             raise RequestError(f"node {node}: {field} must be true/false, got {value!r}")
@@ -51,8 +74,17 @@ def _parse_one(node: str, gpus: int, field: str, value: Any) -> OverrideValue:
             raise RequestError(
                 f"node {node}: {field} list has {len(value)} entries but the node has {gpus} GPUs")
         return tuple(_number(node, field, v) for v in value)
+    if field in PER_GPU_FIELDS and isinstance(value, Mapping):
+        return GpuPatch(tuple(sorted(_gpu_entry(node, gpus, field, k, v) for k, v in value.items())))
     number = _number(node, field, value)
     return (number,) * gpus if field in PER_GPU_FIELDS else number
+
+
+def _gpu_entry(node: str, gpus: int, field: str, key: Any, value: Any) -> tuple[int, float | None]:
+    index = int(key) if isinstance(key, str) and key.isdigit() else -1
+    if not 0 <= index < gpus:
+        raise RequestError(f"node {node}: {field} has GPU {key!r}, but the node's GPUs are 0..{gpus - 1}")
+    return index, None if value is None else _number(node, field, value)
 
 
 def _number(node: str, field: str, value: Any) -> float:

@@ -15,11 +15,11 @@ from typing import Any
 from devcluster.emulator.cpu_counters import CpuCounters, CpuSample
 from devcluster.emulator.errors import RequestError
 from devcluster.emulator.fleet import Fleet, FleetValues, compute
-from devcluster.emulator.overrides import OverrideValue, parse_overrides
+from devcluster.emulator.overrides import GpuPatch, OverrideValue, ParsedOverride, parse_overrides
 from devcluster.emulator.profiles import NodeProfile, NodeRegistration, build_profile
 from devcluster.emulator.values import NodeValues, NodeView
 
-ParsedOverrides = Mapping[str, OverrideValue | None]
+ParsedOverrides = Mapping[str, ParsedOverride | None]
 
 
 @dataclass
@@ -138,7 +138,7 @@ class Scenario:
         return samples
 
     # -- overrides ---------------------------------------------------------------------------------
-    def parse_overrides(self, name: str, body: Mapping[str, Any]) -> dict[str, OverrideValue | None]:
+    def parse_overrides(self, name: str, body: Mapping[str, Any]) -> dict[str, ParsedOverride | None]:
         return parse_overrides(name, self.record(name).registration.gpus, body)
 
     def apply_overrides(self, changes: Mapping[str, ParsedOverrides], t: float) -> None:
@@ -147,12 +147,15 @@ class Scenario:
         snapshot = self.snapshot(t)
         self.cpu_samples(snapshot, [snapshot.fleet.index[name] for name in changes])
         for name, fields in changes.items():
-            overrides = self.record(name).overrides
+            record = self.record(name)
+            overrides = record.overrides
             for key, value in fields.items():
-                if value is None:
+                stored = value.merged(overrides.get(key), record.registration.gpus) if isinstance(
+                    value, GpuPatch) else value
+                if stored is None:
                     overrides.pop(key, None)
                 else:
-                    overrides[key] = value
+                    overrides[key] = stored
         self._changed(membership=False)
 
     def clear_overrides(self, name: str, t: float) -> None:
