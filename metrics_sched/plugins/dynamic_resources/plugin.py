@@ -25,6 +25,7 @@ import copy
 import datetime
 import json
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ from metrics_sched.framework import (
     term_mask,
 )
 
-from .allocator import AllocationError, Allocator, NodeAllocationError
+from .allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocationError, SelectorMemo
 from .cel import SelectorCache
 from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
 from .index import ClaimChange, DraIndex
@@ -81,6 +82,7 @@ __all__ = [
 
 ERR_CANNOT_ALLOCATE = "cannot allocate all claims"
 ERR_NOT_AVAILABLE = "resourceclaim not available on the node"
+ERR_TIMEOUT = "timed out trying to allocate devices"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 # FirstAvailableDeviceRequestMaxSize: the Score of a firstAvailable request is this minus the subrequest's index.
 _FIRST_AVAILABLE_MAX = 8
@@ -156,10 +158,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         # NVIDIA's driver publishes `uuid`, DCGM labels its series with UUID; `index` matches DCGM's gpu label).
         device_metric: str = "gpu_temperature"
         device_id_attributes: tuple[str, ...] = ("uuid", "index")
+        # SchedulerFilterTimeout (beta, on in 1.36): how long the allocator may search one node (0: no limit).
+        filter_timeout_seconds: float = 10.0
 
         def validate(self) -> None:
             if not self.binding_timeout_seconds > 0:
                 raise ArgsError("bindingTimeoutSeconds", "must be > 0")
+            if self.filter_timeout_seconds < 0:
+                raise ArgsError("filterTimeoutSeconds", "must be >= 0")
             if self.device_metric and not self.device_id_attributes:
                 raise ArgsError("deviceIdAttributes", "must name at least one attribute when deviceMetric is set")
 
@@ -171,8 +177,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         # Compiled selectors and their results per device live across pods: a device's match changes only with
         # its slice, an expression's program never.
         self.selectors = SelectorCache()
-        self.selector_memo: dict[Any, bool] = {}
-        self._memo_slices = -1
+        self.selector_memo = SelectorMemo()
         self._row_caches: OrderedDict[str, _RowCache] = OrderedDict()
         self._cursor = 0  # where this plugin is in the index's log of node changes
         self._table_key: tuple[int, int, int, int] = (-1, -1, -1, -1)
@@ -244,9 +249,6 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         allocator = None
         if to_allocate:
             index = self.index
-            if index.slices_generation != self._memo_slices:
-                self.selector_memo.clear()  # results are keyed by slice version too; this only bounds memory
-                self._memo_slices = index.slices_generation
             allocator = Allocator(index.allocated_state(), index.classes(), index.slices(), self.selectors,
                                   selector_memo=self.selector_memo, rank=self._rank())
         cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
@@ -292,6 +294,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 state.unavailable.add(i)
             available &= mask
         allocated = np.ones(size, dtype=bool)
+        timed_out = np.zeros(size, dtype=bool)
         if state.allocator is not None:
             cache = state.rows = self._row_cache(state.shape, table)
             candidates = self._candidate_rows(table)
@@ -299,34 +302,45 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             claims = [state.claims[i].claim for i in state.to_allocate]
             try:
                 for row in stale.tolist():
-                    cache.ok[row], cache.results[row] = self._allocate(state.allocator, table, row, claims)
+                    ok, results = self._allocate(state.allocator, table, row, claims)
+                    if ok is None:
+                        timed_out[row] = True
+                        continue  # not kept: the next pod searches this node again
+                    cache.ok[row], cache.results[row] = ok, results
                     cache.values[row] = self._set_value(table, row, cache.results[row])
                     cache.valid[row] = True
             except AllocationError as exc:
                 return Filtered(np.zeros(size, dtype=bool), {}, str(exc))
             allocated = np.zeros(size, dtype=bool)
             allocated[candidates] = cache.ok[candidates]
+            allocated &= ~timed_out
             if self.args.device_metric:
                 cycle.write(DEVICE_SETS, DeviceSets(self.args.device_metric, cache.values))
         reasons: dict[str, BoolArray] = {}
-        if not allocated.all():
-            reasons[ERR_CANNOT_ALLOCATE] = ~allocated
+        if timed_out.any():
+            reasons[ERR_TIMEOUT] = timed_out
+        allocated_or_late = allocated | timed_out
+        if not allocated_or_late.all():
+            reasons[ERR_CANNOT_ALLOCATE] = ~allocated_or_late
         unavailable = allocated & ~available
         if unavailable.any():
             reasons[ERR_NOT_AVAILABLE] = unavailable
         return Filtered(allocated & available, reasons)
 
-    @staticmethod
-    def _allocate(allocator: Allocator, table: NodeTable, row: int,
-                  claims: Sequence[KubeObject]) -> tuple[bool, list[KubeObject] | None]:
+    def _allocate(self, allocator: Allocator, table: NodeTable, row: int,
+                  claims: Sequence[KubeObject]) -> tuple[bool | None, list[KubeObject] | None]:
+        """(fits, its allocation results) on one row; (None, None) when the search ran out of time."""
         record = table.records[row]
         if record is None:
             return False, None
         node = {"metadata": {"name": record.name, "labels": dict(record.labels)}}
+        timeout = self.args.filter_timeout_seconds
         try:
-            results = allocator.allocate(node, claims)
+            results = allocator.allocate(node, claims, deadline=time.monotonic() + timeout if timeout else None)
         except NodeAllocationError:
             return False, None
+        except AllocationTimeout:
+            return None, None
         if results is None or len(results) != len(claims):
             return False, None
         return True, results
