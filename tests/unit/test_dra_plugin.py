@@ -181,6 +181,7 @@ class Rig:
 
 
 def message(rig: Rig, pod: str) -> str:
+    assert rig.scheduler.reporter.wait_idle(10)
     cond = rig.api.pod_scheduled(f"default/{pod}")
     assert cond is not None
     return cond["message"]

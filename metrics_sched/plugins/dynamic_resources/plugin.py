@@ -68,7 +68,14 @@ from metrics_sched.framework import (
     term_mask,
 )
 
-from .allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocationError, SelectorMemo
+from .allocator import (
+    AllocationError,
+    AllocationTimeout,
+    Allocator,
+    NodeAllocationError,
+    SelectorMemo,
+    SliceCache,
+)
 from .cel import SelectorCache
 from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
 from .index import ClaimChange, DraIndex
@@ -178,6 +185,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         # its slice, an expression's program never.
         self.selectors = SelectorCache()
         self.selector_memo = SelectorMemo()
+        self.slice_cache = SliceCache()  # each slice version parsed once (this scheduler's: it ages with its slices)
         self._row_caches: OrderedDict[str, _RowCache] = OrderedDict()
         self._cursor = 0  # where this plugin is in the index's log of node changes
         self._table_key: tuple[int, int, int, int] = (-1, -1, -1, -1)
@@ -250,7 +258,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         if to_allocate:
             index = self.index
             allocator = Allocator(index.allocated_state(), index.classes(), index.slices(), self.selectors,
-                                  selector_memo=self.selector_memo, rank=self._rank())
+                                  selector_memo=self.selector_memo, rank=self._rank(),
+                                  slice_cache=self.slice_cache)
         cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
                                       _shape([found[i].claim for i in to_allocate]) if to_allocate else ""))
         return SUCCESS
