@@ -22,7 +22,7 @@ def test_defaults() -> None:
     assert [r.name for r in profile.enabled("filter")] == [
         "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity",
         "NodeResourcesFit", "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
-        "PodTopologySpread", "InterPodAffinity", "GPUTemperature", "Coscheduling"]
+        "PodTopologySpread", "InterPodAffinity", "DynamicResources", "GPUTemperature", "Coscheduling"]
     # kube-scheduler's default weights for the constraint plugins
     weights = {r.name: r.weight for r in profile.enabled("score")}
     assert weights["InterPodAffinity"] == 2 and weights["PodTopologySpread"] == 2
@@ -52,7 +52,7 @@ def test_enabled_disabled_and_weights_merge_like_kube_scheduler() -> None:
     assert [(r.name, r.weight) for r in profile.enabled("score")] == [
         ("NodeResourcesFit", 5), ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1), ("NodeAffinity", 2),
         ("TaintToleration", 3), ("InterPodAffinity", 2), ("GPUTemperature", 3), ("NodeLoad", 2), ("Cost", 2),
-        ("NodeLabelScore", 2)]
+        ("DynamicResources", 1), ("NodeLabelScore", 2)]
     assert [r.name for r in profile.enabled("filter")] == ["NodeResourcesFit"]
     assert config.leader_election.lease_duration == 20
 
