@@ -11,7 +11,7 @@ its own in its place.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from metrics_sched.plugins.dynamic_resources.cel import quantity as q
@@ -34,6 +34,7 @@ AttributeValue = Any
 # Bounds the activations kept per device: one per distinct set of defaulted domains (selectors naming domains
 # the device lacks); a cluster has few such sets.
 _MAX_ACTIVATIONS = 16
+_PLAIN: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
 def qualified_name(name: str, default_domain: str) -> tuple[str, str]:
@@ -102,12 +103,14 @@ class CelDevice:
             capacity.setdefault(domain, {})[ident] = quantity_message(value_q)
         return cls(driver, attributes, capacity, bool(device.get("allowMultipleAllocations") or False), error)
 
-    def activation(self, env: cel.Env, attribute_domains: Iterable[str] = (),
-                   capacity_domains: Iterable[str] = ()) -> cel.Activation:
+    def activation(self, env: cel.Env, attribute_domains: Collection[str] = (),
+                   capacity_domains: Collection[str] = ()) -> cel.Activation:
         """The variables for one evaluation, with an empty map for each listed domain the device lacks
         (upstream's newStringInterfaceMapWithDefault, see selector.py for which domains get listed)."""
-        key = (frozenset(d for d in attribute_domains if d not in self.attributes),
-               frozenset(d for d in capacity_domains if d not in self.capacity))
+        # Most selectors name only domains the device has: no sets built on that path.
+        key = _PLAIN if not attribute_domains and not capacity_domains else (
+            frozenset(d for d in attribute_domains if d not in self.attributes),
+            frozenset(d for d in capacity_domains if d not in self.capacity))
         thread = threading.current_thread()
         found = self._activations.get(key)
         if found is not None and found[0] is thread:
