@@ -447,17 +447,26 @@ def test_a_device_serves_many_selectors_and_threads() -> None:
     expressions = {f'has(device.attributes["d{i}.example.com"].x) || device.attributes["gpu.nvidia.com"].index == 3':
                    True for i in range(40)}
     expressions['device.attributes["gpu.nvidia.com"].index == 4'] = False
+    # Messages (quantity, semver) handed to Python functions: an activation is bound to the thread that built it.
+    expressions['device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("1Gi"))'] = True
+    expressions['device.attributes["gpu.nvidia.com"].driverVersion.major() == 550'] = True
     failures: list[str] = []
+    device = device_of("gpu.nvidia.com", {"index": {"int": 3}, "driverVersion": {"version": "550.54.15"}},
+                       {"memory": {"value": "80Gi"}})
 
     def work() -> None:
         for _ in range(20):
             for expression, expected in expressions.items():
-                if cache.compile(expression).matches(GPU) is not expected:
-                    failures.append(expression)
+                try:
+                    if cache.compile(expression).matches(device) is not expected:
+                        failures.append(expression)
+                except CelRuntimeError as err:
+                    failures.append(f"{expression}: {err}")
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    work()  # and again in this thread, after the others built the device's activations
     assert failures == []

@@ -2,13 +2,16 @@
 DeviceMatches builds from it), converted once per device and slice version and kept.
 
 The activation (the converted variables the C++ runtime reads) is built lazily and kept per set of defaulted
-domains: building it costs more than evaluating a typical selector.
+domains: building it costs more than evaluating a typical selector. cel-expr-python binds an activation to the
+thread that built it (a message handed from it to a Python function in another thread fails with "No PyCelArena
+found for google::protobuf::Arena"), so each kept activation remembers its thread, and another thread builds
+its own in its place.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from metrics_sched.plugins.dynamic_resources.cel import quantity as q
@@ -31,6 +34,7 @@ AttributeValue = Any
 # Bounds the activations kept per device: one per distinct set of defaulted domains (selectors naming domains
 # the device lacks); a cluster has few such sets.
 _MAX_ACTIVATIONS = 16
+_PLAIN: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
 def qualified_name(name: str, default_domain: str) -> tuple[str, str]:
@@ -72,7 +76,7 @@ class CelDevice:
         # Upstream fails DeviceMatches for every selector when one attribute cannot be converted: the
         # conversion error is kept and raised by each evaluation (a CEL runtime error).
         self.error = error
-        self._activations: dict[tuple[frozenset[str], frozenset[str]], cel.Activation] = {}
+        self._activations: dict[tuple[frozenset[str], frozenset[str]], tuple[threading.Thread, cel.Activation]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -99,15 +103,18 @@ class CelDevice:
             capacity.setdefault(domain, {})[ident] = quantity_message(value_q)
         return cls(driver, attributes, capacity, bool(device.get("allowMultipleAllocations") or False), error)
 
-    def activation(self, env: cel.Env, attribute_domains: Iterable[str] = (),
-                   capacity_domains: Iterable[str] = ()) -> cel.Activation:
+    def activation(self, env: cel.Env, attribute_domains: Collection[str] = (),
+                   capacity_domains: Collection[str] = ()) -> cel.Activation:
         """The variables for one evaluation, with an empty map for each listed domain the device lacks
         (upstream's newStringInterfaceMapWithDefault, see selector.py for which domains get listed)."""
-        key = (frozenset(d for d in attribute_domains if d not in self.attributes),
-               frozenset(d for d in capacity_domains if d not in self.capacity))
+        # Most selectors name only domains the device has: no sets built on that path.
+        key = _PLAIN if not attribute_domains and not capacity_domains else (
+            frozenset(d for d in attribute_domains if d not in self.attributes),
+            frozenset(d for d in capacity_domains if d not in self.capacity))
+        thread = threading.current_thread()
         found = self._activations.get(key)
-        if found is not None:
-            return found
+        if found is not None and found[0] is thread:
+            return found[1]
         attributes: Mapping[str, Mapping[str, AttributeValue]] = self.attributes
         capacity: Mapping[str, Mapping[str, message.Message]] = self.capacity
         if key[0]:
@@ -120,9 +127,9 @@ class CelDevice:
             CAPACITY_VAR: capacity,
         })
         with self._lock:
-            if len(self._activations) >= _MAX_ACTIVATIONS:
+            if key not in self._activations and len(self._activations) >= _MAX_ACTIVATIONS:
                 self._activations.pop(next(iter(self._activations)))
-            self._activations[key] = built
+            self._activations[key] = (thread, built)
         return built
 
     def __repr__(self) -> str:

@@ -113,9 +113,15 @@ def parse_quantity(text: str) -> Fraction:
     if interpreted is None:
         raise QuantityError(_ERR_SUFFIX)
     base, exponent, binary = interpreted
-    # inf.Dec's SetString on the numeric part: digits with at most one dot and at least one digit.
-    digits = value.lstrip("+-")
-    if not digits or digits == "." or digits.count(".") > 1:
+    # Upstream's fast path (an int64 mantissa at a scale of at least nano) reads the scanned digits only; the
+    # slow path parses the numeric text with inf.Dec's SetString, which refuses one without digits ("-.").
+    # So "Ki" and "." are 0 upstream, and ".e-10" is ErrNumeric.
+    if binary:
+        precision = 15 - len(num) - (exponent * 3) // 10 - 1 if not denom else -1
+        fast = precision >= 0 and not denom
+    else:
+        fast = 18 - len(num) - len(denom) >= 0 and exponent - len(denom) >= -9
+    if not fast and not any(c in _DIGITS for c in value):
         raise QuantityError(_ERR_NUMERIC)
     if abs(exponent) > _MAX_EXPONENT:
         raise QuantityError(_ERR_NUMERIC)
