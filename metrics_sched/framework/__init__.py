@@ -30,7 +30,7 @@ from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.batchable import Batchable, BatchScope, Reads, has_only_local_volumes
 from metrics_sched.framework.cluster import ClusterState, Nomination
 from metrics_sched.framework.cluster_index import ApiKind, ClusterIndex, ClusterIndexes, IndexChange
-from metrics_sched.framework.device_sets import DEVICE_SETS, DeviceSets
+from metrics_sched.framework.device_sets import DEVICE_SETS, DRA_EXTENDED_RESOURCES, DeviceSets
 from metrics_sched.framework.cycle_state import (
     BINDING_ANNOTATIONS,
     EXPLANATIONS,
@@ -149,6 +149,7 @@ from metrics_sched.telemetry.devices import DeviceValue
 
 __all__ = [
     "DEVICE_SETS",
+    "DRA_EXTENDED_RESOURCES",
     "DeviceSets",
     "ALL_EVENTS",
     "ANN_BIND_COMPLETED",
