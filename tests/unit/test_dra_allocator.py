@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from metrics_sched.plugins.dynamic_resources.cel import SelectorCache
 
 from metrics_sched.plugins.dynamic_resources.allocator import (
     AllocatedState,
@@ -37,7 +38,6 @@ from metrics_sched.plugins.dynamic_resources.allocator import (
     SharedDeviceID,
 )
 from metrics_sched.plugins.dynamic_resources.allocator.quantity import Quantity
-from metrics_sched.plugins.dynamic_resources.cel import SelectorCache
 from tests.unit.dra_allocator_builders import (
     BOOL_ATTRIBUTE,
     CAPACITY0,
@@ -112,8 +112,8 @@ from tests.unit.dra_allocator_builders import (
     counter_set,
     device,
     device_allocation_result,
-    device_class,
     device_claim_config,
+    device_class,
     device_configuration,
     device_counter_consumption,
     device_request,
@@ -750,25 +750,25 @@ CASES: dict[str, Case] = {
 }
 
 
-def _counter_slice(name: str, pool: Any, driver: str = DRIVER_A, node_selection: Any = NODE1,
-                   **counter_sets: dict[str, str]) -> JSON:
-    """A counter-set slice; keyword names are counter set names with "_" for "-"."""
+def _counter_slice(name: str, pool: Any, counter_sets: dict[str, dict[str, str]], driver: str = DRIVER_A,
+                   node_selection: Any = NODE1) -> JSON:
+    """A slice with counter sets {set name: {counter: quantity}}."""
     return slice_with_counter_sets(name, node_selection, pool, driver,
-                                   *(counter_set(n.replace("_", "-"), c) for n, c in counter_sets.items()))
+                                   *(counter_set(n, c) for n, c in counter_sets.items()))
 
 
-def _consume(name: str, capacity: Any = None, attributes: JSON | None = None, **sets: dict[str, str]) -> Any:
-    """A device consuming counters; keyword names are counter set names with "_" for "-"."""
+def _consume(name: str, sets: dict[str, dict[str, str]], capacity: Any = None, attributes: JSON | None = None) -> Any:
+    """A device consuming counters {set name: {counter: quantity}}."""
     return device(name, capacity, attributes).with_device_counter_consumption(
-        *(device_counter_consumption(n.replace("_", "-"), c) for n, c in sets.items()))
+        *(device_counter_consumption(n, c) for n, c in sets.items()))
 
 
-CS1 = COUNTER_SET1.replace("-", "_")
-CS2 = COUNTER_SET2.replace("-", "_")
+CS1 = COUNTER_SET1
+CS2 = COUNTER_SET2
 
 
 def _three_partitions(memories: tuple[str, str, str] = ("4Gi", "6Gi", "4Gi")) -> list[Any]:
-    return [_consume(d, FROM_COUNTERS, **{CS1: mem(m)}) for d, m in zip((DEVICE1, DEVICE2, DEVICE3), memories,
+    return [_consume(d, {CS1: mem(m)}, FROM_COUNTERS) for d, m in zip((DEVICE1, DEVICE2, DEVICE3), memories,
                                                                         strict=True)]
 
 
@@ -776,8 +776,8 @@ CASES.update({
     "partitionable-devices-single-device": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                                   _consume(DEVICE1, {CS1: mem("4Gi")})),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE1, False))]),
     "partitionable-devices-prioritized-list": Case(
@@ -787,7 +787,7 @@ CASES.update({
                                           sub_request(SUB_REQ1, CLASS_A, 1, capacity_memory_selector("4Gi"))))],
         classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A, *_three_partitions()),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE1, False),
                                   device_allocation_result(REQ1_SUB1, DRIVER_A, POOL1, DEVICE3, False))]),
@@ -795,7 +795,7 @@ CASES.update({
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1), request(REQ1, CLASS_A, 1))],
         classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A, *_three_partitions()),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE1, False),
                                   device_allocation_result(REQ1, DRIVER_A, POOL1, DEVICE3, False))]),
@@ -806,10 +806,10 @@ CASES.update({
                                           sub_request(SUB_REQ1, CLASS_A, 1, capacity_memory_selector("4Gi"))))],
         classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("4Gi"), CS2: {"cpus": "4"}}),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("6Gi"), CS2: {"cpus": "6"}}),
-                                   _consume(DEVICE3, FROM_COUNTERS, **{CS1: mem("4Gi"), CS2: {"cpus": "4"}})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("18Gi"), CS2: {"cpus": "8"}})],
+                                   _consume(DEVICE1, {CS1: mem("4Gi"), CS2: {"cpus": "4"}}, FROM_COUNTERS),
+                                   _consume(DEVICE2, {CS1: mem("6Gi"), CS2: {"cpus": "6"}}, FROM_COUNTERS),
+                                   _consume(DEVICE3, {CS1: mem("4Gi"), CS2: {"cpus": "4"}}, FROM_COUNTERS)),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("18Gi"), CS2: {"cpus": "8"}})],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE1, False),
                                   device_allocation_result(REQ1_SUB1, DRIVER_A, POOL1, DEVICE3, False))]),
@@ -818,14 +818,14 @@ CASES.update({
         classes=[A],
         slices=[slice_with_devices(
             SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-            _consume(DEVICE1, FROM_COUNTERS, **{CS1: {"memory": "4Gi", "cpus": "6"},
-                                                CS2: {"cpus": "4", "memory": "2Gi"}}),
-            _consume(DEVICE2, FROM_COUNTERS, **{CS1: {"memory": "6Gi", "cpus": "4"},
-                                                CS2: {"cpus": "6", "memory": "6Gi"}}),
-            _consume(DEVICE3, FROM_COUNTERS, **{CS1: {"memory": "4Gi", "cpus": "4"},
-                                                CS2: {"cpus": "4", "memory": "4Gi"}})),
-            _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {"cpus": "8", "memory": "18Gi"},
-                                                               CS2: {"cpus": "12", "memory": "18Gi"}})],
+            _consume(DEVICE1, {CS1: {"memory": "4Gi", "cpus": "6"}, CS2: {"cpus": "4", "memory": "2Gi"}},
+                     FROM_COUNTERS),
+            _consume(DEVICE2, {CS1: {"memory": "6Gi", "cpus": "4"}, CS2: {"cpus": "6", "memory": "6Gi"}},
+                     FROM_COUNTERS),
+            _consume(DEVICE3, {CS1: {"memory": "4Gi", "cpus": "4"}, CS2: {"cpus": "4", "memory": "4Gi"}},
+                     FROM_COUNTERS)),
+            _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {"cpus": "8", "memory": "18Gi"},
+                                                             CS2: {"cpus": "12", "memory": "18Gi"}})],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE2, False),
                                   device_allocation_result(REQ1, DRIVER_A, POOL1, DEVICE3, False))]),
@@ -833,15 +833,15 @@ CASES.update({
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1), request(REQ1, CLASS_A, 1))],
         classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: {"cpus": "6", "memory": "4Gi"}}),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: {"cpus": "4", "memory": "6Gi"}}),
-                                   _consume(DEVICE3, FROM_COUNTERS, **{CS1: {"cpus": "4", "memory": "4Gi"}})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {"cpus": "8", "memory": "18Gi"}}),
+                                   _consume(DEVICE1, {CS1: {"cpus": "6", "memory": "4Gi"}}, FROM_COUNTERS),
+                                   _consume(DEVICE2, {CS1: {"cpus": "4", "memory": "6Gi"}}, FROM_COUNTERS),
+                                   _consume(DEVICE3, {CS1: {"cpus": "4", "memory": "4Gi"}}, FROM_COUNTERS)),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {"cpus": "8", "memory": "18Gi"}}),
                 slice_with_devices(SLICE3, NODE1, resource_pool(POOL2, 2), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: {"cpus": "6", "memory": "4Gi"}}),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: {"cpus": "1", "memory": "7Gi"}}),
-                                   _consume(DEVICE3, FROM_COUNTERS, **{CS1: {"cpus": "1", "memory": "7Gi"}})),
-                _counter_slice(SLICE4, resource_pool(POOL2, 2), **{CS1: {"cpus": "8", "memory": "18Gi"}})],
+                                   _consume(DEVICE1, {CS1: {"cpus": "6", "memory": "4Gi"}}, FROM_COUNTERS),
+                                   _consume(DEVICE2, {CS1: {"cpus": "1", "memory": "7Gi"}}, FROM_COUNTERS),
+                                   _consume(DEVICE3, {CS1: {"cpus": "1", "memory": "7Gi"}}, FROM_COUNTERS)),
+                _counter_slice(SLICE4, resource_pool(POOL2, 2), {CS1: {"cpus": "8", "memory": "18Gi"}})],
         allocated_devices=[(DRIVER_A, POOL1, DEVICE2), (DRIVER_A, POOL1, DEVICE3), (DRIVER_A, POOL2, DEVICE1)],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL2, DEVICE2, False),
@@ -849,25 +849,25 @@ CASES.update({
     "partitionable-devices-unused-counters-in-counter-set": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 2))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, **{CS1: mem("5Gi")}), _consume(DEVICE2, **{CS1: mem("4Gi")}),
-                                   _consume(DEVICE3, **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {"memory": "8Gi", "unused": "1Gi"}})],
+                                   _consume(DEVICE1, {CS1: mem("5Gi")}), _consume(DEVICE2, {CS1: mem("4Gi")}),
+                                   _consume(DEVICE3, {CS1: mem("4Gi")})),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {"memory": "8Gi", "unused": "1Gi"}})],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE2, False),
                                   device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE3, False))]),
     "partitionable-devices-no-capacity-available": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("4Gi")}),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("16Gi")})),
-                _counter_slice(SLICE2, POOL1, **{CS1: mem("18Gi")})],
+                                   _consume(DEVICE1, {CS1: mem("4Gi")}, FROM_COUNTERS),
+                                   _consume(DEVICE2, {CS1: mem("16Gi")}, FROM_COUNTERS)),
+                _counter_slice(SLICE2, POOL1, {CS1: mem("18Gi")})],
         allocated_devices=[(DRIVER_A, POOL1, DEVICE2)], node=N1),
     "partitionable-devices-overallocated-capacity-pool": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("4Gi")}),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("20Gi")})),
-                _counter_slice(SLICE2, POOL1, **{CS1: mem("18Gi")})],
+                                   _consume(DEVICE1, {CS1: mem("4Gi")}, FROM_COUNTERS),
+                                   _consume(DEVICE2, {CS1: mem("20Gi")}, FROM_COUNTERS)),
+                _counter_slice(SLICE2, POOL1, {CS1: mem("18Gi")})],
         allocated_devices=[(DRIVER_A, POOL1, DEVICE2)], node=N1),
     "partitionable-devices-per-device-node-selection-nodename": Case(
         claims=[claim(CLAIM0).with_requests(request_with_prioritized_list(
@@ -875,19 +875,19 @@ CASES.update({
             sub_request(SUB_REQ1, CLASS_A, 1, capacity_memory_selector("4Gi"))))],
         classes=[A],
         slices=[slice_with_devices(SLICE1, NODE_SELECTION_PER_DEVICE, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("4Gi")}).with_node_selection(NODE1),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("6Gi")}).with_node_selection(NODE2)),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), node_selection=NODE_SELECTION_PER_DEVICE,
-                               **{CS1: mem("18Gi")})],
+                                   _consume(DEVICE1, {CS1: mem("4Gi")}, FROM_COUNTERS).with_node_selection(NODE1),
+                                   _consume(DEVICE2, {CS1: mem("6Gi")}, FROM_COUNTERS).with_node_selection(NODE2)),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("18Gi")},
+                               node_selection=NODE_SELECTION_PER_DEVICE)],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0_SUB1, DRIVER_A, POOL1, DEVICE1, False))]),
     "partitionable-devices-per-device-node-selection-node-selector": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE_SELECTION_PER_DEVICE, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("4Gi")}).with_node_selection(
+                                   _consume(DEVICE1, {CS1: mem("4Gi")}, FROM_COUNTERS).with_node_selection(
                                        node_label_selector(REGION_KEY, REGION1))),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), node_selection=NODE_SELECTION_PER_DEVICE,
-                               **{CS1: mem("18Gi")})],
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("18Gi")},
+                               node_selection=NODE_SELECTION_PER_DEVICE)],
         node=N1,
         expect=[allocation_result(node_label_selector(REGION_KEY, REGION1),
                                   device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE1, False))]),
@@ -895,17 +895,17 @@ CASES.update({
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 3), request(REQ1, CLASS_B, 3))],
         classes=[A, B],
         slices=[slice_with_devices(SLICE1, NODE_SELECTION_PER_DEVICE, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("4Gi")}).with_node_selection(
+                                   _consume(DEVICE1, {CS1: mem("4Gi")}, FROM_COUNTERS).with_node_selection(
                                        node_label_selector(REGION_KEY, REGION1)),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("4Gi")}).with_node_selection(NODE1),
-                                   _consume(DEVICE3, FROM_COUNTERS, **{CS1: mem("4Gi")}).with_node_selection(
+                                   _consume(DEVICE2, {CS1: mem("4Gi")}, FROM_COUNTERS).with_node_selection(NODE1),
+                                   _consume(DEVICE3, {CS1: mem("4Gi")}, FROM_COUNTERS).with_node_selection(
                                        NODE_SELECTION_ALL)),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), node_selection=NODE_SELECTION_PER_DEVICE,
-                               **{CS1: mem("18Gi")}),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("18Gi")},
+                               node_selection=NODE_SELECTION_PER_DEVICE),
                 slice_with_devices(SLICE3, NODE1, resource_pool(POOL2, 2), DRIVER_B,
-                                   *(_consume(d, FROM_COUNTERS, **{CS2: mem("4Gi")})
+                                   *(_consume(d, {CS2: mem("4Gi")}, FROM_COUNTERS)
                                      for d in (DEVICE1, DEVICE2, DEVICE3))),
-                _counter_slice(SLICE4, resource_pool(POOL2, 2), driver=DRIVER_B, **{CS2: mem("12Gi")})],
+                _counter_slice(SLICE4, resource_pool(POOL2, 2), {CS2: mem("12Gi")}, driver=DRIVER_B)],
         node=N1,
         expect=[allocation_result(LOCAL1, *(device_allocation_result(REQ0, DRIVER_A, POOL1, d, False)
                                             for d in (DEVICE1, DEVICE2, DEVICE3)),
@@ -986,8 +986,8 @@ def _generation_claim() -> Claim:
         .with_allocation_mode("All")))
 
 
-def _binding(name: str, conditions: list[str], failures: list[str], **sets: dict[str, str]) -> Any:
-    return _consume(name, FROM_COUNTERS, **sets).with_binding_conditions(conditions, failures)
+def _binding(name: str, conditions: list[str], failures: list[str], sets: dict[str, dict[str, str]]) -> Any:
+    return _consume(name, sets, FROM_COUNTERS).with_binding_conditions(conditions, failures)
 
 
 def _with_bc(req: str, pool: str, dev: str, conditions: list[str] | None, failures: list[str] | None,
@@ -1040,13 +1040,13 @@ CASES.update({
             REQ1, CLASS_A, 1, cel_selector(f'device.attributes["{DRIVER_A}"].special')))],
         classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, None, attrs(special=True), **{CS1: {"cpu1": "1"},
-                                                                                   CS2: {"mem": "10Gi"}}),
-                                   _consume(DEVICE2, None, attrs(special=False), **{CS1: {"cpu2": "1"},
-                                                                                    CS2: {"mem": "10Gi"}}),
-                                   _consume(DEVICE3, None, attrs(special=False), **{CS1: {"cpu3": "1"},
-                                                                                    CS2: {"mem": "10Gi"}})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {"cpu1": "1", "cpu2": "1", "cpu3": "1"},
+                                   _consume(DEVICE1, {CS1: {"cpu1": "1"}, CS2: {"mem": "10Gi"}}, None,
+                                            attrs(special=True)),
+                                   _consume(DEVICE2, {CS1: {"cpu2": "1"}, CS2: {"mem": "10Gi"}}, None,
+                                            attrs(special=False)),
+                                   _consume(DEVICE3, {CS1: {"cpu3": "1"}, CS2: {"mem": "10Gi"}}, None,
+                                            attrs(special=False))),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {"cpu1": "1", "cpu2": "1", "cpu3": "1"},
                                                                    CS2: {"mem": "30Gi"}})],
         node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0, DRIVER_A, POOL1, DEVICE2, False),
@@ -1112,26 +1112,26 @@ CASES.update({
     "partitionable-devices-with-binding-conditions": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], {CS1: mem("4Gi")})),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, _with_bc(REQ0, POOL1, DEVICE1, ["IsPrepare"], ["BindingFailed"]))]),
     "partitionable-devices-with-binding-conditions-multiple": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 2))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], **{CS1: mem("4Gi")}),
-                                   _binding(DEVICE2, ["IsPrepare2"], ["BindingFailed2"], **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], {CS1: mem("4Gi")}),
+                                   _binding(DEVICE2, ["IsPrepare2"], ["BindingFailed2"], {CS1: mem("4Gi")})),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, _with_bc(REQ0, POOL1, DEVICE1, ["IsPrepare"], ["BindingFailed"]),
                                   _with_bc(REQ0, POOL1, DEVICE2, ["IsPrepare2"], ["BindingFailed2"]))]),
     "partitionable-devices-with-binding-conditions-some-devices-no-conditions": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 3))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], **{CS1: mem("2Gi")}),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("2Gi")}),
-                                   _binding(DEVICE3, ["IsReady"], ["BindingTimeout"], **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], {CS1: mem("2Gi")}),
+                                   _consume(DEVICE2, {CS1: mem("2Gi")}, FROM_COUNTERS),
+                                   _binding(DEVICE3, ["IsReady"], ["BindingTimeout"], {CS1: mem("4Gi")})),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, _with_bc(REQ0, POOL1, DEVICE1, ["IsPrepare"], ["BindingFailed"]),
                                   _with_bc(REQ0, POOL1, DEVICE2, None, None),
@@ -1139,31 +1139,31 @@ CASES.update({
     "partitionable-devices-with-binding-conditions-multi-slices": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 2))], classes=[A],
         slices=[slice_with_devices(SLICE4, NODE1, resource_pool(POOL1, 4), DRIVER_A,
-                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE3, resource_pool(POOL1, 4), **{CS1: mem("8Gi")}),
+                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], {CS1: mem("4Gi")})),
+                _counter_slice(SLICE3, resource_pool(POOL1, 4), {CS1: mem("8Gi")}),
                 slice_with_devices(SLICE2, NODE1, resource_pool(POOL1, 4), DRIVER_A,
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS2: mem("4Gi")})),
-                _counter_slice(SLICE1, resource_pool(POOL1, 4), **{CS2: mem("8Gi")})],
+                                   _consume(DEVICE2, {CS2: mem("4Gi")}, FROM_COUNTERS)),
+                _counter_slice(SLICE1, resource_pool(POOL1, 4), {CS2: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, _with_bc(REQ0, POOL1, DEVICE2, None, None),
                                   _with_bc(REQ0, POOL1, DEVICE1, ["IsPrepare"], ["BindingFailed"]))]),
     "partitionable-devices-with-binding-conditions-and-taints": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 2))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A,
-                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], **{CS1: mem("4Gi")})
+                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], {CS1: mem("4Gi")})
                                    .with_taints(taint("key1", "value1", "NoSchedule")),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE2, POOL1, **{CS1: mem("8Gi")})],
+                                   _consume(DEVICE2, {CS1: mem("4Gi")}, FROM_COUNTERS)),
+                _counter_slice(SLICE2, POOL1, {CS1: mem("8Gi")})],
         node=N1),
     "partitionable-devices-with-binding-conditions-and-taints-tolerated": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 2)).with_tolerations(
             TOLERATION_NO_SCHEDULE_KEY1)],
         classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], **{CS1: mem("4Gi")})
+                                   _binding(DEVICE1, ["IsPrepare"], ["BindingFailed"], {CS1: mem("4Gi")})
                                    .with_taints(taint("key1", "value1", "NoSchedule")),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("4Gi")})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                                   _consume(DEVICE2, {CS1: mem("4Gi")}, FROM_COUNTERS)),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, _with_bc(REQ0, POOL1, DEVICE1, ["IsPrepare"], ["BindingFailed"],
                                                    TOLERATION_NO_SCHEDULE_KEY1),
@@ -1183,6 +1183,7 @@ def _all_cap_claim(quantity: str) -> Claim:
     return claim(CLAIM0).with_requests(all_device_request(REQ0, CLASS_A).with_capacity_request(quantity))
 
 
+_BOOL_SELECTOR = cel_selector(f'device.attributes["{DRIVER_A}"].boolAttribute')
 MULTI_A = class_with_allow_multiple_allocations(CLASS_A, DRIVER_A, True)
 DEDICATED_A = class_with_allow_multiple_allocations(CLASS_A, DRIVER_A, False)
 
@@ -1365,7 +1366,7 @@ CASES.update({
         classes=[MULTI_A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
                                    *(d.with_allow_multiple_allocations() for d in _three_partitions())),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: mem("8Gi")})],
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: mem("8Gi")})],
         node=N1,
         expect=[allocation_result(LOCAL1, _shared(REQ0, DEVICE1, {"memory": "4Gi"}),
                                   _shared(REQ1_SUB1, DEVICE3, {"memory": "4Gi"}))]),
@@ -1376,11 +1377,11 @@ CASES.update({
         allocated_shared=[(DRIVER_A, POOL1, DEVICE1, FIXED_SHARE_ID)],
         allocated_capacity={(DRIVER_A, POOL1, DEVICE1): {CAPACITY0: ONE}},
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, attrs(mode="a"), **{CS1: {CAPACITY0: ONE}})
+                                   _consume(DEVICE1, {CS1: {CAPACITY0: ONE}}, FROM_COUNTERS, attrs(mode="a"))
                                    .with_allow_multiple_allocations(),
-                                   _consume(DEVICE2, FROM_COUNTERS, attrs(mode="b"), **{CS1: {CAPACITY0: ONE}})
+                                   _consume(DEVICE2, {CS1: {CAPACITY0: ONE}}, FROM_COUNTERS, attrs(mode="b"))
                                    .with_allow_multiple_allocations()),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {CAPACITY0: ONE}})],
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {CAPACITY0: ONE}})],
         node=N1),
     # PrioritizedList, PartitionableDevices and ConsumableCapacity together: the counter sets (4, 8) allow either
     # [device1, device3] or [device2]; capacity-1 is consumed by the range policy (2, 2, 4). req0 gets device1,
@@ -1401,10 +1402,10 @@ CASES.update({
         classes=[A],
         slices=[slice_with_devices(
             SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-            *(_consume(d, FROM_COUNTERS, **{CS1: {CAPACITY0: c0}, CS2: {CAPACITY1: FOUR}})
+            *(_consume(d, {CS1: {CAPACITY0: c0}, CS2: {CAPACITY1: FOUR}}, FROM_COUNTERS)
               .with_allow_multiple_allocations().with_capacity_request_policy_range({CAPACITY1: FOUR})
               for d, c0 in ((DEVICE1, TWO), (DEVICE2, FOUR), (DEVICE3, TWO)))),
-            _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {CAPACITY0: FOUR}, CS2: {CAPACITY1: "8"}})],
+            _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {CAPACITY0: FOUR}, CS2: {CAPACITY1: "8"}})],
         node=N1,
         expect=[allocation_result(LOCAL1, _shared(REQ0, DEVICE1, {CAPACITY0: ONE, CAPACITY1: TWO}),
                                   _shared(REQ2, DEVICE3, {CAPACITY0: TWO, CAPACITY1: TWO}),
@@ -1437,8 +1438,8 @@ CASES.update({
     "with-distinct-constraints-with-subrequests": Case(
         claims=[claim(CLAIM0).with_constraints({"distinctAttribute": BOOL_ATTRIBUTE, "requests": [REQ0, REQ1]})
                 .with_requests(*(request_with_prioritized_list(
-                    r, sub_request(SUB_REQ0, CLASS_A, 1, cel_selector(f'device.attributes["{DRIVER_A}"].boolAttribute')),
-                    sub_request(SUB_REQ1, CLASS_A, 1)) for r in (REQ0, REQ1, REQ2)))],
+                    r, sub_request(SUB_REQ0, CLASS_A, 1, _BOOL_SELECTOR), sub_request(SUB_REQ1, CLASS_A, 1))
+                    for r in (REQ0, REQ1, REQ2)))],
         classes=[A],
         slices=_one_slice(_multi(DEVICE1, None, attrs(boolAttribute=True)),
                           _multi(DEVICE2, None, attrs(boolAttribute=False))),
@@ -1520,46 +1521,46 @@ CASES.update({
     "partitionable-devices-same-counter-set-name-in-different-resource-slices": Case(
         claims=[claim(CLAIM0).with_requests(device_request(REQ0, CLASS_A, 1))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 4), DRIVER_A, device(DEVICE1)),
-                _counter_slice(SLICE2, resource_pool(POOL1, 4), **{CS1: {}}),
+                _counter_slice(SLICE2, resource_pool(POOL1, 4), {CS1: {}}),
                 slice_with_devices(SLICE3, NODE1, resource_pool(POOL1, 4), DRIVER_A, device(DEVICE2)),
-                _counter_slice(SLICE4, resource_pool(POOL1, 4), **{CS1: {}})],
+                _counter_slice(SLICE4, resource_pool(POOL1, 4), {CS1: {}})],
         node=N1, error="invalid resource pools were encountered", node_error=True),
     "partitionable-devices-device-counter-consumption-references-unknown-counter-set": Case(
         claims=[claim(CLAIM0).with_requests(device_request(REQ0, CLASS_A, 1))], classes=[A],
-        slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A, _consume(DEVICE1, **{CS2: {}})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {}})],
+        slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A, _consume(DEVICE1, {CS2: {}})),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {}})],
         node=N1, error="invalid resource pools were encountered", node_error=True),
     "partitionable-devices-device-counter-consumption-references-unknown-counter-in-counter-set": Case(
         claims=[claim(CLAIM0).with_requests(device_request(REQ0, CLASS_A, 1))], classes=[A],
         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                   _consume(DEVICE1, **{CS1: mem("8Gi")})),
-                _counter_slice(SLICE2, resource_pool(POOL1, 2), **{CS1: {"other-memory": "8Gi"}})],
+                                   _consume(DEVICE1, {CS1: mem("8Gi")})),
+                _counter_slice(SLICE2, resource_pool(POOL1, 2), {CS1: {"other-memory": "8Gi"}})],
         node=N1, error="invalid resource pools were encountered", node_error=True),
     "partitionable-devices-device-counter-consumption-references-counter-set-in-other-pool": Case(
         claims=[claim(CLAIM0).with_requests(device_request(REQ0, CLASS_A, 1))], classes=[A],
-        slices=[slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, _consume(DEVICE1, **{CS1: mem("8Gi")})),
-                _counter_slice(SLICE2, POOL2, **{CS1: mem("8Gi")})],
+        slices=[slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, _consume(DEVICE1, {CS1: mem("8Gi")})),
+                _counter_slice(SLICE2, POOL2, {CS1: mem("8Gi")})],
         node=N1, error="invalid resource pools were encountered", node_error=True),
     "partitionable-devices-devices-on-different-nodes-consume-same-counter-set": Case(
         claims=[claim(CLAIM0).with_requests(request_with_prioritized_list(
             REQ0, sub_request(SUB_REQ0, CLASS_A, 1, capacity_memory_selector("6Gi")),
             sub_request(SUB_REQ1, CLASS_A, 1, capacity_memory_selector("2Gi"))))],
         classes=[A],
-        slices=[_counter_slice(SLICE1, resource_pool(POOL1, 3), **{CS1: mem("8Gi")}),
+        slices=[_counter_slice(SLICE1, resource_pool(POOL1, 3), {CS1: mem("8Gi")}),
                 slice_with_devices(SLICE2, NODE1, resource_pool(POOL1, 3), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("6Gi")}),
-                                   _consume(DEVICE2, FROM_COUNTERS, **{CS1: mem("2Gi")})),
+                                   _consume(DEVICE1, {CS1: mem("6Gi")}, FROM_COUNTERS),
+                                   _consume(DEVICE2, {CS1: mem("2Gi")}, FROM_COUNTERS)),
                 slice_with_devices(SLICE3, NODE2, resource_pool(POOL1, 3), DRIVER_A,
-                                   _consume(DEVICE3, **{CS1: mem("6Gi")}))],
+                                   _consume(DEVICE3, {CS1: mem("6Gi")}))],
         allocated_devices=[(DRIVER_A, POOL1, DEVICE3)], node=N1,
         expect=[allocation_result(LOCAL1, device_allocation_result(REQ0_SUB1, DRIVER_A, POOL1, DEVICE2, False))]),
     "partitionable-devices-validation-error-on-non-targeting-slice": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))], classes=[A],
-        slices=[_counter_slice(SLICE1, resource_pool(POOL1, 3), **{CS1: mem("8Gi")}),
+        slices=[_counter_slice(SLICE1, resource_pool(POOL1, 3), {CS1: mem("8Gi")}),
                 slice_with_devices(SLICE2, NODE1, resource_pool(POOL1, 3), DRIVER_A,
-                                   _consume(DEVICE1, FROM_COUNTERS, **{CS1: mem("6Gi")})),
+                                   _consume(DEVICE1, {CS1: mem("6Gi")}, FROM_COUNTERS)),
                 slice_with_devices(SLICE3, NODE2, resource_pool(POOL1, 3), DRIVER_A,
-                                   _consume(DEVICE3, **{CS2: mem("6Gi")}))],
+                                   _consume(DEVICE3, {CS2: mem("6Gi")}))],
         node=N1, error="invalid resource pools were encountered", node_error=True),
     "different-resourceslices-in-pool-can-target-different-nodes": Case(
         claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))], classes=[A],
@@ -1748,5 +1749,5 @@ def test_allocator_interrupt_deadline() -> None:
     """allocator_testing.go TestAllocator "interrupt"/deadline (and /timeout): a deadline already passed stops
     the search with upstream's text; the plugin maps it to "timed out trying to allocate devices"."""
     allocator, claims = _interrupt_case()
-    with pytest.raises(AllocationTimeout, match="^filter operation aborted: context deadline exceeded$"):
+    with pytest.raises(AllocationTimeout, match=r"^filter operation aborted: context deadline exceeded$"):
         allocator.allocate(N1, claims, deadline=time.monotonic() - 1)

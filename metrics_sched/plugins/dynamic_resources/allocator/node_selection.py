@@ -37,13 +37,15 @@ def _label_key_error(key: str) -> str | None:
     if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
         return "prefix part must be a lowercase RFC 1123 subdomain"
     if not name or len(name) > 63 or not _NAME.match(name):
-        return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+        return ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character")
     return None
 
 
 def _label_value_error(value: str) -> str | None:
     if value and (len(value) > 63 or not _NAME.match(value)):
-        return "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+        return ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+                "must start and end with an alphanumeric character")
     return None
 
 
@@ -126,7 +128,8 @@ def _parse_expressions(exprs: Sequence[Mapping[str, Any]], path: str) -> tuple[l
                 errors.append(f"{p}.values: Required value: for 'Gt', 'Lt' operators, exactly one value is required")
                 continue
             if parsed is None:
-                errors.append(f"{p}.values[0]: Invalid value: \"{values[0]}\": for 'Gt', 'Lt' operators, the value must be an integer")
+                errors.append(f"{p}.values[0]: Invalid value: \"{values[0]}\": for 'Gt', 'Lt' operators, the "
+                              "value must be an integer")
                 continue
             bound = parsed
         bad = next((v for v in values if _label_value_error(v) is not None), None)

@@ -50,7 +50,8 @@ class Quantity:
         raw = str(text).strip()
         match = _SYNTAX.match(raw)
         if match is None:
-            raise QuantityError(f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {raw!r}")
+            raise QuantityError(f"quantities must match the regular expression "
+                                f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {raw!r}")
         number, suffix = match.groups()
         if suffix in _BINARY:
             fmt, scaled = BINARY_SI, Decimal(number) * (Decimal(2) ** _BINARY[suffix])

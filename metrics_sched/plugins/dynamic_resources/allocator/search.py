@@ -387,11 +387,10 @@ class Search:
             return device.fits_unrequested is True
         return request_fits(current, spec.capacity_requests, device.capacities, allocating) is True
 
-    def _taint_prevents(self, device: DeviceInfo, spec: RequestSpec) -> bool:
-        for taint in device.blocking_taints:
-            if not any(_tolerates(t, taint) for t in spec.tolerations):
-                return True
-        return False
+    @staticmethod
+    def _taint_prevents(device: DeviceInfo, spec: RequestSpec) -> bool:
+        """A NoSchedule or NoExecute taint no toleration of the request tolerates (admin access included)."""
+        return any(not any(_tolerates(t, taint) for t in spec.tolerations) for taint in device.blocking_taints)
 
     # -- allocateDevice ------------------------------------------------------------------------------------------
 
@@ -510,9 +509,9 @@ class Search:
             for name, value in counters.items():
                 taken[name] = taken.get(name, 0) + value
         for set_name, counters in available.items():
-            taken = consumed.get(set_name)
+            used = consumed.get(set_name) or {}
             for name, value in counters.items():
-                if value < (taken.get(name, 0) if taken else 0):
+                if value < used.get(name, 0):
                     self._give_back_counters(candidate)
                     return False
         return True
