@@ -13,16 +13,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from metrics_sched.plugins.dynamic_resources.allocator.capacity import DeviceCapacity, parse_capacities, request_fits
 from metrics_sched.plugins.dynamic_resources.allocator.node_selection import ParsedNodeSelector, parse_node_selector
 from metrics_sched.plugins.dynamic_resources.allocator.quantity import Quantity
 from metrics_sched.plugins.dynamic_resources.allocator.state import DeviceID
 from metrics_sched.plugins.dynamic_resources.cel import CelDevice
-
-if TYPE_CHECKING:
-    from metrics_sched.plugins.dynamic_resources.allocator.pools import Pool
 
 __all__ = ["CounterSet", "DeviceInfo", "SliceCache", "SliceInfo", "compile_slice"]
 
@@ -75,7 +72,9 @@ class SliceInfo:
     shared_counters: tuple[CounterSet, ...]
     devices: tuple[DeviceInfo, ...]
     has_binding_conditions: bool  # some device has bindingConditions (not nil)
-    solo_pool: Pool | None = None  # the pool this slice forms alone (resourceSliceCount 1), built on first use
+    # The pools.Pool this slice forms alone (resourceSliceCount 1), built on first use; typed loosely so that
+    # this module does not import pools (which imports it).
+    solo_pool: Any = None
 
 
 def _counters(raw: Mapping[str, Any] | None) -> dict[str, int]:

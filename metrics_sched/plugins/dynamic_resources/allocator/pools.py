@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from metrics_sched.plugins.dynamic_resources.allocator.devices import DeviceInfo, SliceInfo
 from metrics_sched.plugins.dynamic_resources.allocator.errors import AllocationError
@@ -151,7 +151,7 @@ def gather_pools(slices_for_node: Sequence[SliceInfo], node_name: str, labels: M
             if len(group) == 1:
                 # A pool of one slice (the common node-local case) depends on that slice alone: built once per
                 # slice version and shared by every pod (the search never changes a pool).
-                pool = first.solo_pool
+                pool = cast(Pool | None, first.solo_pool)
                 if pool is None:
                     pool = first.solo_pool = _build_pool(driver, pool_name, group, None)
             else:
