@@ -456,3 +456,27 @@ def test_requests_and_mappings_follow_upstreams_naming_and_init_container_reuse(
     assert mappings == [
         {"containerName": "main", "resourceName": gpu, "requestName": "container-1-request-1"},
         {"containerName": "init", "resourceName": gpu, "requestName": "container-1-request-1"}]
+
+
+def test_first_available_prefers_the_node_that_gives_the_first_subrequest() -> None:
+    """Score (dynamicresources.go): 8 - index of the subrequest chosen, normalised with the highest at 100; n1 has
+    only the second choice, n2 the first, so n2 scores 100 and n1 0 and the pod goes to n2."""
+    rig = Rig(("n1", "n2"))
+    rig.add(SLICES, gpu_slice("n1", 1, attrs=lambda i: {"model": {"string": "small"}}))
+    rig.add(SLICES, gpu_slice("n2", 1, attrs=lambda i: {"model": {"string": "big"}}))
+    rig.add(CLASSES, device_class())
+    body = claim("c")
+    body["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1,
+         "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].model == "big"'}}]},
+        {"name": "small", "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}]}]  # API defaults
+    rig.claims.put(body)
+    outcome = rig.schedule(claim_pod("p", "c"))
+    assert outcome is not None and outcome.node == "n2"
+    [term] = [t for t in outcome.terms if t.plugin == "DynamicResources"]
+    rows = {rig.scheduler.state.table.name(int(r)): i for i, r in enumerate(outcome.feasible_rows.tolist())}
+    assert term.raw[rows["n2"]] == 8 and term.raw[rows["n1"]] == 7
+    assert term.normalized[rows["n2"]] == 100
+    drain(rig.scheduler, rig.api)
+    result = rig.claims.claims[("default", "c")]["status"]["allocation"]["devices"]["results"]
+    assert [r["request"] for r in result] == ["gpu/big"]

@@ -40,6 +40,8 @@ from metrics_sched.framework import (
     SUCCESS,
     ApiError,
     ArgsError,
+    Batchable,
+    BatchScope,
     BoolArray,
     ClusterEvent,
     Code,
@@ -53,6 +55,7 @@ from metrics_sched.framework import (
     IntArray,
     KubeObject,
     NodeTable,
+    Normalized,
     PodInfo,
     PostFilterPlugin,
     PostFilterResult,
@@ -61,6 +64,7 @@ from metrics_sched.framework import (
     PreFilterPlugin,
     PreScorePlugin,
     QueueingHint,
+    Reads,
     ReservePlugin,
     ScorePlugin,
     StateKey,
@@ -176,9 +180,10 @@ def _now() -> str:
 
 
 class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilterPlugin, PreScorePlugin,
-                       ScorePlugin, ReservePlugin, PreBindPlugin):
+                       ScorePlugin, ReservePlugin, PreBindPlugin, Batchable):
     name = "DynamicResources"
     indexes = (DraIndex,)
+    normalized = Normalized.COMPLETE  # max_normalize: 0-100 on every row
     # Its reasons are UnschedulableAndUnresolvable upstream: removing pods does not free devices (their claims
     # are deallocated by the controller afterwards, and that event requeues the pod).
     resolvable_reasons: ClassVar[frozenset[str]] = frozenset()
@@ -219,6 +224,13 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         self._candidates: tuple[tuple[int, int], IntArray] = ((-1, -1), np.zeros(0, dtype=np.int64))
         self._device_ids: tuple[int, dict[tuple[str, str, str], str]] = (-1, {})
         self._extended_classes: tuple[int, dict[str, str]] = (-1, {})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """A pod with claims (or DRA-backed extended resources) is never batched: its allocation on a node depends
+        on every claim in the cluster. Any other pod: the plugin skips it."""
+        if (pod.raw.get("spec") or {}).get("resourceClaims") or self._extended(pod):
+            return None
+        return BatchScope(Reads.NONE)
 
     # -- queueing ------------------------------------------------------------------------------------
     def events_to_register(self) -> list[EventHint]:
