@@ -54,7 +54,8 @@ _NO_DEVICES: Mapping[str, DeviceValue] = MappingProxyType({})
 
 class DeviceValues(MetricValues[DeviceKey]):
     """One metric's per-device values, with each node's devices (node -> device id -> slot: the bulk read, and
-    freeing a node's devices) and when each key last appeared in an answer (`seen`, valid value or not)."""
+    freeing a node's devices) and when each key last appeared in an answer (`seen`, valid value or not; +inf for a
+    free slot)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,7 +65,7 @@ class DeviceValues(MetricValues[DeviceKey]):
     def _grow(self, needed: int) -> None:
         super()._grow(needed)
         if len(self.seen) < len(self.value):
-            seen = np.full(len(self.value), -np.inf)
+            seen = np.full(len(self.value), np.inf)  # +inf: never due for a sweep (a free slot has nothing to free)
             seen[: len(self.seen)] = self.seen
             self.seen = seen
 
@@ -86,7 +87,7 @@ class DeviceValues(MetricValues[DeviceKey]):
         keys = list(keys)
         for node, device in keys:
             devices = self.by_node[node]
-            self.seen[devices.pop(device)] = -np.inf
+            self.seen[devices.pop(device)] = np.inf
             if not devices:
                 del self.by_node[node]
         super().free(keys)
@@ -166,11 +167,9 @@ class DeviceStore:
             stale = np.flatnonzero(now - store.seen[: store.size] > ttl)
             if stale.size:
                 keys = store.keys
-                gone = [key for key in (keys[slot] for slot in stale.tolist()) if key is not None]
-                if gone:
-                    store.free(gone)
-                    self._changed(metric)
-                    changed.add(metric)
+                store.free([key for key in (keys[slot] for slot in stale.tolist()) if key is not None])
+                self._changed(metric)
+                changed.add(metric)
         return changed
 
     # -- bookkeeping (under the cache's lock) --------------------------------------------------------------------
