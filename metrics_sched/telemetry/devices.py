@@ -43,10 +43,16 @@ ContractOf = Callable[[str], FreshnessContract]
 
 
 class DeviceValue(NamedTuple):
-    """A device's fresh value and its age (seconds since it was measured, on the scheduler's clock)."""
+    """A device's fresh value and when it was measured (observed_at: unix seconds on the scheduler's clock, the
+    sample's stamp clamped to its fetch, as MetricColumn.observed_at: what evidence and the in-flight ledger key
+    on). A time rather than an age, so that the mapping holding it stays valid, unchanged, while time passes."""
 
     value: float
-    age: float
+    observed_at: float
+
+    def age(self, now: float) -> float:
+        """Seconds since it was measured (`now` from the same clock: MetricReader.clock)."""
+        return now - self.observed_at
 
 
 _NO_DEVICES: Mapping[str, DeviceValue] = MappingProxyType({})
@@ -225,8 +231,8 @@ class DeviceStore:
 
     # -- the read on the scheduling path --------------------------------------------------------------------------
     def values(self, metric: str, node: str, now: float, contract: ContractOf) -> Mapping[str, DeviceValue]:
-        """The node's devices with a fresh value of `metric`: device id -> (value, age). The same mapping object
-        while nothing changed and none of them expired (ages are as of when it was built, at most until then)."""
+        """The node's devices with a fresh value of `metric`: device id -> (value, observed_at). The same mapping
+        object while nothing changed and none of them expired."""
         generation = self.generation.get(metric, 0)
         views = self._views.get(metric)
         if views is None or views.generation != generation:
@@ -255,7 +261,6 @@ class DeviceStore:
         if fresh.any():
             expires = np.minimum(observed + c.max_age, fetched + c.ttl)
             soonest = float(expires[fresh].min())
-            ages = now - observed
             for i in np.flatnonzero(fresh).tolist():
-                out[names[i]] = DeviceValue(float(value[i]), float(ages[i]))
+                out[names[i]] = DeviceValue(float(value[i]), float(observed[i]))
         return _NodeView(MappingProxyType(out) if out else _NO_DEVICES, now, soonest)
