@@ -22,7 +22,7 @@ from devcluster.nodes import node_ip
 from tests.e2e import kube
 from tests.e2e.pools import POOL_LABEL, in_pool
 from tests.e2e.scheduler_proc import SchedulerProcess, schedulers
-from tests.e2e.telemetry_setup import telemetry_config, values
+from tests.e2e.telemetry_setup import decisions, telemetry_config, values
 from tests.e2e.test_telemetry_devices import uuids_of
 
 pytestmark = pytest.mark.e2e
@@ -155,6 +155,10 @@ def test_a_four_gpu_claim_lands_where_four_cool_gpus_are(
     pod = _bound(api, namespace, "four")
     assert pod["spec"]["nodeName"] == nodes["four-cool"].name
     assert _gpus(api, namespace, pod) == [1, 3, 5, 7]
+    # /decisions says which devices, with each one's own temperature.
+    [record] = [d for d in decisions(scheduler[1], f"{namespace}/four") if d.get("node")]
+    [note] = [n for n in record["notes"] if "devices" in n]
+    assert all(f"(gpu_temperature {t:g})" in note for t in (50.0, 51.0, 52.0, 53.0)), note
 
 
 def test_two_pods_race_for_the_last_device_and_a_deleted_pod_frees_it(

@@ -510,6 +510,16 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
         return rank
 
+    def _described(self, node: str, device: Mapping[str, Any]) -> str:
+        """driver/pool/device, with its own telemetry value when it has one (explain, the decision record)."""
+        name = f"{device.get('driver')}/{device.get('pool')}/{device.get('device')}"
+        metric = self.args.device_metric
+        if not metric:
+            return name
+        key = self._ids().get((str(device.get("driver")), str(device.get("pool")), str(device.get("device"))), "")
+        found = self.handle.metrics.device_values(metric, node).get(key)
+        return name if found is None else f"{name} ({metric} {found.value:g})"
+
     def _set_value(self, table: NodeTable, row: int, results: Sequence[KubeObject] | None) -> float:
         """The hottest device of an allocation by its own telemetry (NaN: none of them has a value)."""
         metric = self.args.device_metric
@@ -629,8 +639,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 state.mappings = group.mappings
             else:
                 reserved.append(claim)
-            devices = ", ".join(f"{d.get('driver')}/{d.get('pool')}/{d.get('device')}"
-                                for d in (result.get("devices") or {}).get("results") or ())
+            devices = ", ".join(self._described(node, d) for d in (result.get("devices") or {}).get("results") or ())
             explain(cycle, f"claim {meta.get('namespace')}/{meta.get('name')}: devices {devices} on {node}")
         state.reserved = tuple(reserved)
         return SUCCESS
