@@ -81,6 +81,7 @@ from .allocator import (
     NodeAllocationError,
     SelectorMemo,
     SliceCache,
+    SliceSet,
 )
 from .cel import SelectorCache
 from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
@@ -224,6 +225,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         self._candidates: tuple[tuple[int, int], IntArray] = ((-1, -1), np.zeros(0, dtype=np.int64))
         self._device_ids: tuple[int, dict[tuple[str, str, str], str]] = (-1, {})
         self._extended_classes: tuple[int, dict[str, str]] = (-1, {})
+        self._slices: tuple[int, SliceSet | None] = (-1, None)
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """A pod with claims (or DRA-backed extended resources) is never batched: its allocation on a node depends
@@ -298,12 +300,20 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         allocator = None
         if to_allocate or extended:
             index = self.index
-            allocator = Allocator(index.allocated_state(), index.classes(), index.slices(), self.selectors,
-                                  selector_memo=self.selector_memo, rank=self._rank(),
-                                  slice_cache=self.slice_cache)
+            allocator = Allocator(index.allocated_state(), index.classes(), self._slice_set(), self.selectors,
+                                  selector_memo=self.selector_memo, rank=self._rank())
         cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
                                       _shape([found[i].claim for i in to_allocate]), extended))
         return SUCCESS
+
+    def _slice_set(self) -> SliceSet:
+        """The slices split by node once per version of the slice list, for every pod's allocator."""
+        generation, found = self._slices
+        if found is None or generation != self.index.slices_generation:
+            generation = self.index.slices_generation
+            found = SliceSet(self.index.slices(), self.slice_cache)
+            self._slices = (generation, found)
+        return found
 
     def _extended(self, pod: PodInfo) -> dict[str, str]:
         """The pod's extended resources some DeviceClass serves (resource -> class)."""
