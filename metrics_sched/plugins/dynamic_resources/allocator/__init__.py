@@ -28,8 +28,8 @@ __all__ = [
     "NodeAllocationError",
     "Rank",
     "SelectorMemo",
-    "SliceSet",
     "SharedDeviceID",
     "SliceCache",
+    "SliceSet",
     "gather_allocated_state",
 ]
