@@ -1,0 +1,166 @@
+"""The resource pools a node can use: upstream's incubating/pools_incubating.go (`GatherPools`, `buildPool`).
+
+Per node: the slices relevant for it (counter-set slices always; else by nodeName / allNodes / nodeSelector, or
+with perDeviceNodeSelection if any device matches), grouped by (driver, pool) keeping the highest generation.
+A pool missing slices of its generation is looked up cluster-wide: obsolete (a newer generation exists
+somewhere) -> ignored, still short -> incomplete (no device usable, `All` requests fail), else built from the
+relevant slices with the others kept for counter accounting only. Invalid pools (duplicate device or counter
+set names, unknown counters) are kept, marked. Order: (driver, pool) bytewise, pools with binding conditions
+after all others; slices by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from metrics_sched.plugins.dynamic_resources.allocator.devices import SliceInfo
+from metrics_sched.plugins.dynamic_resources.allocator.errors import AllocationError
+from metrics_sched.plugins.dynamic_resources.allocator.node_selection import NodeSelectorError, node_matches
+
+__all__ = ["Pool", "gather_pools"]
+
+
+@dataclass(eq=False, slots=True)
+class Pool:
+    driver: str
+    pool: str
+    is_incomplete: bool = False
+    is_invalid: bool = False
+    invalid_reason: str = ""
+    slices_targeting: tuple[SliceInfo, ...] = ()  # device slices of this node, sorted by name
+    slices_not_targeting: tuple[SliceInfo, ...] = ()  # the pool's other slices (counters only)
+    counter_sets: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def pool_id(self) -> str:
+        return f"{self.driver}/{self.pool}"
+
+
+def _relevant(info: SliceInfo, node_name: str, labels: Mapping[str, str]) -> bool:
+    if info.shared_counters:
+        return True  # counter sets are needed for the pool whatever their node selection
+    if info.node_name or info.all_nodes or info.node_selector is not None:
+        try:
+            return node_matches(node_name, labels, info.node_name or "", info.all_nodes, info.node_selector)
+        except NodeSelectorError as err:
+            raise AllocationError(f"failed to perform node selection for slice {info.name}: {err}") from None
+    if info.per_device_node_selection:
+        for device in info.devices:
+            try:
+                if node_matches(node_name, labels, device.node_name or "", device.all_nodes, device.node_selector):
+                    return True
+            except NodeSelectorError as err:
+                raise AllocationError(f"failed to perform node selection for device {device.name} in slice "
+                                      f"{info.name}: {err}") from None
+        return False
+    return False  # some future node selection field: not usable by this version
+
+
+def _invalid(driver: str, pool: str, reason: str) -> Pool:
+    return Pool(driver, pool, is_invalid=True, invalid_reason=reason)
+
+
+def _validate_consumption(counter_sets: Mapping[str, Mapping[str, int]], slices: Sequence[SliceInfo]) -> str | None:
+    for info in slices:
+        for device in info.devices:
+            for set_name, counters in device.consumes:
+                counter_set = counter_sets.get(set_name)
+                if counter_set is None:
+                    return f"counter set {set_name} not found"
+                for counter in counters:
+                    if counter not in counter_set:
+                        return f"counter {counter} not found in counter set {set_name}"
+    return None
+
+
+def _build_pool(driver: str, pool: str, slices: list[SliceInfo],
+                all_slices_for_pool: list[SliceInfo] | None) -> Pool:
+    slices.sort(key=lambda s: s.name)
+    device_slices = [s for s in slices if not s.shared_counters]
+    counter_slices = [s for s in slices if s.shared_counters]
+    names: set[str] = set()
+    for info in device_slices:
+        for device in info.devices:
+            if device.name in names:
+                return _invalid(driver, pool, f"duplicate device name {device.name}")
+            names.add(device.name)
+    counter_sets: dict[str, dict[str, int]] = {}
+    for info in counter_slices:
+        for set_name, counters in info.shared_counters:
+            if set_name in counter_sets:
+                return _invalid(driver, pool, f"duplicate counter set name {set_name}")
+            counter_sets[set_name] = counters
+    problem = _validate_consumption(counter_sets, slices)
+    if problem is not None:
+        return _invalid(driver, pool, problem)
+    if all_slices_for_pool is None or len(slices) == len(all_slices_for_pool):
+        return Pool(driver, pool, slices_targeting=tuple(device_slices), counter_sets=counter_sets)
+    targeting = {s.name for s in slices}
+    others = [s for s in all_slices_for_pool if s.name not in targeting]
+    # The slices of other nodes may consume this pool's counters: their consumption is validated too (their
+    # device names are not, as upstream does not).
+    problem = _validate_consumption(counter_sets, others)
+    if problem is not None:
+        return _invalid(driver, pool, problem)
+    return Pool(driver, pool, slices_targeting=tuple(device_slices), slices_not_targeting=tuple(others),
+                counter_sets=counter_sets)
+
+
+def gather_pools(slices_for_node: Sequence[SliceInfo], node_name: str, labels: Mapping[str, str],
+                 all_slices: Sequence[Mapping[str, Any]], resolve: Callable[[int], SliceInfo]) -> list[Pool]:
+    """GatherPools. `all_slices` are every slice of the cluster (raw), `resolve(i)` parses the i-th; both are
+    only read for a pool that looks incomplete from this node."""
+    pools: dict[tuple[str, str], list[SliceInfo]] = {}
+    for info in slices_for_node:
+        if not _relevant(info, node_name, labels):
+            continue
+        key = (info.driver, info.pool)
+        group = pools.get(key)
+        if group is None:
+            pools[key] = [info]
+        elif info.generation > group[0].generation:
+            pools[key] = [info]  # a newer generation replaces the older slices
+        elif info.generation == group[0].generation:
+            group.append(info)
+
+    result: list[Pool] = []
+    with_binding_conditions: list[Pool] = []
+    for (driver, pool_name), group in pools.items():
+        first = group[0]
+        if len(group) == first.slice_count:
+            pool = _build_pool(driver, pool_name, group, None)
+        else:
+            obsolete, everywhere = _slices_in_pool(all_slices, resolve, driver, pool_name, first.generation)
+            if obsolete:
+                continue  # the driver is replacing this generation: ignore the old devices
+            if len(everywhere) != first.slice_count:
+                result.append(Pool(driver, pool_name, is_incomplete=True))
+                continue
+            pool = _build_pool(driver, pool_name, group, everywhere)
+        if any(s.has_binding_conditions for s in pool.slices_targeting):
+            with_binding_conditions.append(pool)
+        else:
+            result.append(pool)
+    result.sort(key=lambda p: (p.driver, p.pool))
+    with_binding_conditions.sort(key=lambda p: (p.driver, p.pool))
+    result.extend(with_binding_conditions)
+    return result
+
+
+def _slices_in_pool(all_slices: Sequence[Mapping[str, Any]], resolve: Callable[[int], SliceInfo], driver: str,
+                    pool: str, generation: int) -> tuple[bool, list[SliceInfo]]:
+    """checkSlicesInPool: (obsolete, the pool's slices of `generation` cluster-wide)."""
+    found: list[SliceInfo] = []
+    for i, raw in enumerate(all_slices):
+        spec = raw.get("spec") or {}
+        pool_spec = spec.get("pool") or {}
+        if spec.get("driver") != driver or pool_spec.get("name") != pool:
+            continue
+        slice_generation = int(pool_spec.get("generation") or 0)
+        if slice_generation == generation:
+            found.append(resolve(i))
+        elif slice_generation > generation:
+            return True, []
+    return False, found
