@@ -194,6 +194,19 @@ class ResourceClaimWriter(Protocol):
         """A strategic merge patch of the status subresource (Unreserve removing the pod from reservedFor)."""
         ...
 
+    def create_claim(self, claim: KubeObject) -> KubeObject:
+        """Creates the claim (metadata.generateName names it); returns it as created."""
+        ...
+
+    def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        """Deletes the claim, preconditioned on its uid (404: gone already, not an error)."""
+        ...
+
+    def set_extended_resource_claim_status(self, namespace: str, pod: str, status: Mapping[str, Any]) -> None:
+        """Merge-patches the pod's status.extendedResourceClaimStatus: which claim and requests serve its
+        extended resources (DRAExtendedResource)."""
+        ...
+
 
 class Evictor(Protocol):
     """The Eviction API (policy/v1 pods/eviction): the API server honours PodDisruptionBudgets."""

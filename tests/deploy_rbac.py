@@ -31,6 +31,14 @@ CLUSTER_RULES: frozenset[Rule] = frozenset({
     *((group, "podgroups", verb, None) for group in ("scheduling.x-k8s.io", "scheduling.k8s.io")
       for verb in ("list", "watch")),
     *((group, "podgroups/status", "patch", None) for group in ("scheduling.x-k8s.io", "scheduling.k8s.io")),
+    # Dynamic Resource Allocation: slices, classes and taint rules read; claims written (finalizer, allocation and
+    # reservation, the scheduler's own extended-resource claims).
+    *(("resource.k8s.io", resource, verb, None) for resource in ("resourceslices", "deviceclasses", "devicetaintrules")
+      for verb in ("list", "watch")),
+    *(("resource.k8s.io", "resourceclaims", verb, None)
+      for verb in ("get", "list", "watch", "create", "update", "delete")),
+    ("resource.k8s.io", "resourceclaims/status", "update", None),
+    ("resource.k8s.io", "resourceclaims/status", "patch", None),
     ("events.k8s.io", "events", "create", None), ("events.k8s.io", "events", "patch", None),
     ("", "events", "create", None), ("", "events", "patch", None),
     ("metrics.k8s.io", "nodes", "get", None), ("metrics.k8s.io", "nodes", "list", None),

@@ -10,6 +10,7 @@ Typical wiring:
     leases = KubeLeaseStore(lease_client(kube, request_timeout=...))  # a client and pool of its own
 """
 
+from adapters.kubernetes.claim_writer import KubeResourceClaimWriter
 from adapters.kubernetes.client import Fenced, KubeClient, WatchStream, WatchTimeout, WriteFence, lease_client
 from adapters.kubernetes.config import ClientCertificate, KubeConfig, KubeConfigError, PemSource
 from adapters.kubernetes.evictor import KubeEvictor
@@ -31,7 +32,6 @@ from adapters.kubernetes.source import (
     watched,
 )
 from adapters.kubernetes.tokens import FileToken, StaticToken, TokenError, TokenSource
-from adapters.kubernetes.claim_writer import KubeResourceClaimWriter
 from adapters.kubernetes.volume_writer import KubeVolumeWriter
 
 __all__ = [

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from adapters.kubernetes.client import STRATEGIC_MERGE_PATCH, KubeClient
+from adapters.kubernetes.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
 from metrics_sched.ports import ApiError, KubeObject
 
 __all__ = ["KubeResourceClaimWriter"]
@@ -48,3 +48,20 @@ class KubeResourceClaimWriter:
     def patch_claim_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         return self._client.request("PATCH", _claim_path(namespace, name) + "/status", patch,
                                     content_type=STRATEGIC_MERGE_PATCH)
+
+    def create_claim(self, claim: KubeObject) -> KubeObject:
+        namespace = str((claim.get("metadata") or {}).get("namespace", ""))
+        return self._client.request("POST", f"{_GROUP}/namespaces/{quote(namespace, safe='')}/resourceclaims", claim)
+
+    def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            self._client.request("DELETE", _claim_path(namespace, name), body)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    def set_extended_resource_claim_status(self, namespace: str, pod: str, status: Mapping[str, Any]) -> None:
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/status"
+        self._client.request("PATCH", path, {"status": {"extendedResourceClaimStatus": dict(status)}},
+                             content_type=MERGE_PATCH)

@@ -174,6 +174,9 @@ def _put_gpu(gpu: dict[str, Array], fleet: Fleet, i: int, fields: Mapping[str, O
         value = fields.get(name)
         if isinstance(value, tuple):
             section = gpu[name][fleet.gpu_start[i]:fleet.gpu_start[i + 1]]
+            if not any(math.isnan(v) for v in value):
+                section[:] = value
+                continue
             exact = np.asarray(value, dtype=np.float64)
             overridden = ~np.isnan(exact)  # NaN: that GPU is not overridden (a partial, per-GPU override)
             section[overridden] = exact[overridden]

@@ -30,7 +30,6 @@ from metrics_sched.framework.args import NoArgs, parse_args
 from metrics_sched.framework.batchable import Batchable, BatchScope, Reads, has_only_local_volumes
 from metrics_sched.framework.cluster import ClusterState, Nomination
 from metrics_sched.framework.cluster_index import ApiKind, ClusterIndex, ClusterIndexes, IndexChange
-from metrics_sched.framework.device_sets import DEVICE_SETS, DeviceSets
 from metrics_sched.framework.cycle_state import (
     BINDING_ANNOTATIONS,
     EXPLANATIONS,
@@ -40,6 +39,7 @@ from metrics_sched.framework.cycle_state import (
     annotate_binding,
     explain,
 )
+from metrics_sched.framework.device_sets import DEVICE_SETS, DRA_EXTENDED_RESOURCES, DeviceSets
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, HintFn, QueueingHint
 from metrics_sched.framework.filtered import DryRun
 from metrics_sched.framework.handle import GroupRef, Handle, MetricReader, Services
@@ -148,14 +148,14 @@ from metrics_sched.telemetry.cache import MetricColumn
 from metrics_sched.telemetry.devices import DeviceValue
 
 __all__ = [
-    "DEVICE_SETS",
-    "DeviceSets",
     "ALL_EVENTS",
     "ANN_BIND_COMPLETED",
     "ANN_BOUND_BY_CONTROLLER",
     "ANN_SELECTED_NODE",
     "BINDING_ANNOTATIONS",
     "CPU",
+    "DEVICE_SETS",
+    "DRA_EXTENDED_RESOURCES",
     "EPHEMERAL_STORAGE",
     "EXPLANATIONS",
     "EXTENSION_POINTS",
@@ -188,6 +188,7 @@ __all__ = [
     "ClusterState",
     "Code",
     "CycleState",
+    "DeviceSets",
     "DeviceValue",
     "Direction",
     "DryRun",
@@ -258,10 +259,10 @@ __all__ = [
     "Registry",
     "Requirement",
     "ReservePlugin",
+    "ResourceClaimWriter",
     "Resources",
     "RowScores",
     "Scale",
-    "ResourceClaimWriter",
     "SchedulingEvent",
     "ScoreDetail",
     "ScorePlugin",

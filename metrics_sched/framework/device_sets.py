@@ -14,7 +14,7 @@ from typing import NamedTuple
 from metrics_sched.framework.cycle_state import StateKey
 from metrics_sched.state.node_table import FloatArray
 
-__all__ = ["DEVICE_SETS", "DeviceSets"]
+__all__ = ["DEVICE_SETS", "DRA_EXTENDED_RESOURCES", "DeviceSets"]
 
 
 class DeviceSets(NamedTuple):
@@ -23,3 +23,8 @@ class DeviceSets(NamedTuple):
 
 
 DEVICE_SETS = StateKey[DeviceSets]("device-sets")
+
+# The extended resources of the pod that a DeviceClass backs (DRAExtendedResource): on a node whose allocatable has
+# none of such a resource, the devices come through DRA, so NodeResourcesFit does not count it there (as
+# kube-scheduler's noderesources plugin defers to dynamicresources).
+DRA_EXTENDED_RESOURCES = StateKey[frozenset[str]]("dra-extended-resources")

@@ -56,14 +56,20 @@ class MetricReader(Protocol):
 
     def contract(self, metric: str) -> FreshnessContract: ...
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock freshness is judged by (observed_at times are on it: DeviceValue.age(metrics.clock()))."""
+        ...
+
     def device_values(self, metric: str, node: str) -> Mapping[str, DeviceValue]:
         """The node's devices with a fresh value of `metric`: device id (as the source's `deviceLabels` give it,
-        e.g. a GPU's UUID or index) -> (value, age in seconds). Empty for a metric not kept per device. For the
-        hot path: no I/O, and the same mapping object while nothing changed or expired."""
+        e.g. a GPU's UUID or index) -> (value, observed_at). Empty for a metric not kept per device. For the hot
+        path: no I/O, and the same mapping object while nothing changed or expired."""
         ...
 
     def device_value(self, metric: str, node: str, device: str) -> DeviceValue | None:
-        """One device's fresh value and age; None when it has none or it is stale (missing, by the contract)."""
+        """One device's fresh value and when it was measured; None when it has none or it is stale (missing, by
+        the contract)."""
         ...
 
 

@@ -447,12 +447,13 @@ class MetricCache:
         return self._columns[metric].soonest
 
     def device_values(self, metric: str, node: str) -> Mapping[str, DeviceValue]:
-        """The node's devices with a fresh value of `metric` (by its contract): device id -> (value, age). Empty
-        for a metric not kept per device. No I/O; the same mapping object while nothing changed or expired."""
+        """The node's devices with a fresh value of `metric` (by its contract): device id -> (value, observed_at).
+        Empty for a metric not kept per device. No I/O; the same mapping object while nothing changed or expired."""
         return self._devices.values(metric, node, self._clock(), self.contract)
 
     def device_value(self, metric: str, node: str, device: str) -> DeviceValue | None:
-        """One device's fresh value of `metric` and its age, or None (none, or stale: missing by the contract)."""
+        """One device's fresh value of `metric` and when it was measured, or None (none, or stale: missing by the
+        contract)."""
         return self._devices.values(metric, node, self._clock(), self.contract).get(device)
 
     def node_values(self, node: str) -> dict[str, dict[str, Any]]:

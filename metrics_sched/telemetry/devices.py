@@ -43,10 +43,16 @@ ContractOf = Callable[[str], FreshnessContract]
 
 
 class DeviceValue(NamedTuple):
-    """A device's fresh value and its age (seconds since it was measured, on the scheduler's clock)."""
+    """A device's fresh value and when it was measured (observed_at: unix seconds on the scheduler's clock, the
+    sample's stamp clamped to its fetch, as MetricColumn.observed_at: what evidence and the in-flight ledger key
+    on). A time rather than an age, so that the mapping holding it stays valid, unchanged, while time passes."""
 
     value: float
-    age: float
+    observed_at: float
+
+    def age(self, now: float) -> float:
+        """Seconds since it was measured (`now` from the same clock: MetricReader.clock)."""
+        return now - self.observed_at
 
 
 _NO_DEVICES: Mapping[str, DeviceValue] = MappingProxyType({})
@@ -54,7 +60,8 @@ _NO_DEVICES: Mapping[str, DeviceValue] = MappingProxyType({})
 
 class DeviceValues(MetricValues[DeviceKey]):
     """One metric's per-device values, with each node's devices (node -> device id -> slot: the bulk read, and
-    freeing a node's devices) and when each key last appeared in an answer (`seen`, valid value or not)."""
+    freeing a node's devices) and when each key last appeared in an answer (`seen`, valid value or not; +inf for a
+    free slot)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,7 +71,7 @@ class DeviceValues(MetricValues[DeviceKey]):
     def _grow(self, needed: int) -> None:
         super()._grow(needed)
         if len(self.seen) < len(self.value):
-            seen = np.full(len(self.value), -np.inf)
+            seen = np.full(len(self.value), np.inf)  # +inf: never due for a sweep (a free slot has nothing to free)
             seen[: len(self.seen)] = self.seen
             self.seen = seen
 
@@ -86,7 +93,7 @@ class DeviceValues(MetricValues[DeviceKey]):
         keys = list(keys)
         for node, device in keys:
             devices = self.by_node[node]
-            self.seen[devices.pop(device)] = -np.inf
+            self.seen[devices.pop(device)] = np.inf
             if not devices:
                 del self.by_node[node]
         super().free(keys)
@@ -166,11 +173,9 @@ class DeviceStore:
             stale = np.flatnonzero(now - store.seen[: store.size] > ttl)
             if stale.size:
                 keys = store.keys
-                gone = [key for key in (keys[slot] for slot in stale.tolist()) if key is not None]
-                if gone:
-                    store.free(gone)
-                    self._changed(metric)
-                    changed.add(metric)
+                store.free([key for key in (keys[slot] for slot in stale.tolist()) if key is not None])
+                self._changed(metric)
+                changed.add(metric)
         return changed
 
     # -- bookkeeping (under the cache's lock) --------------------------------------------------------------------
@@ -226,8 +231,8 @@ class DeviceStore:
 
     # -- the read on the scheduling path --------------------------------------------------------------------------
     def values(self, metric: str, node: str, now: float, contract: ContractOf) -> Mapping[str, DeviceValue]:
-        """The node's devices with a fresh value of `metric`: device id -> (value, age). The same mapping object
-        while nothing changed and none of them expired (ages are as of when it was built, at most until then)."""
+        """The node's devices with a fresh value of `metric`: device id -> (value, observed_at). The same mapping
+        object while nothing changed and none of them expired."""
         generation = self.generation.get(metric, 0)
         views = self._views.get(metric)
         if views is None or views.generation != generation:
@@ -256,7 +261,6 @@ class DeviceStore:
         if fresh.any():
             expires = np.minimum(observed + c.max_age, fetched + c.ttl)
             soonest = float(expires[fresh].min())
-            ages = now - observed
             for i in np.flatnonzero(fresh).tolist():
-                out[names[i]] = DeviceValue(float(value[i]), float(ages[i]))
+                out[names[i]] = DeviceValue(float(value[i]), float(observed[i]))
         return _NodeView(MappingProxyType(out) if out else _NO_DEVICES, now, soonest)

@@ -283,8 +283,10 @@ def test_the_cluster_role_is_the_allowlist_without_wildcards_or_secrets() -> Non
             assert not any("*" in value for value in rule.get(key, [])), f"wildcard in {rule}"
         assert "secrets" not in rule["resources"] and "configmaps" not in rule["resources"]
         assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
-        # The one delete: preemption's victims (pods), nothing else.
-        assert "delete" not in rule["verbs"] or (rule["apiGroups"], rule["resources"]) == ([""], ["pods"])
+        # Two deletes: preemption's victims (pods), and the extended-resource claims the scheduler itself created
+        # for an attempt that failed; nothing else.
+        assert "delete" not in rule["verbs"] or (rule["apiGroups"], rule["resources"]) in (
+            ([""], ["pods"]), (["resource.k8s.io"], ["resourceclaims"]))
     assert normalised_rules(role["rules"]) == CLUSTER_RULES
     assert "aggregationRule" not in role
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from metrics_sched.plugins.dynamic_resources.cel import SelectorCache
 
 from metrics_sched.plugins.dynamic_resources.allocator import (
     AllocatedState,
@@ -38,6 +37,7 @@ from metrics_sched.plugins.dynamic_resources.allocator import (
     SharedDeviceID,
 )
 from metrics_sched.plugins.dynamic_resources.allocator.quantity import Quantity
+from metrics_sched.plugins.dynamic_resources.cel import SelectorCache
 from tests.unit.dra_allocator_builders import (
     BOOL_ATTRIBUTE,
     CAPACITY0,

@@ -104,6 +104,7 @@ class FakeClaimAPI:
         self.deliver: Callable[[str, Obj], None] = lambda event, obj: None
         self.writes: list[tuple[str, Obj]] = []
         self.fail_next: ApiError | None = None
+        self.pod_statuses: dict[tuple[str, str], Obj] = {}
         self._rv = itertools.count(100)
 
     def put(self, obj: Obj) -> Obj:
@@ -142,6 +143,23 @@ class FakeClaimAPI:
         body = {**copy.deepcopy(self.claims[key]), "status": copy.deepcopy(obj.get("status") or {})}
         self.writes.append(("status", body))
         return self.put(body)
+
+    def create_claim(self, obj: KubeObject) -> KubeObject:
+        body = copy.deepcopy(dict(obj))
+        body["metadata"]["name"] = body["metadata"].pop("generateName") + f"{len(self.claims):05d}"
+        body["metadata"]["uid"] = f"created-{len(self.claims)}"
+        body.setdefault("status", {})
+        self.writes.append(("create", body))
+        return self.put(body)
+
+    def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        gone = self.claims.pop((namespace, name), None)
+        if gone is not None:
+            self.writes.append(("delete", gone))
+            self.deliver("DELETED", gone)
+
+    def set_extended_resource_claim_status(self, namespace: str, pod: str, status: Any) -> None:
+        self.pod_statuses[(namespace, pod)] = dict(status)
 
     def patch_claim_status(self, namespace: str, name: str, patch: Any) -> KubeObject:
         body = copy.deepcopy(self.claims[(namespace, name)])
@@ -380,3 +398,85 @@ def test_a_device_taint_rule_refuses_dra_pods_naming_it_until_it_is_gone() -> No
     rig.scheduler.handlers.on_object_event(TAINT_RULES, "DELETED", rule)
     drain(rig.scheduler, rig.api)
     assert rig.api.binds == [("default/p", "n1")]
+
+
+# -- extended resources backed by DRA (extendeddynamicresources.go) ---------------------------------------------------
+def test_an_extended_resource_on_a_node_without_it_is_served_through_a_claim_the_scheduler_makes() -> None:
+    """`nvidia.com/gpu: 1` where a DeviceClass backs it: node n1 advertises none (a DRA-only node) and has a device,
+    n2 advertises none and has no device; the pod goes to n1 with a claim named after it, reserved for it."""
+    rig = Rig(("n1", "n2"))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    backing = device_class("gpu")
+    backing["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    rig.add(CLASSES, backing)
+    pod = fake_pod("x", gpus=1)
+    pod["metadata"]["uid"] = "pod-x"
+    rig.schedule(pod)
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/x", "n1")]
+    [created] = [body for verb, body in rig.claims.writes if verb == "create"]
+    assert created["metadata"]["name"].startswith("x-extended-resources-")
+    assert created["metadata"]["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+    assert created["spec"]["devices"]["requests"] == [{"name": "container-0-request-2", "exactly": {
+        "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}}]  # cpu, memory, nvidia.com/gpu
+    claim_now = rig.claims.claims[("default", created["metadata"]["name"])]
+    assert claim_now["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    assert claim_now["status"]["reservedFor"] == [{"resource": "pods", "name": "x", "uid": "pod-x"}]
+    assert rig.claims.pod_statuses[("default", "x")] == {
+        "resourceClaimName": created["metadata"]["name"],
+        "requestMappings": [{"containerName": "c", "resourceName": "nvidia.com/gpu",
+                             "requestName": "container-0-request-2"}]}
+
+
+def test_a_node_with_the_extended_resource_serves_it_through_its_device_plugin() -> None:
+    """Where the node advertises nvidia.com/gpu, NodeResourcesFit counts it as always and no claim is made."""
+    rig = Rig(("n1",))
+    rig.scheduler.handlers.on_node_event("ADDED", fake_node("plugin-node", gpus=2))
+    rig.add(SLICES, gpu_slice("n1", 0))
+    backing = device_class("gpu")
+    backing["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    rig.add(CLASSES, backing)
+    rig.schedule(fake_pod("x", gpus=1))
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/x", "plugin-node")]
+    assert not [verb for verb, _ in rig.claims.writes if verb == "create"]
+
+
+def test_requests_and_mappings_follow_upstreams_naming_and_init_container_reuse() -> None:
+    """createRequestsAndMappings (extendeddynamicresources_test.go): an init container reuses a later container's
+    request when it asks for no more; requests sorted by name."""
+    from metrics_sched.plugins.dynamic_resources.extended import requests_and_mappings
+    gpu = "example.com/gpu"
+    body = fake_pod("p")
+    body["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {gpu: "1"}}}]
+    body["spec"]["containers"] = [{"name": "main", "resources": {"requests": {gpu: "2", "cpu": "1"}}}]
+    requests, mappings = requests_and_mappings(parse_pod(body), {gpu: "cls"})
+    assert requests == [{"name": "container-1-request-1", "exactly": {
+        "deviceClassName": "cls", "allocationMode": "ExactCount", "count": 2}}]
+    assert mappings == [
+        {"containerName": "main", "resourceName": gpu, "requestName": "container-1-request-1"},
+        {"containerName": "init", "resourceName": gpu, "requestName": "container-1-request-1"}]
+
+
+def test_first_available_prefers_the_node_that_gives_the_first_subrequest() -> None:
+    """Score (dynamicresources.go): 8 - index of the subrequest chosen, normalised with the highest at 100; n1 has
+    only the second choice, n2 the first, so n2 scores 100 and n1 0 and the pod goes to n2."""
+    rig = Rig(("n1", "n2"))
+    rig.add(SLICES, gpu_slice("n1", 1, attrs=lambda i: {"model": {"string": "small"}}))
+    rig.add(SLICES, gpu_slice("n2", 1, attrs=lambda i: {"model": {"string": "big"}}))
+    rig.add(CLASSES, device_class())
+    body = claim("c")
+    body["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1,
+         "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].model == "big"'}}]},
+        {"name": "small", "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}]}]  # API defaults
+    rig.claims.put(body)
+    outcome = rig.schedule(claim_pod("p", "c"))
+    assert outcome is not None and outcome.node == "n2"
+    [term] = [t for t in outcome.terms if t.plugin == "DynamicResources"]
+    rows = {rig.scheduler.state.table.name(int(r)): i for i, r in enumerate(outcome.feasible_rows.tolist())}
+    assert term.raw[rows["n2"]] == 8 and term.raw[rows["n1"]] == 7
+    assert term.normalized[rows["n2"]] == 100
+    drain(rig.scheduler, rig.api)
+    result = rig.claims.claims[("default", "c")]["status"]["allocation"]["devices"]["results"]
+    assert [r["request"] for r in result] == ["gpu/big"]

@@ -185,13 +185,14 @@ def test_scheduling_waits_for_every_cache_namespaces_included() -> None:
     handlers = make().handlers
     storage = ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers",
                "csistoragecapacities", "volumeattachments")
+    dra = ("resourceslices", "deviceclasses", "resourceclaims", "devicetaintrules")
     assert {"nodes", "pods", "namespaces", "services", "replicationcontrollers", "replicasets",
-            "statefulsets", "poddisruptionbudgets", *storage} == handlers.awaited
+            "statefulsets", "poddisruptionbudgets", *storage, *dra} == handlers.awaited
     handlers.on_synced("nodes")
     handlers.on_synced("pods")
     assert not handlers.caches_synced()  # a namespaceSelector would see no namespace yet
     for resource in ("namespaces", "services", "replicationcontrollers", "replicasets", "poddisruptionbudgets",
-                     *storage):
+                     *storage, *dra):
         handlers.on_synced(resource)
     assert not handlers.caches_synced()
     handlers.on_synced("statefulsets")

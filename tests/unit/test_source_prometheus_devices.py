@@ -280,8 +280,9 @@ def test_per_device_values_arrive_in_the_cache_from_a_prometheus_answer(prom: Fa
     finally:
         src.close()
     devices = cache.device_values("gpu_temperature", "gpu-1")
-    assert {d: (v.value, v.age) for d, v in devices.items()} == {"GPU-gpu-1-0": (61.0, 2.0), "GPU-gpu-1-1": (91.0, 2.0)}
-    assert cache.device_value("gpu_temperature", "n1", "GPU-n1-0") == (40.0, 2.0)
+    assert {d: (v.value, v.age(now)) for d, v in devices.items()} == {"GPU-gpu-1-0": (61.0, 2.0),
+                                                                      "GPU-gpu-1-1": (91.0, 2.0)}
+    assert cache.device_value("gpu_temperature", "n1", "GPU-n1-0") == (40.0, T_SAMPLE)
     assert cache.node_values("gpu-1")["gpu_temperature"]["value"] == 91.0
     assert cache.health["prom"].devices == {"gpu_temperature": 3}
     assert math.isclose(cache.health["prom"].coverage["gpu_temperature"], 2 / len(NODES.names))

@@ -73,8 +73,9 @@ def ingest(cache: MetricCache, clock: Clock, result: FetchResult, *nodes: str) -
     cache.ingest("prom", result, fetched_at=clock.now, directory=directory(*(nodes or ("n1", "n2"))))
 
 
-def plain(values: Mapping[str, DeviceValue]) -> dict[str, tuple[float, float]]:
-    return {device: (v.value, round(v.age, 6)) for device, v in values.items()}
+def plain(values: Mapping[str, DeviceValue], now: float) -> dict[str, tuple[float, float]]:
+    """device -> (value, age)."""
+    return {device: (v.value, round(v.age(now), 6)) for device, v in values.items()}
 
 
 # -- freshness ---------------------------------------------------------------------------------------------------
@@ -85,8 +86,8 @@ def test_each_device_keeps_its_own_value_and_age_beside_the_node_value() -> None
     cache = make_cache(clock)
     ingest(cache, clock, refresh({("n1", "GPU-a"): (61.0, NOW - 5), ("n1", "GPU-b"): (90.0, NOW - 2),
                                   ("n2", "GPU-c"): (40.0, NOW - 1)}))
-    assert plain(cache.device_values("temp", "n1")) == {"GPU-a": (61.0, 5.0), "GPU-b": (90.0, 2.0)}
-    assert cache.device_value("temp", "n2", "GPU-c") == DeviceValue(40.0, 1.0)
+    assert plain(cache.device_values("temp", "n1"), clock.now) == {"GPU-a": (61.0, 5.0), "GPU-b": (90.0, 2.0)}
+    assert cache.device_value("temp", "n2", "GPU-c") == DeviceValue(40.0, NOW - 1)
     assert cache.device_value("temp", "n2", "GPU-a") is None  # another node's device
     assert cache.device_value("temp", "n3", "GPU-a") is None and not cache.device_values("temp", "n3")
     assert not cache.device_values("load", "n1")  # a metric not kept per device
@@ -115,11 +116,11 @@ def test_a_stamp_from_the_future_is_clamped_to_the_fetch_and_the_same_stamp_agai
     clock = Clock(NOW)
     cache = make_cache(clock)
     ingest(cache, clock, refresh({("n1", "GPU-a"): (61.0, NOW + 100)}))  # the exporter's clock is ahead
-    assert cache.device_value("temp", "n1", "GPU-a") == DeviceValue(61.0, 0.0)
+    assert cache.device_value("temp", "n1", "GPU-a") == DeviceValue(61.0, NOW)
     assert cache.health["prom"].clamped == 2  # the node value's stamp and the device's
     clock.now = NOW + 20
     ingest(cache, clock, refresh({("n1", "GPU-a"): (61.0, NOW + 100)}))  # frozen: the same measurement
-    assert cache.device_value("temp", "n1", "GPU-a") == DeviceValue(61.0, 20.0)
+    assert cache.device_value("temp", "n1", "GPU-a") == DeviceValue(61.0, NOW)  # the first fetch's time
     clock.now = NOW + MAX_AGE + 1
     ingest(cache, clock, refresh({("n1", "GPU-a"): (61.0, NOW + 100)}))
     assert cache.device_value("temp", "n1", "GPU-a") is None  # older than maxAge, however often fetched
@@ -134,11 +135,11 @@ def test_invalid_values_are_dropped_and_counted_and_the_device_keeps_its_last_va
     clock.now = NOW + 10
     ingest(cache, clock, refresh({("n1", "GPU-a"): (bad, NOW + 10), ("n1", "GPU-b"): (63.0, NOW + 10)},
                                  node_values={"n1": 63.0}))
-    assert plain(cache.device_values("temp", "n1")) == {"GPU-a": (61.0, 10.0), "GPU-b": (63.0, 0.0)}
+    assert plain(cache.device_values("temp", "n1"), clock.now) == {"GPU-a": (61.0, 10.0), "GPU-b": (63.0, 0.0)}
     assert cache.health["prom"].dropped == {"invalid": 1}
     # A stamp that is not finite is no measurement either.
     ingest(cache, clock, refresh({("n1", "GPU-b"): (64.0, math.nan)}, node_values={"n1": 64.0}))
-    assert cache.device_value("temp", "n1", "GPU-b") == DeviceValue(63.0, 0.0)
+    assert cache.device_value("temp", "n1", "GPU-b") == DeviceValue(63.0, NOW + 10)
     assert cache.health["prom"].dropped == {"invalid": 2}
 
 
@@ -148,7 +149,7 @@ def test_a_device_given_twice_in_one_batch_counts_once_with_its_last_value() -> 
     batch = DeviceBatch.of("temp", [("n1", "GPU-a"), ("n1", "GPU-b"), ("n1", "GPU-a")], [50.0, 60.0, 70.0],
                            [NOW, NOW, NOW])
     ingest(cache, clock, BatchedFetchResult(samples=[], dropped={}, errors={}, device_batches=[batch]))
-    assert plain(cache.device_values("temp", "n1")) == {"GPU-a": (70.0, 0.0), "GPU-b": (60.0, 0.0)}
+    assert plain(cache.device_values("temp", "n1"), clock.now) == {"GPU-a": (70.0, 0.0), "GPU-b": (60.0, 0.0)}
 
 
 # -- ageing and memory -------------------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_a_source_that_stays_down_lets_its_devices_go_after_their_ttl() -> None:
     cache.add_source(source)
     cache.set_directory(lambda: directory("n1"))
     cache.refresh("prom")
-    assert cache.device_value("temp", "n1", "GPU-a") == DeviceValue(61.0, 0.0)
+    assert cache.device_value("temp", "n1", "GPU-a") == DeviceValue(61.0, NOW)
     source.answer = None
     clock.now = NOW + TTL
     cache.refresh("prom")
@@ -231,7 +232,7 @@ def test_a_node_holds_at_most_max_devices_per_node_and_the_excess_is_counted() -
     many = {("n1", f"d{i}"): (float(i), NOW) for i in range(MAX_DEVICES_PER_NODE + 10)}
     ingest(cache, clock, refresh({**many, ("n2", "GPU-a"): (5.0, NOW)}))
     assert len(cache.device_values("temp", "n1")) == MAX_DEVICES_PER_NODE
-    assert cache.device_value("temp", "n2", "GPU-a") == DeviceValue(5.0, 0.0)  # other nodes unaffected
+    assert cache.device_value("temp", "n2", "GPU-a") == DeviceValue(5.0, NOW)  # other nodes unaffected
     assert cache.health["prom"].dropped == {"device_limit": 10}
     ingest(cache, clock, refresh({**many, ("n2", "GPU-a"): (5.0, NOW)}))
     assert cache.health["prom"].dropped == {"device_limit": 20}
@@ -255,7 +256,7 @@ def test_the_bulk_read_is_the_same_mapping_until_a_change_or_the_earliest_expiry
     cache.on_update(changes.append)
     ingest(cache, clock, refresh({("n1", "GPU-b"): (70.0, clock.now)}))
     assert cache.generation > generation and changes and "temp" in changes[-1]
-    assert cache.device_value("temp", "n1", "GPU-b") == DeviceValue(70.0, 0.0)
+    assert cache.device_value("temp", "n1", "GPU-b") == DeviceValue(70.0, clock.now)
 
 
 def test_values_report_lists_a_nodes_devices_beside_its_value() -> None:
@@ -280,7 +281,8 @@ def test_a_plugin_reads_device_values_through_its_handle() -> None:
         return min(devices, key=lambda d: devices[d].value) if devices else None
 
     assert coolest("n1") == "GPU-0c1f" and coolest("n2") is None
+    clock.now = NOW + 3
     reading = handle.metrics.device_value("temp", "n1", "GPU-77aa")
-    assert reading is not None and (reading.value, reading.age) == (81.0, 0.0)
-    value, age = reading  # a (value, age) pair
-    assert (value, age) == (81.0, 0.0)
+    assert reading is not None and (reading.value, reading.age(handle.metrics.clock())) == (81.0, 3.0)
+    value, observed_at = reading  # a (value, observed_at) pair
+    assert (value, observed_at) == (81.0, NOW)

@@ -21,8 +21,8 @@ from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexCh
 from .allocator import AllocatedState
 from .tracker import AllocatedTracker, allocation_node
 
-__all__ = ["CLAIMS", "CLASSES", "SLICES", "TAINT_RULES", "ClaimChange", "ClaimKey", "DraIndex", "NodeChanges", "claim_key_of",
-           "resource_version"]
+__all__ = ["CLAIMS", "CLASSES", "SLICES", "TAINT_RULES", "ClaimChange", "ClaimKey", "DraIndex", "NodeChanges",
+           "claim_key_of", "resource_version"]
 
 # How many node changes the log keeps for readers that are behind (a reader further behind starts over).
 _LOG_SIZE = 65536

@@ -21,6 +21,7 @@ with its default feature gates; docs/design/dra.md is the specification, with th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import json
@@ -35,9 +36,12 @@ import numpy as np
 
 from metrics_sched.framework import (
     DEVICE_SETS,
+    DRA_EXTENDED_RESOURCES,
     SUCCESS,
     ApiError,
     ArgsError,
+    Batchable,
+    BatchScope,
     BoolArray,
     ClusterEvent,
     Code,
@@ -51,6 +55,7 @@ from metrics_sched.framework import (
     IntArray,
     KubeObject,
     NodeTable,
+    Normalized,
     PodInfo,
     PostFilterPlugin,
     PostFilterResult,
@@ -59,6 +64,7 @@ from metrics_sched.framework import (
     PreFilterPlugin,
     PreScorePlugin,
     QueueingHint,
+    Reads,
     ReservePlugin,
     ScorePlugin,
     StateKey,
@@ -78,6 +84,13 @@ from .allocator import (
 )
 from .cel import SelectorCache
 from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
+from .extended import (
+    SPECIAL_CLAIM_NAME,
+    class_for_resources,
+    is_dra_extended_resource,
+    requests_and_mappings,
+    special_claim,
+)
 from .index import ClaimChange, DraIndex
 
 __all__ = [
@@ -105,21 +118,39 @@ class _PodState:
     to_allocate: tuple[int, ...]
     allocator: Allocator | None
     shape: str = ""  # what the claims to allocate ask for (the row cache's key)
+    extended: Mapping[str, str] = field(default_factory=dict)  # DRA-backed extended resource -> its class
     node_selectors: dict[int, BoolArray] = field(default_factory=dict)  # allocated claim index -> rows it allows
-    rows: _RowCache | None = None  # per row, the allocation it would get (set by Filter)
+    groups: list[_Group] = field(default_factory=list)  # set by Filter: what each kind of node allocates
+    row_group: IntArray | None = None  # per row, its group (-1: none)
     unavailable: set[int] = field(default_factory=set)  # allocated claims some node could not use
     reserved: tuple[KubeObject, ...] = ()  # claims as Reserve chose them (pending)
+    special: KubeObject | None = None  # the extended-resource claim Reserve chose, with its allocation
+    mappings: list[KubeObject] = field(default_factory=list)  # its container -> request mappings
+    created: KubeObject | None = None  # that claim as PreBind created it
     written: set[str] = field(default_factory=set)  # claim UIDs PreBind reserved for this pod
 
     def clone(self) -> _PodState:
-        return _PodState(self.claims, self.to_allocate, self.allocator, self.shape, dict(self.node_selectors),
-                         self.rows, set(self.unavailable), self.reserved, set(self.written))
+        return _PodState(self.claims, self.to_allocate, self.allocator, self.shape, self.extended,
+                         dict(self.node_selectors), list(self.groups), self.row_group, set(self.unavailable),
+                         self.reserved, self.special, list(self.mappings), self.created, set(self.written))
 
-    def results(self, table: NodeTable, node: str) -> list[KubeObject] | None:
+    def allocation(self, table: NodeTable, node: str) -> tuple[list[KubeObject], list[dict[str, Any]] | None]:
+        """The claims allocated on `node` (the pod's unallocated ones, then its extended-resource claim if the
+        node serves one through DRA) and their allocation results (None: none found)."""
         row = table.index.get(node)
-        if row is None or self.rows is None or row >= len(self.rows.results):
-            return None
-        return self.rows.results[row]
+        if row is None or self.row_group is None or row >= self.row_group.size or self.row_group[row] < 0:
+            return [], None
+        group = self.groups[int(self.row_group[row])]
+        return group.claims, group.cache.results[row] if group.claims else []
+
+
+@dataclass
+class _Group:
+    """Nodes that allocate the same claims (they serve the same extended resources through DRA)."""
+
+    claims: list[KubeObject]
+    cache: _RowCache
+    mappings: list[KubeObject]
 
 
 _STATE = StateKey[_PodState]("DynamicResources/pod")
@@ -135,7 +166,7 @@ class _RowCache:
     def __init__(self, size: int) -> None:
         self.valid = np.zeros(size, dtype=bool)
         self.ok = np.zeros(size, dtype=bool)
-        self.results: list[list[KubeObject] | None] = [None] * size
+        self.results: list[list[dict[str, Any]] | None] = [None] * size
         self.values = np.full(size, np.nan)  # the worst device metric value of the row's allocation (NaN: none)
 
 
@@ -149,9 +180,10 @@ def _now() -> str:
 
 
 class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilterPlugin, PreScorePlugin,
-                       ScorePlugin, ReservePlugin, PreBindPlugin):
+                       ScorePlugin, ReservePlugin, PreBindPlugin, Batchable):
     name = "DynamicResources"
     indexes = (DraIndex,)
+    normalized = Normalized.COMPLETE  # max_normalize: 0-100 on every row
     # Its reasons are UnschedulableAndUnresolvable upstream: removing pods does not free devices (their claims
     # are deallocated by the controller afterwards, and that event requeues the pod).
     resolvable_reasons: ClassVar[frozenset[str]] = frozenset()
@@ -191,6 +223,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         self._table_key: tuple[int, int, int, int] = (-1, -1, -1, -1)
         self._candidates: tuple[tuple[int, int], IntArray] = ((-1, -1), np.zeros(0, dtype=np.int64))
         self._device_ids: tuple[int, dict[tuple[str, str, str], str]] = (-1, {})
+        self._extended_classes: tuple[int, dict[str, str]] = (-1, {})
+
+    def batch_scope(self, pod: PodInfo) -> BatchScope | None:
+        """A pod with claims (or DRA-backed extended resources) is never batched: its allocation on a node depends
+        on every claim in the cluster. Any other pod: the plugin skips it."""
+        if (pod.raw.get("spec") or {}).get("resourceClaims") or self._extended(pod):
+            return None
+        return BatchScope(Reads.NONE)
 
     # -- queueing ------------------------------------------------------------------------------------
     def events_to_register(self) -> list[EventHint]:
@@ -231,13 +271,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
     # -- PreFilter -----------------------------------------------------------------------------------
     def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
-        if not (pod.raw.get("spec") or {}).get("resourceClaims"):
-            return Status(Code.SKIP)
         found = resolve_claims(pod, self.index)
         if isinstance(found, ClaimMissing):
             return Status(Code.UNRESOLVABLE, found.reason)
-        if not found:
+        extended = self._extended(pod)
+        if not found and not extended:
             return Status(Code.SKIP)
+        if extended:
+            cycle.write(DRA_EXTENDED_RESOURCES, frozenset(extended))
         rule = self.index.taint_rule()
         if rule is not None:
             return Status(Code.UNRESOLVABLE, f"DeviceTaintRule {rule} exists: device taint rules (DRADeviceTaintRules, "
@@ -255,14 +296,26 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 return status
             to_allocate.append(i)
         allocator = None
-        if to_allocate:
+        if to_allocate or extended:
             index = self.index
             allocator = Allocator(index.allocated_state(), index.classes(), index.slices(), self.selectors,
                                   selector_memo=self.selector_memo, rank=self._rank(),
                                   slice_cache=self.slice_cache)
         cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
-                                      _shape([found[i].claim for i in to_allocate]) if to_allocate else ""))
+                                      _shape([found[i].claim for i in to_allocate]), extended))
         return SUCCESS
+
+    def _extended(self, pod: PodInfo) -> dict[str, str]:
+        """The pod's extended resources some DeviceClass serves (resource -> class)."""
+        wanted = [r for r, amount in pod.requests.items() if amount and is_dra_extended_resource(r)]
+        if not wanted:
+            return {}
+        generation, classes = self._extended_classes
+        if generation != self.index.classes_generation:
+            generation = self.index.classes_generation
+            classes = class_for_resources(self.index.classes())
+            self._extended_classes = (generation, classes)
+        return {r: classes[r] for r in wanted if r in classes}
 
     def _check_requests(self, pod_claim: PodClaim) -> Status:
         """Every request's device class exists (an unknown class waits for a DeviceClass event)."""
@@ -305,26 +358,37 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         allocated = np.ones(size, dtype=bool)
         timed_out = np.zeros(size, dtype=bool)
         if state.allocator is not None:
-            cache = state.rows = self._row_cache(state.shape, table)
+            self._refresh_caches(table)
             candidates = self._candidate_rows(table)
-            stale = candidates[~cache.valid[candidates]]
-            claims = [state.claims[i].claim for i in state.to_allocate]
-            try:
-                for row in stale.tolist():
-                    ok, results = self._allocate(state.allocator, table, row, claims)
-                    if ok is None:
-                        timed_out[row] = True
-                        continue  # not kept: the next pod searches this node again
-                    cache.ok[row], cache.results[row] = ok, results
-                    cache.values[row] = self._set_value(table, row, cache.results[row])
-                    cache.valid[row] = True
-            except AllocationError as exc:
-                return Filtered(np.zeros(size, dtype=bool), {}, str(exc))
+            values = np.full(size, np.nan)
             allocated = np.zeros(size, dtype=bool)
-            allocated[candidates] = cache.ok[candidates]
+            state.row_group = np.full(size, -1, dtype=np.int64)
+            state.groups = []
+            for rows, claims, shape, mappings in self._groups(state, pod, table):
+                state.row_group[rows] = len(state.groups)
+                cache = self._cache_for(shape, table)
+                state.groups.append(_Group(claims, cache, mappings))
+                if not claims:  # the device plugin serves the extended resources there, no claim to allocate
+                    allocated |= rows
+                    continue
+                group_rows = candidates[rows[candidates]]
+                stale = group_rows[~cache.valid[group_rows]]
+                try:
+                    for row in stale.tolist():
+                        ok, results = self._allocate(state.allocator, table, row, claims)
+                        if ok is None:
+                            timed_out[row] = True
+                            continue  # not kept: the next pod searches this node again
+                        cache.ok[row], cache.results[row] = ok, results
+                        cache.values[row] = self._set_value(table, row, cache.results[row])
+                        cache.valid[row] = True
+                except AllocationError as exc:
+                    return Filtered(np.zeros(size, dtype=bool), {}, str(exc))
+                allocated[group_rows] = cache.ok[group_rows]
+                values[group_rows] = cache.values[group_rows]
             allocated &= ~timed_out
             if self.args.device_metric:
-                cycle.write(DEVICE_SETS, DeviceSets(self.args.device_metric, cache.values))
+                cycle.write(DEVICE_SETS, DeviceSets(self.args.device_metric, values))
         reasons: dict[str, BoolArray] = {}
         if timed_out.any():
             reasons[ERR_TIMEOUT] = timed_out
@@ -337,7 +401,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         return Filtered(allocated & available, reasons)
 
     def _allocate(self, allocator: Allocator, table: NodeTable, row: int,
-                  claims: Sequence[KubeObject]) -> tuple[bool | None, list[KubeObject] | None]:
+                  claims: Sequence[KubeObject]) -> tuple[bool | None, list[dict[str, Any]] | None]:
         """(fits, its allocation results) on one row; (None, None) when the search ran out of time."""
         record = table.records[row]
         if record is None:
@@ -354,8 +418,36 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             return False, None
         return True, results
 
-    def _row_cache(self, shape: str, table: NodeTable) -> _RowCache:
-        """The shape's row cache with every row whose inputs changed since the last cycle marked stale."""
+    def _groups(self, state: _PodState, pod: PodInfo,
+                table: NodeTable) -> list[tuple[BoolArray, list[KubeObject], str, list[KubeObject]]]:
+        """(rows, claims to allocate there, their shape, extended-resource mappings) per kind of node: a node
+        without any of a DRA-backed extended resource the pod asks for gets it through DRA (filterExtendedResources),
+        one with some through its device plugin."""
+        size = table.capacity
+        user = [state.claims[i].claim for i in state.to_allocate]
+        if not state.extended:
+            return [(np.ones(size, dtype=bool), user, state.shape, [])]
+        resources = sorted(state.extended)
+        codes = np.zeros(size, dtype=np.int64)
+        for bit, resource in enumerate(resources):
+            col = table.resource_index.get(resource)
+            through_dra = (np.ones(size, dtype=bool) if col is None
+                           else table.allocatable_by_resource[col][:size] == 0)
+            codes |= through_dra.astype(np.int64) << bit
+        groups: list[tuple[BoolArray, list[KubeObject], str, list[KubeObject]]] = []
+        for code in np.unique(codes).tolist():
+            served = {r: state.extended[r] for bit, r in enumerate(resources) if code >> bit & 1}
+            rows = codes == code
+            if not served:
+                groups.append((rows, user, state.shape, []))
+                continue
+            requests, mappings = requests_and_mappings(pod, served)
+            claims = [*user, special_claim(pod, requests)]
+            groups.append((rows, claims, state.shape + json.dumps(requests, sort_keys=True), list(mappings)))
+        return groups
+
+    def _refresh_caches(self, table: NodeTable) -> None:
+        """Marks stale, in every shape's row cache, the rows whose inputs changed since the last cycle."""
         # With telemetry ranking devices, a refresh may change every node's best devices.
         telemetry = self.handle.metrics.generation if self.args.device_metric else 0
         key = (table.rows_generation, table.labels_generation, table.capacity, telemetry)
@@ -368,6 +460,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             rows = [table.index[n] for n in changes.nodes if n in table.index]
             for cache in self._row_caches.values():
                 cache.valid[rows] = False
+
+    def _cache_for(self, shape: str, table: NodeTable) -> _RowCache:
         cache = self._row_caches.get(shape)
         if cache is None:
             cache = self._row_caches[shape] = _RowCache(table.capacity)
@@ -415,6 +509,16 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             return math.inf if found is None else found.value
 
         return rank
+
+    def _described(self, node: str, device: Mapping[str, Any]) -> str:
+        """driver/pool/device, with its own telemetry value when it has one (explain, the decision record)."""
+        name = f"{device.get('driver')}/{device.get('pool')}/{device.get('device')}"
+        metric = self.args.device_metric
+        if not metric:
+            return name
+        key = self._ids().get((str(device.get("driver")), str(device.get("pool")), str(device.get("device"))), "")
+        found = self.handle.metrics.device_values(metric, node).get(key)
+        return name if found is None else f"{name} ({metric} {found.value:g})"
 
     def _set_value(self, table: NodeTable, row: int, results: Sequence[KubeObject] | None) -> float:
         """The hottest device of an allocation by its own telemetry (NaN: none of them has a value)."""
@@ -471,7 +575,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 continue
             if writer is None or not self.handle.may_write():
                 break
-            freed = copy.deepcopy(claim)
+            freed = _copy(claim)
             status = freed.setdefault("status", {})
             for key in ("reservedFor", "allocation", "devices"):
                 status.pop(key, None)
@@ -494,12 +598,12 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         state = cycle.read(_STATE)
         scores = np.zeros(rows.size, dtype=np.float64)
         for position, row in enumerate(rows.tolist()):
-            results = state.results(table, table.name(int(row)))
-            if results is None:
+            claims, results = state.allocation(table, table.name(int(row)))
+            if not results:
                 continue
             total = 0
-            for claim_index, result in zip(state.to_allocate, results, strict=True):
-                subrequests = _first_available(state.claims[claim_index].claim)
+            for claim, result in zip(claims, results, strict=True):
+                subrequests = _first_available(claim)
                 for device in (result.get("devices") or {}).get("results") or ():
                     request, _, sub = str(device.get("request", "")).partition("/")
                     names = subrequests.get(request)
@@ -514,24 +618,29 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     # -- Reserve / Unreserve -------------------------------------------------------------------------
     def reserve(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
         state = cycle.get(_STATE)
-        if state is None or not state.to_allocate:
+        if state is None or state.allocator is None:
             return SUCCESS
-        results = state.results(self.handle.table, node)
-        if results is None or len(results) != len(state.to_allocate):
+        claims, results = state.allocation(self.handle.table, node)
+        if results is None or len(results) != len(claims):
             return Status.error(f"internal error, have {0 if results is None else len(results)} allocations, "
-                                f"{len(state.to_allocate)} claims to allocate")
+                                f"{len(claims)} claims to allocate")
         reserved = []
-        for claim_index, result in zip(state.to_allocate, results, strict=True):
-            claim = copy.deepcopy(state.claims[claim_index].claim)
+        for original, result in zip(claims, results, strict=True):
+            claim = _copy(original)
             finalizers = claim.setdefault("metadata", {}).setdefault("finalizers", [])
             if DELETE_PROTECTION not in finalizers:
                 finalizers.append(DELETE_PROTECTION)
             claim.setdefault("status", {})["allocation"] = result
             self.index.signal_pending(claim)
-            reserved.append(claim)
-            devices = ", ".join(f"{d.get('driver')}/{d.get('pool')}/{d.get('device')}"
-                                for d in (result.get("devices") or {}).get("results") or ())
-            explain(cycle, f"claim {state.claims[claim_index].key}: devices {devices} on {node}")
+            meta = claim["metadata"]
+            if meta.get("name") == SPECIAL_CLAIM_NAME:
+                state.special = claim
+                group = state.groups[int(state.row_group[self.handle.table.index[node]])]  # type: ignore[index]
+                state.mappings = group.mappings
+            else:
+                reserved.append(claim)
+            devices = ", ".join(self._described(node, d) for d in (result.get("devices") or {}).get("results") or ())
+            explain(cycle, f"claim {meta.get('namespace')}/{meta.get('name')}: devices {devices} on {node}")
         state.reserved = tuple(reserved)
         return SUCCESS
 
@@ -542,22 +651,31 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         for pod_claim in state.claims:
             self.index.remove_pending(pod_claim.uid)
         writer = self.handle.claim_writer
+        if state.special is not None:
+            self.index.remove_pending(str(state.special["metadata"]["uid"]))
+            created, state.created = state.created, None
+            if created is not None and writer is not None:
+                meta = created["metadata"]
+                # A claim made for this attempt only goes with it; if that fails, the garbage collector removes it
+                # with the pod, its owner.
+                with contextlib.suppress(ApiError):
+                    writer.delete_claim(str(meta["namespace"]), str(meta["name"]), str(meta["uid"]))
+                self.index.restore(str(meta["namespace"]), str(meta["name"]))
         for pod_claim in state.claims:
             if pod_claim.uid not in state.written or writer is None:
                 continue
             patch = {"metadata": {"uid": pod_claim.uid},
                      "status": {"reservedFor": [{"$patch": "delete", "uid": pod.uid}]}}
-            try:
+            # Gone or changed: the controller drops reservations of pods that will not run.
+            with contextlib.suppress(ApiError):
                 writer.patch_claim_status(pod_claim.namespace, pod_claim.name, patch)
-            except ApiError:
-                pass  # gone or changed: the controller drops reservations of pods that will not run
             self.index.restore(pod_claim.namespace, pod_claim.name)
             state.written.discard(pod_claim.uid)
 
     # -- PreBind -------------------------------------------------------------------------------------
     def pre_bind(self, cycle: CycleState, pod: PodInfo, node: str) -> Status:
         state = cycle.get(_STATE)
-        if state is None or not state.claims:
+        if state is None or (not state.claims and state.special is None):
             return SUCCESS
         writer = self.handle.claim_writer
         if writer is None:
@@ -568,7 +686,44 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if not status.ok:
                 return status
             state.written.add(pod_claim.uid)
+        if state.special is not None:
+            status = self._bind_extended_claim(writer, pod, state)
+            if not status.ok:
+                return status
         return self._wait_binding_conditions(cycle, pod, state, node)
+
+    def _bind_extended_claim(self, writer: Any, pod: PodInfo, state: _PodState) -> Status:
+        """Creates the extended-resource claim, allocates and reserves it like any claim, and tells the pod which
+        claim and requests serve its extended resources."""
+        special = state.special
+        assert special is not None
+        if state.created is None:
+            body = _copy(special)
+            meta = body["metadata"]
+            for key in ("name", "uid", "finalizers"):
+                meta.pop(key, None)
+            body.pop("status", None)
+            try:
+                state.created = writer.create_claim(body)
+            except ApiError as exc:
+                return Status.error(f"create claim for extended resources {pod.namespace}/"
+                                    f"{meta.get('generateName', '')}: {exc}")
+        created = state.created
+        assert created is not None
+        self.index.remove_pending(str(special["metadata"]["uid"]))
+        made = PodClaim("<extended-resources>", created, False)
+        # Counted at once under its real uid (the watch brings it later), so no other pod takes its devices.
+        self.index.signal_pending({**created, "status": {"allocation": special["status"]["allocation"]}})
+        status = self._bind_claim(writer, pod, made, {"status": special["status"]})
+        self.index.remove_pending(made.uid)
+        if not status.ok:
+            return status
+        try:
+            writer.set_extended_resource_claim_status(pod.namespace, pod.name, {
+                "resourceClaimName": made.name, "requestMappings": state.mappings})
+        except ApiError as exc:
+            return Status.error(f"update pod {pod.key} ExtendedResourceClaimStatus: {exc}")
+        return SUCCESS
 
     def _bind_claim(self, writer: Any, pod: PodInfo, pod_claim: PodClaim, chosen: KubeObject | None) -> Status:
         """bindClaim: the allocation (if Reserve chose one) and the pod's reservation, retried on conflicts."""
@@ -589,7 +744,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 if allocation is not None and current is not None and not _same_allocation(current, allocation):
                     return Status.error(f"claim {pod_claim.key} got allocated elsewhere in the meantime")
                 try:
-                    claim = copy.deepcopy(claim)
+                    claim = _copy(claim)
                     if allocation is not None and current is None:
                         finalizers = claim.setdefault("metadata", {}).setdefault("finalizers", [])
                         if DELETE_PROTECTION not in finalizers:
@@ -683,3 +838,8 @@ def _binding_verdict(claim: Mapping[str, Any]) -> Status | None:
         if any((conditions.get(c) or {}).get("status") != "True" for c in wanted):
             pending = True
     return None if pending else SUCCESS
+
+
+def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep, mutable copy of an API object (the watched ones are shared and never changed in place)."""
+    return copy.deepcopy(dict(obj))

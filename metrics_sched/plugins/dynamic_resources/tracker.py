@@ -29,12 +29,12 @@ def allocation_node(allocation: Mapping[str, Any] | None) -> str:
     """The one node an allocation is tied to, or "" (several nodes, or none: available everywhere)."""
     if not allocation:
         return ""
-    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ()
+    terms: list[Mapping[str, Any]] = list((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or [])
     if len(terms) != 1 or terms[0].get("matchExpressions"):
         return ""
-    fields = terms[0].get("matchFields") or ()
+    fields: list[Mapping[str, Any]] = list(terms[0].get("matchFields") or [])
     if len(fields) == 1 and fields[0].get("key") == "metadata.name" and fields[0].get("operator") == "In":
-        values = fields[0].get("values") or ()
+        values: list[Any] = list(fields[0].get("values") or [])
         if len(values) == 1:
             return str(values[0])
     return ""

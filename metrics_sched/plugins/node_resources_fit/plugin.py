@@ -14,6 +14,7 @@ import numpy as np
 
 from metrics_sched.framework import (
     CPU,
+    DRA_EXTENDED_RESOURCES,
     MEMORY,
     PODS,
     SUCCESS,
@@ -122,9 +123,12 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin, Batchable):
         request = self._requests(cycle, pod, table)
         reasons = {}
         fits = np.ones(table.capacity, dtype=bool)
+        through_dra = cycle.get(DRA_EXTENDED_RESOURCES, frozenset())
         for col in np.flatnonzero(request).tolist():
             resource = table.resources[col]
             short = table.free_by_resource[col] < request[col]
+            if resource in through_dra:  # a node with none of it serves it through DRA (DynamicResources' part)
+                short &= table.allocatable_by_resource[col] != 0
             reasons[_reason(resource)] = short
             fits &= ~short
         return Filtered(fits, reasons)

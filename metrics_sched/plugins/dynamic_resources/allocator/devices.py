@@ -72,6 +72,9 @@ class SliceInfo:
     shared_counters: tuple[CounterSet, ...]
     devices: tuple[DeviceInfo, ...]
     has_binding_conditions: bool  # some device has bindingConditions (not nil)
+    # The pools.Pool this slice forms alone (resourceSliceCount 1), built on first use; typed loosely so that
+    # this module does not import pools (which imports it).
+    solo_pool: Any = None
 
 
 def _counters(raw: Mapping[str, Any] | None) -> dict[str, int]:

@@ -13,13 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from metrics_sched.plugins.dynamic_resources.allocator.devices import SliceInfo
+from metrics_sched.plugins.dynamic_resources.allocator.devices import DeviceInfo, SliceInfo
 from metrics_sched.plugins.dynamic_resources.allocator.errors import AllocationError
 from metrics_sched.plugins.dynamic_resources.allocator.node_selection import NodeSelectorError, node_matches
 
-__all__ = ["Pool", "gather_pools"]
+__all__ = ["Candidate", "Pool", "gather_pools"]
+
+
+class Candidate:
+    """A device of a pool as the search meets it; `pos` is its place in the pool (slices by name, devices in
+    list order), which with the pool's place gives upstream's order."""
+
+    __slots__ = ("device", "pool", "pos", "slice")
+
+    def __init__(self, device: DeviceInfo, info: SliceInfo, pool: Pool, pos: int) -> None:
+        self.device = device
+        self.slice = info
+        self.pool = pool
+        self.pos = pos
 
 
 @dataclass(eq=False, slots=True)
@@ -32,6 +45,11 @@ class Pool:
     slices_targeting: tuple[SliceInfo, ...] = ()  # device slices of this node, sorted by name
     slices_not_targeting: tuple[SliceInfo, ...] = ()  # the pool's other slices (counters only)
     counter_sets: dict[str, dict[str, int]] = field(default_factory=dict)
+    candidates: tuple[Candidate, ...] = ()  # the devices of slices_targeting, in order
+
+    def __post_init__(self) -> None:
+        self.candidates = tuple(Candidate(device, info, self, pos) for pos, (info, device) in enumerate(
+            (info, device) for info in self.slices_targeting for device in info.devices))
 
     @property
     def pool_id(self) -> str:
@@ -130,7 +148,14 @@ def gather_pools(slices_for_node: Sequence[SliceInfo], node_name: str, labels: M
     for (driver, pool_name), group in pools.items():
         first = group[0]
         if len(group) == first.slice_count:
-            pool = _build_pool(driver, pool_name, group, None)
+            if len(group) == 1:
+                # A pool of one slice (the common node-local case) depends on that slice alone: built once per
+                # slice version and shared by every pod (the search never changes a pool).
+                pool = cast(Pool | None, first.solo_pool)
+                if pool is None:
+                    pool = first.solo_pool = _build_pool(driver, pool_name, group, None)
+            else:
+                pool = _build_pool(driver, pool_name, group, None)
         else:
             obsolete, everywhere = _slices_in_pool(all_slices, resolve, driver, pool_name, first.generation)
             if obsolete:

@@ -31,7 +31,7 @@ from metrics_sched.plugins.dynamic_resources.allocator.errors import (
 )
 from metrics_sched.plugins.dynamic_resources.allocator.memo import SelectorMemo
 from metrics_sched.plugins.dynamic_resources.allocator.node_selection import NodeSelectorError, node_matches
-from metrics_sched.plugins.dynamic_resources.allocator.pools import Pool
+from metrics_sched.plugins.dynamic_resources.allocator.pools import Candidate, Pool
 from metrics_sched.plugins.dynamic_resources.allocator.quantity import Quantity
 from metrics_sched.plugins.dynamic_resources.allocator.state import AllocatedState, DeviceID
 from metrics_sched.plugins.dynamic_resources.cel import CelCompileError, CelRuntimeError, SelectorCache
@@ -55,23 +55,40 @@ class Shared:
     # Available counters per pool *name* (upstream's cache key), filled on first use and kept for every node.
     available_counters: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     invocations: int = 0
+    # Per request (by identity; the Allocator keeps the parsed claims alive): its class selectors, or the error.
+    _checked: dict[int, tuple[RequestSpec, tuple[Mapping[str, Any], ...] | str]] = field(default_factory=dict,
+                                                                                          init=False)
 
     def __post_init__(self) -> None:
         self.counters_in_use = self.state.devices_in_use()
 
+    def checked(self, claim: ClaimSpec, spec: RequestSpec) -> tuple[Mapping[str, Any], ...] | str:
+        """validateDeviceRequest's node-independent part, in upstream's order: the class selectors of the
+        request, or the error text."""
+        known = self._checked.get(id(spec))
+        if known is not None and known[0] is spec:
+            return known[1]
+        result: tuple[Mapping[str, Any], ...] | str
+        prefix = f"claim {claim.display_name}, request {spec.name}"
+        missing = next((i for i, selector in enumerate(spec.selectors) if selector.get("cel") is None), None)
+        device_class = self.classes.get(spec.class_name) if spec.class_name else None
+        if missing is not None:
+            result = f"{prefix}, selector #{missing}: CEL expression empty (unsupported selector type?)"
+        elif not spec.class_name:
+            result = f"{prefix}: missing device class name (unsupported request type?)"
+        elif device_class is None:
+            result = (f"{prefix}: could not retrieve device class {spec.class_name}: "
+                      f'deviceclass.resource.k8s.io "{spec.class_name}" not found')
+        elif spec.mode not in ("ExactCount", "All"):
+            result = f"{prefix}: unsupported count mode {spec.mode}"
+        else:
+            result = tuple((device_class.get("spec") or {}).get("selectors") or ())
+        self._checked[id(spec)] = (spec, result)
+        return result
+
 
 class _MaxSizeExceeded(Exception):
     """errAllocationResultMaxSizeExceeded: more than 32 results for a claim down this path."""
-
-
-class _Candidate:
-    __slots__ = ("device", "pool", "pos", "slice")
-
-    def __init__(self, device: DeviceInfo, info: SliceInfo, pool: Pool, pos: int) -> None:
-        self.device = device
-        self.slice = info
-        self.pool = pool
-        self.pos = pos  # position in upstream's order
 
 
 class _RequestData:
@@ -88,14 +105,14 @@ class _RequestData:
         self.class_selectors: Sequence[Mapping[str, Any]] = ()
         self.num_devices = 0
         self.selected_sub = 0
-        self.all_devices: list[_Candidate] = []
+        self.all_devices: list[Candidate] = []
         self.matches: dict[DeviceID, bool] = {}  # deviceMatchesRequest, per request of this attempt
 
 
 class _Result:
     __slots__ = ("admin", "candidate", "consumed", "data", "request_index", "share_id")
 
-    def __init__(self, data: _RequestData, request_index: int, candidate: _Candidate, share_id: str | None,
+    def __init__(self, data: _RequestData, request_index: int, candidate: Candidate, share_id: str | None,
                  consumed: dict[str, Quantity] | None) -> None:
         self.data = data
         self.request_index = request_index
@@ -137,17 +154,9 @@ class Search:
         self.request_data: list[list[list[_RequestData]]] = []
         self.constraints: list[list[Constraint]] = []
         self.invocations = 0
-        # Candidates of ExactCount requests in upstream's order (valid pools only), and per pool for `All`.
-        self.pool_candidates: list[list[_Candidate]] = []
-        candidates: list[_Candidate] = []
-        for pool in pools:
-            in_pool: list[_Candidate] = []
-            if not (pool.is_incomplete or pool.is_invalid):
-                for info in pool.slices_targeting:
-                    for device in info.devices:
-                        in_pool.append(_Candidate(device, info, pool, len(candidates) + len(in_pool)))
-            candidates.extend(in_pool)
-            self.pool_candidates.append(in_pool)
+        # Candidates of ExactCount requests in upstream's order (valid pools only; an incomplete or invalid pool
+        # has none).
+        candidates = [c for pool in pools for c in pool.candidates]
         if rank is not None and len(candidates) > 1:
             name = self.node_name
             keys = {id(c): rank(name, c.device.id[0], c.device.id[1], c.device.name) for c in candidates}
@@ -208,39 +217,29 @@ class Search:
                     data.matches = {}
 
     def _validate(self, ci: int, spec: RequestSpec, parent: str | None) -> _RequestData:
-        """validateDeviceRequest."""
+        """validateDeviceRequest: the node-independent checks once per request (Shared.checked), then `All`'s
+        device list for this node."""
         claim = self.claims[ci]
+        checked = self.shared.checked(claim, spec)
+        if isinstance(checked, str):
+            raise AllocationError(checked)
         data = _RequestData(spec, parent)
-        for i, selector in enumerate(spec.selectors):
-            if selector.get("cel") is None:
-                raise AllocationError(f"claim {claim.display_name}, request {spec.name}, selector #{i}: "
-                                      "CEL expression empty (unsupported selector type?)")
-        if not spec.class_name:
-            raise AllocationError(f"claim {claim.display_name}, request {spec.name}: missing device class name "
-                                  "(unsupported request type?)")
-        device_class = self.shared.classes.get(spec.class_name)
-        if device_class is None:
-            raise AllocationError(f"claim {claim.display_name}, request {spec.name}: could not retrieve device class "
-                                  f'{spec.class_name}: deviceclass.resource.k8s.io "{spec.class_name}" not found')
         data.class_name = spec.class_name
-        data.class_selectors = tuple((device_class.get("spec") or {}).get("selectors") or ())
-        if spec.mode == "ExactCount":
-            data.num_devices = spec.count
-        elif spec.mode == "All":
-            for pool, in_pool in zip(self.pools, self.pool_candidates, strict=True):
+        data.class_selectors = checked
+        if spec.mode == "All":
+            for pool in self.pools:
                 if pool.is_incomplete:
                     raise AllocationError(f"claim {claim.display_name}, request {spec.name}: asks for all devices, "
                                           f"but resource pool {pool.pool_id} is currently being updated")
                 if pool.is_invalid:
                     raise AllocationError(f"claim {claim.display_name}, request {spec.name}: asks for all devices, "
                                           f"but resource pool {pool.pool_id} is currently invalid")
-                for candidate in in_pool:
+                for candidate in pool.candidates:
                     if self._selectable(ci, data, candidate) and self._capacity_fits(spec, candidate.device):
                         data.all_devices.append(candidate)
             data.num_devices = len(data.all_devices)
         else:
-            raise AllocationError(f"claim {claim.display_name}, request {spec.name}: unsupported count mode "
-                                  f"{spec.mode}")
+            data.num_devices = spec.count
         return data
 
     # -- the search (allocateOne) ---------------------------------------------------------------------------------
@@ -330,7 +329,7 @@ class Search:
 
     # -- candidate checks -------------------------------------------------------------------------------------------
 
-    def _selectable(self, ci: int, data: _RequestData, candidate: _Candidate) -> bool:
+    def _selectable(self, ci: int, data: _RequestData, candidate: Candidate) -> bool:
         """isSelectable: class selectors, then request selectors, then the device's own node selection."""
         device = candidate.device
         cached = data.matches.get(device.id)
@@ -394,7 +393,7 @@ class Search:
 
     # -- allocateDevice ------------------------------------------------------------------------------------------
 
-    def _allocate_device(self, ci: int, ri: int, data: _RequestData, candidate: _Candidate, *, must: bool,
+    def _allocate_device(self, ci: int, ri: int, data: _RequestData, candidate: Candidate, *, must: bool,
                          capacity_checked: bool) -> Callable[[], None] | None:
         """Takes the device for the request if it is free, its counters suffice, its taints are tolerated and
         the claim's constraints hold; returns the rollback, or None."""
@@ -500,7 +499,7 @@ class Search:
         cache[pool.pool] = available
         return available
 
-    def _take_counters(self, candidate: _Candidate) -> bool:
+    def _take_counters(self, candidate: Candidate) -> bool:
         pool = candidate.pool
         available = self._available(pool)
         consumed = self.consumed_counters.setdefault(pool.pool, {})
@@ -516,7 +515,7 @@ class Search:
                     return False
         return True
 
-    def _give_back_counters(self, candidate: _Candidate) -> None:
+    def _give_back_counters(self, candidate: Candidate) -> None:
         consumed = self.consumed_counters.setdefault(candidate.pool.pool, {})
         for set_name, counters in candidate.device.consumes:
             taken = consumed.setdefault(set_name, {})
@@ -529,7 +528,10 @@ class Search:
         claim = self.claims[ci]
         results = self.results[ci]
         # With a rank, a request's devices were found in rank order: write them in upstream's order.
-        ordered = sorted(results, key=lambda r: (r.request_index, r.candidate.pos))
+        ordered: Sequence[_Result] = results
+        if len(results) > 1:
+            order = {id(pool): i for i, pool in enumerate(self.pools)}
+            ordered = sorted(results, key=lambda r: (r.request_index, order[id(r.candidate.pool)], r.candidate.pos))
         devices: dict[str, Any] = {}
         if ordered:
             devices["results"] = [self._result_json(r) for r in ordered]
