@@ -480,3 +480,11 @@ def test_first_available_prefers_the_node_that_gives_the_first_subrequest() -> N
     drain(rig.scheduler, rig.api)
     result = rig.claims.claims[("default", "c")]["status"]["allocation"]["devices"]["results"]
     assert [r["request"] for r in result] == ["gpu/big"]
+
+
+def test_device_metric_can_be_turned_off_in_the_config() -> None:
+    """`deviceMetric: ""` (docs/dra.md): upstream's first-fit order; the args parser refuses other empty strings."""
+    config = {"profiles": [{"pluginConfig": [{"name": "DynamicResources", "args": {"deviceMetric": ""}}]}]}
+    plugin = make_scheduler(config).frameworks["metrics-sched"].instances["DynamicResources"]
+    assert isinstance(plugin, DynamicResources) and plugin.args.device_metric == ""
+    assert plugin._rank() is None

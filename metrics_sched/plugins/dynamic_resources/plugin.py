@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -195,7 +195,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         # The per-device metric devices are preferred by, lowest first ("" : upstream's first-fit order), and the
         # slice device attributes that name a device the way the metric's source does (the first one present:
         # NVIDIA's driver publishes `uuid`, DCGM labels its series with UUID; `index` matches DCGM's gpu label).
-        device_metric: str = "gpu_temperature"
+        # Literal[""] first: a plain str field refuses the empty string, which is how the config says "none".
+        device_metric: Literal[""] | str = "gpu_temperature"
         device_id_attributes: tuple[str, ...] = ("uuid", "index")
         # SchedulerFilterTimeout (beta, on in 1.36): how long the allocator may search one node (0: no limit).
         filter_timeout_seconds: float = 10.0
