@@ -37,6 +37,7 @@ import numpy as np
 from metrics_sched.framework import (
     DEVICE_SETS,
     DRA_EXTENDED_RESOURCES,
+    FEASIBLE_BEFORE,
     SUCCESS,
     ApiError,
     ArgsError,
@@ -344,6 +345,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         size = table.capacity
         if state is None:
             return Filtered(np.ones(size, dtype=bool))
+        # Upstream's Filter sees only the nodes every earlier filter let through: a claim is unavailable (PostFilter
+        # may deallocate it) and the allocator searches (a fatal error ends the attempt) on those alone.
+        seen = cycle.get(FEASIBLE_BEFORE)
+        considered = table.present[:size] if seen is None else table.present[:size] & seen[:size]
         available = np.ones(size, dtype=bool)
         for i, pod_claim in enumerate(state.claims):
             selector = ((pod_claim.claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
@@ -353,7 +358,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             for term in selector.get("nodeSelectorTerms") or ():
                 mask |= term_mask(table, term)
             state.node_selectors[i] = mask
-            if not (mask | ~table.present[:size]).all():
+            if not (mask | ~considered).all():
                 state.unavailable.add(i)
             available &= mask
         allocated = np.ones(size, dtype=bool)
@@ -372,7 +377,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 if not claims:  # the device plugin serves the extended resources there, no claim to allocate
                     allocated |= rows
                     continue
-                group_rows = candidates[rows[candidates]]
+                group_rows = candidates[rows[candidates] & considered[candidates]]
                 stale = group_rows[~cache.valid[group_rows]]
                 try:
                     for row in stale.tolist():
