@@ -7,7 +7,7 @@ affinity), so which of those a pod lands on is decided by its devices. Drivers (
 ("%C<i>%") are placeholders each copy renders with names of its own: a copy's devices are reachable by its own
 classes only, and nothing one case does (allocations, counters, consumed capacity) touches another. Pool names,
 device names and node names are the same in both copies, so an allocation written for one copy equals the
-other's once its drivers are named alike (`normalized`).
+other's once its drivers and classes are named alike (`DraCopy.normalized`).
 
 What a case draws (the odds are in the code):
 - 1-3 pools, of one of 1-2 drivers, each on one of the case's nodes (nodeName), on some nodes (a nodeSelector on
@@ -26,6 +26,9 @@ What a case draws (the odds are in the code):
   int, bool, semver, quantity, cel.bind, regex, the domain computed from device.driver; a few that can fail to
   evaluate: no such key), tolerations, capacity requests; matchAttribute / distinctAttribute constraints on all
   requests or some (a subrequest too); opaque configs.
+- Sometimes an extended resource a class serves (its extendedResourceName, or the implicit
+  deviceclass.resource.kubernetes.io/<class>), requested by p0 (which may then have no claim at all): the
+  scheduler makes the claim for it (DRAExtendedResource).
 - A pod p0 with 1-2 claims; sometimes a second pod p1 sharing one of p0's claims (scheduled after p0 is
   decided), and sometimes a claim allocated up front by the test (status.allocation written, as a driver's
   controller or an earlier scheduler would have), used by p0 or just holding its device.
@@ -46,6 +49,7 @@ from tests.e2e.pools import POOL_LABEL
 __all__ = [
     "ADMIN_ACCESS_LABEL",
     "API",
+    "EXTENDED",
     "GROUP_DOMAIN",
     "HOSTNAME",
     "RACK",
@@ -54,7 +58,6 @@ __all__ = [
     "features",
     "generate",
     "namespace_of",
-    "normalized",
     "pool_of",
     "shared_node",
 ]
@@ -72,6 +75,8 @@ CORES = ["2", "4", "8"]
 TAINT_KEYS = ["maint", "flaky"]
 # Requests of the `bw` capacity: some round up (1500m), some exceed every policy or the capacity (9).
 BW_REQUESTS = ["1", "1", "2", "1500m", "3", "5", "7", "9"]
+EXTENDED = "%X%"  # the copy's extended resource name (its DeviceClass's extendedResourceName)
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # every DeviceClass serves this + its name
 
 
 # -- generation --------------------------------------------------------------------------------------------------------
@@ -379,8 +384,17 @@ def generate(seed: int, number: int) -> dict[str, Any]:
     classes = [_device_class(ctx, i) for i in range(ctx.classes)]
     claims: dict[str, dict[str, Any]] = {}
     templates: dict[str, dict[str, Any]] = {}
+    extended = None
+    if rng.random() < 0.12:  # an extended resource a class serves: by its extendedResourceName or implicitly
+        k = rng.randrange(ctx.classes)
+        if rng.random() < 0.7:
+            classes[k]["spec"]["extendedResourceName"] = EXTENDED
+            extended = {"resource": EXTENDED, "count": rng.choice([1, 1, 2])}
+        else:
+            extended = {"resource": f"{IMPLICIT_PREFIX}%C{k}%", "count": rng.choice([1, 1, 2])}
     p0: list[dict[str, str]] = []
-    for i in range(rng.choices([1, 2], weights=[3, 2])[0]):
+    for i in range(rng.choices([0, 1, 2], weights=[3, 4, 3])[0] if extended else
+                   rng.choices([1, 2], weights=[3, 2])[0]):
         if rng.random() < 0.35:
             templates[f"t{i}"] = _claim_spec(ctx, f"t{i}")
             p0.append({"name": f"c{i}", "template": f"t{i}"})
@@ -388,7 +402,8 @@ def generate(seed: int, number: int) -> dict[str, Any]:
             claims[f"x{i}"] = _claim_spec(ctx, f"x{i}")
             p0.append({"name": f"c{i}", "claim": f"x{i}"})
     case: dict[str, Any] = {"seed": seed, "case": number, "nodes": nodes, "drivers": ctx.drivers, "pools": pools,
-                            "classes": classes, "claims": claims, "templates": templates, "allocated": {}}
+                            "classes": classes, "claims": claims, "templates": templates, "allocated": {},
+                            "extended": extended}
     pods = [p0]
     if rng.random() < 0.15:
         allocation = _allocated(case, rng)
@@ -462,26 +477,15 @@ def features(case: dict[str, Any]) -> set[str]:
         "pre-allocated claim holding a device": bool(case["allocated"]) and not any(
             c.get("claim") == "pre" for c in case["pods"][0]),
         "pods may go to two nodes": len(case["nodes"]) == 2,
+        "extended resource (extendedResourceName)": (case["extended"] or {}).get("resource") == EXTENDED,
+        "extended resource (implicit class name)": (case["extended"] or {}).get("resource", EXTENDED) != EXTENDED,
+        "pod with an extended resource and no claim": bool(case["extended"]) and not case["pods"][0],
     }
     out.update(name for name, used in checks.items() if used)
     return out
 
 
 # -- a case as one scheduler's copy -----------------------------------------------------------------------------------
-def normalized(value: Any, drivers: list[str]) -> Any:
-    """`value` (an allocation) with the copy's driver names replaced by placeholders, the random shareID and the
-    allocationTimestamp dropped: what two copies' allocations must agree on."""
-    text = json.dumps(value, sort_keys=True)
-    for i, driver in enumerate(drivers):
-        text = text.replace(json.dumps(driver)[1:-1], f"%D{i}%")
-    out = json.loads(text)
-    if isinstance(out, dict):
-        out.pop("allocationTimestamp", None)
-        for result in (out.get("devices") or {}).get("results") or ():
-            result.pop("shareID", None)
-    return out
-
-
 @dataclass
 class DraCopy:
     """One case's copy for one scheduler ("kube" | "ms"): drivers, classes and slices named after the copy, claims
@@ -507,6 +511,10 @@ class DraCopy:
     def drivers(self) -> list[str]:
         return [f"{self.tag}-{'ab'[i]}.dra{self.run}.{GROUP_DOMAIN}" for i in range(self.case["drivers"])]
 
+    @property
+    def extended_resource(self) -> str:
+        return f"x.{self.tag}.dra{self.run}.example.com/dev"
+
     def class_name(self, i: int) -> str:
         return f"dra{self.run}-{self.tag}-{i}"
 
@@ -517,7 +525,7 @@ class DraCopy:
         return f"c{self.number:04d}-{key}"
 
     def render(self, value: Any) -> Any:
-        text = json.dumps(value)
+        text = json.dumps(value).replace(EXTENDED, self.extended_resource)
         for i, driver in enumerate(self.drivers):
             text = text.replace(f"%D{i}%", driver)
         for i in range(len(self.case["classes"])):
@@ -525,6 +533,22 @@ class DraCopy:
         for i in range(SHARED_NODES):
             text = text.replace(f"%N{i}%", shared_node(self.run, i))
         return json.loads(text)
+
+    def normalized(self, value: Any) -> Any:
+        """`value` (an allocation, a claim spec) with the copy's own names (drivers, classes, extended resource)
+        back to placeholders, the random shareID and the allocationTimestamp dropped: what two copies' must
+        agree on."""
+        text = json.dumps(value, sort_keys=True).replace(self.extended_resource, EXTENDED)
+        for i, driver in enumerate(self.drivers):
+            text = text.replace(driver, f"%D{i}%")
+        for i in range(len(self.case["classes"])):
+            text = text.replace(self.class_name(i), f"%C{i}%")
+        out = json.loads(text)
+        if isinstance(out, dict):
+            out.pop("allocationTimestamp", None)
+            for result in (out.get("devices") or {}).get("results") or ():
+                result.pop("shareID", None)
+        return out
 
     def _meta(self, name: str) -> dict[str, Any]:
         return {"name": name, "labels": {"diff-run": self.run}}
@@ -585,7 +609,14 @@ class DraCopy:
                                      affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                                          "nodeSelectorTerms": [{"matchExpressions": [
                                              {"key": HOSTNAME, "operator": "In", "values": hosts}]}]}}})
-            body["spec"]["containers"][0]["resources"]["claims"] = [{"name": e["name"]} for e in entries]
+            resources = body["spec"]["containers"][0]["resources"]
+            if entries:
+                resources["claims"] = [{"name": e["name"]} for e in entries]
+            else:
+                del body["spec"]["resourceClaims"]
+            if k == 0 and self.case["extended"]:
+                name, count = self.render(self.case["extended"]["resource"]), str(self.case["extended"]["count"])
+                resources["requests"][name] = resources["limits"][name] = count
             body["metadata"].update(namespace=self.namespace,
                                     labels={"diff": "probe", "diff-run": self.run, "diff-pod": f"p{k}"})
             out.append(body)

@@ -73,9 +73,11 @@ class Snapshot:
 
 @dataclass
 class Replayed:
-    """The replay's verdict per pod (namespace/name) and each claim as it was left (namespace/name)."""
+    """The replay's verdict per pod, its pods (with the extendedResourceClaimStatus PreBind gave them) and each claim
+    as it was left, by namespace/name."""
 
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -135,4 +137,9 @@ def replay(snapshot: Snapshot, waves: Sequence[Sequence[str]], config: Mapping[s
     finally:
         scheduler.stop(drain_timeout=10)
     done.claims = {f"{ns}/{name}": copy.deepcopy(c) for (ns, name), c in claims.claims.items()}
+    for key in done.outcomes:
+        pod = done.pods[key] = copy.deepcopy(pods[key])
+        ext = claims.pod_statuses.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+        if ext is not None:
+            pod.setdefault("status", {})["extendedResourceClaimStatus"] = ext
     return done

@@ -39,6 +39,7 @@ does not serve them yet), device binding conditions (PreBind would wait for a dr
 from __future__ import annotations
 
 import collections
+import datetime
 import os
 import secrets
 import time
@@ -63,7 +64,6 @@ from tests.e2e.dra_cases import (
     features,
     generate,
     namespace_of,
-    normalized,
     pool_of,
     shared_node,
 )
@@ -143,8 +143,8 @@ def _create(api: KubeAPI, copies: list[DraCopy], names: Mapping[str, str]) -> No
         c, body = item
         created = api.post(f"{RESOURCES}/namespaces/{c.namespace}/resourceclaims", body)
         allocation = c.allocations().get(body["metadata"]["name"])
-        if allocation is not None:
-            created["status"] = {"allocation": allocation}
+        if allocation is not None:  # as a 1.36 scheduler writes it: kube-scheduler cannot reserve one without
+            created["status"] = {"allocation": {**allocation, "allocationTimestamp": _now()}}
             api.put(f"{RESOURCES}/namespaces/{c.namespace}/resourceclaims/{body['metadata']['name']}/status", created)
 
     _concurrently(post, [(f"{RESOURCES}/deviceclasses", b) for c in copies for b in c.device_classes()]
@@ -154,6 +154,10 @@ def _create(api: KubeAPI, copies: list[DraCopy], names: Mapping[str, str]) -> No
     _concurrently(claim, [(c, b) for c in copies for b in c.claims()])
     _concurrently(post, [(f"/api/v1/namespaces/{c.namespace}/pods", b)
                          for c in copies for b in c.pods(names[c.scheduler], GATE)])
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _pods(api: KubeAPI, run: str) -> dict[str, dict[str, Any]]:
@@ -207,12 +211,14 @@ def _lift(api: KubeAPI, keys: list[str]) -> None:
                                               {"spec": {"schedulingGates": None}}), keys)
 
 
-def _await(api: KubeAPI, run: str, keys: list[str], timeout: float) -> dict[str, Outcome]:
+def _await(api: KubeAPI, run: str, keys: list[str], timeout: float,
+           final: Callable[[str, Outcome], bool]) -> dict[str, Outcome]:
+    """Each pod's verdict, once `final` accepts it."""
     found: dict[str, Outcome] = {}
 
     def decided() -> bool:
         for key, pod in _pods(api, run).items():
-            if key in keys and key not in found and (outcome := outcome_of(pod)) is not None:
+            if key in keys and key not in found and (outcome := outcome_of(pod)) is not None and final(key, outcome):
                 found[key] = outcome
         return len(found) == len(keys)
 
@@ -221,6 +227,19 @@ def _await(api: KubeAPI, run: str, keys: list[str], timeout: float) -> dict[str,
     except AssertionError as exc:
         raise AssertionError(f"{exc}: none yet for {sorted(set(keys) - set(found))[:20]}") from None
     return found
+
+
+def _ms_final(url: str, namespace: str) -> Callable[[str, Outcome], bool]:
+    """metrics-sched's FailedScheduling message keeps the filters' words when its PostFilter deallocated a claim
+    (kube-scheduler's adds "deallocation of ResourceClaim completed"): its decision record tells. An unschedulable
+    verdict is final once the pod's newest record is an unschedulable one that deallocated nothing."""
+    def final(key: str, outcome: Outcome) -> bool:
+        if outcome.kind != "unschedulable" or not key.startswith(f"{namespace}/"):
+            return True
+        records = httpx.get(f"{url}/decisions", params={"pod": key, "limit": "1"}, timeout=30).json()["decisions"]
+        return bool(records) and records[0]["result"] == "unschedulable" and not any(
+            "deallocated" in note for note in records[0].get("notes") or ())
+    return final
 
 
 def _feasible(url: str, namespace: str) -> dict[str, set[str]]:
@@ -255,23 +274,35 @@ class CopyResult:
 def copy_result(c: DraCopy, outcomes: Mapping[str, Outcome], pods: Mapping[str, dict[str, Any]],
                 claims: Mapping[str, dict[str, Any]]) -> CopyResult:
     result = CopyResult([outcomes[f"{c.namespace}/{c.pod_name(k)}"] for k in range(len(c.case["pods"]))])
+
+    def left(claim: Mapping[str, Any] | None) -> dict[str, Any]:
+        status = (claim or {}).get("status") or {}
+        return {"allocation": c.normalized(status.get("allocation")),
+                "reservedFor": [r.get("name") for r in status.get("reservedFor") or ()]}
+
     for k in range(len(c.case["pods"])):
         pod = pods[f"{c.namespace}/{c.pod_name(k)}"]
+        bound = result.outcomes[k].kind == "bound"
+        direct = {e["name"] for e in pod["spec"].get("resourceClaims") or () if e.get("resourceClaimName")}
         for entry, name in c.pod_claims(pod).items():
-            claim = claims.get(f"{c.namespace}/{name}") if name else None
-            key = name.removeprefix(f"c{c.number:04d}-") if name and "resourceClaimName" in next(
-                e for e in pod["spec"]["resourceClaims"] if e["name"] == entry) else f"p{k}/{entry}"
-            status = (claim or {}).get("status") or {}
-            result.claims[key] = {"allocation": normalized(status.get("allocation"), c.drivers),
-                                  "reservedFor": [r.get("name") for r in status.get("reservedFor") or ()]}
-            if result.outcomes[k].kind == "bound" and (
-                    not status.get("allocation") or c.pod_name(k) not in result.claims[key]["reservedFor"]):
-                result.invalid.append(f"pod {c.pod_name(k)} bound, but its claim {entry} ({name}) is {status}")
+            key = name.removeprefix(f"c{c.number:04d}-") if entry in direct and name else f"p{k}/{entry}"
+            result.claims[key] = left(claims.get(f"{c.namespace}/{name}") if name else None)
+            got = result.claims[key]
+            if bound and (not got["allocation"] or c.pod_name(k) not in got["reservedFor"]):
+                result.invalid.append(f"pod {c.pod_name(k)} bound, but its claim {entry} ({name}) is "
+                                      f"{result.claims[key]}")
+        if k == 0 and c.case["extended"]:
+            ext = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+            claim = claims.get(f"{c.namespace}/{ext['resourceClaimName']}") if ext else None
+            result.claims["p0/extended"] = {**left(claim),
+                                            "spec": c.normalized((claim or {}).get("spec")),
+                                            "requestMappings": (ext or {}).get("requestMappings")}
+            if bound and (claim is None or c.pod_name(0) not in result.claims["p0/extended"]["reservedFor"]):
+                result.invalid.append(f"pod {c.pod_name(0)} bound, but its extended resource claim is {ext}: "
+                                      f"{result.claims['p0/extended']}")
     for key in c.case["claims"].keys() | c.case["allocated"].keys():
         if key not in result.claims:  # a claim no pod of this copy uses (the pre-allocated one)
-            status = claims.get(f"{c.namespace}/{c.claim_name(key)}", {}).get("status") or {}
-            result.claims[key] = {"allocation": normalized(status.get("allocation"), c.drivers),
-                                  "reservedFor": [r.get("name") for r in status.get("reservedFor") or ()]}
+            result.claims[key] = left(claims.get(f"{c.namespace}/{c.claim_name(key)}"))
     return result
 
 
@@ -329,7 +360,7 @@ def test_kube_scheduler_and_metrics_sched_allocate_devices_alike(cluster: DevClu
         up = time.monotonic() - started
         for wave in waves:
             _lift(api, wave)
-            outcomes |= _await(api, run, wave, timeout=90 + 0.3 * len(wave))
+            outcomes |= _await(api, run, wave, 90 + 0.3 * len(wave), _ms_final(ms_proc.url, namespace_of(run, "ms")))
         decided = time.monotonic() - started
         feasible = _feasible(ms_proc.url, namespace_of(run, "ms"))
     pods, claims = _pods(api, run), _claims(api, run)
@@ -405,7 +436,7 @@ def _replay_problems(dra_run: DraRun, replayed: Replayed, kube_results: Mapping[
         c = pair["ms"]
         if f"{c.namespace}/{c.pod_name(0)}" not in replayed.outcomes:
             continue
-        result = copy_result(c, replayed.outcomes, pods, claims)
+        result = copy_result(c, replayed.outcomes, {**pods, **replayed.pods}, claims)
         problems = compare(kube_results[c.number], result, None, stats)
         if problems:
             out.append(f"--- DIFF_SEED={SEED} DIFF_CASE={c.number} (replayed):\n  " + "\n  ".join(problems))
