@@ -186,7 +186,7 @@ def _device(ctx: _Context, name: str, consumable: bool) -> dict[str, Any]:
         ctx.consumable = True
     if capacity:
         device["capacity"] = capacity
-    if rng.random() < 0.12:
+    if rng.random() < 0.1:
         device["taints"] = _taints(rng)
         ctx.taints = True
     return device
@@ -234,7 +234,7 @@ def _pool(ctx: _Context, j: int, nodes: list[int], others: list[int]) -> dict[st
     if partitionable and "perDeviceNodeSelection" in placement:
         placement = {"nodeName": _node(rng.choice(nodes))}
     devices = [_device(ctx, f"d{k}", consumable) for k in range(rng.choices([1, 2, 3, 4, 5, 6],
-                                                                             weights=[2, 4, 4, 3, 2, 1])[0])]
+                                                                             weights=[1, 3, 4, 4, 3, 2])[0])]
     pool: dict[str, Any] = {"name": f"p{j}", "driver": rng.randrange(ctx.drivers), "placement": placement}
     if "perDeviceNodeSelection" in placement:
         for device in devices:
@@ -266,13 +266,13 @@ def _exact(ctx: _Context, *, sub: bool) -> dict[str, Any]:
     """The fields an `exactly` request and a subrequest share."""
     rng = ctx.rng
     fields: dict[str, Any] = {"deviceClassName": f"%C{rng.randrange(ctx.classes)}%"}
-    selectors = [_selector(ctx) for _ in range(rng.choices([0, 1, 2], weights=[4, 4, 2])[0])]
+    selectors = [_selector(ctx) for _ in range(rng.choices([0, 1, 2], weights=[6, 3, 1])[0])]
     if selectors:
         fields["selectors"] = [{"cel": {"expression": e}} for e in selectors]
     if rng.random() < (0.06 if sub else 0.1):
         fields["allocationMode"] = "All"
     else:
-        count = rng.choices([1, 2, 3, 4], weights=[60, 25, 10, 5])[0]
+        count = rng.choices([1, 2, 3, 4], weights=[70, 21, 6, 3])[0]
         if count > 1 or rng.random() < 0.5:  # ExactCount and count 1 are the defaults
             fields["count"] = count
         if rng.random() < 0.5:
@@ -321,7 +321,7 @@ def _constraint_attribute(ctx: _Context) -> str:
 
 def _claim_spec(ctx: _Context, name: str) -> dict[str, Any]:
     rng = ctx.rng
-    requests = [_request(ctx, f"r{i}") for i in range(rng.choices([1, 2, 3], weights=[5, 4, 2])[0])]
+    requests = [_request(ctx, f"r{i}") for i in range(rng.choices([1, 2, 3], weights=[6, 3, 1])[0])]
     devices: dict[str, Any] = {"requests": requests}
     names = [r["name"] for r in requests]
     refs = names + [f"{r['name']}/{s['name']}" for r in requests for s in r.get("firstAvailable", [])]
@@ -379,7 +379,7 @@ def generate(seed: int, number: int) -> dict[str, Any]:
     nodes = sorted(rng.sample(range(SHARED_NODES), 1 if rng.random() < 0.7 else 2))
     others = [i for i in range(SHARED_NODES) if i not in nodes]
     ctx = _Context(rng, drivers=2 if rng.random() < 0.2 else 1)
-    pools = [_pool(ctx, j, nodes, others) for j in range(rng.choices([1, 2, 3], weights=[4, 4, 2])[0])]
+    pools = [_pool(ctx, j, nodes, others) for j in range(rng.choices([1, 2, 3], weights=[3, 4, 3])[0])]
     ctx.classes = rng.choices([1, 2, 3], weights=[3, 4, 2])[0]
     classes = [_device_class(ctx, i) for i in range(ctx.classes)]
     claims: dict[str, dict[str, Any]] = {}
@@ -394,7 +394,7 @@ def generate(seed: int, number: int) -> dict[str, Any]:
             extended = {"resource": f"{IMPLICIT_PREFIX}%C{k}%", "count": rng.choice([1, 1, 2])}
     p0: list[dict[str, str]] = []
     for i in range(rng.choices([0, 1, 2], weights=[3, 4, 3])[0] if extended else
-                   rng.choices([1, 2], weights=[3, 2])[0]):
+                   rng.choices([1, 2], weights=[7, 3])[0]):
         if rng.random() < 0.35:
             templates[f"t{i}"] = _claim_spec(ctx, f"t{i}")
             p0.append({"name": f"c{i}", "template": f"t{i}"})

@@ -296,7 +296,7 @@ def copy_result(c: DraCopy, outcomes: Mapping[str, Outcome], pods: Mapping[str, 
             claim = claims.get(f"{c.namespace}/{ext['resourceClaimName']}") if ext else None
             result.claims["p0/extended"] = {**left(claim),
                                             "spec": c.normalized((claim or {}).get("spec")),
-                                            "requestMappings": (ext or {}).get("requestMappings")}
+                                            "requestMappings": c.normalized((ext or {}).get("requestMappings"))}
             if bound and (claim is None or c.pod_name(0) not in result.claims["p0/extended"]["reservedFor"]):
                 result.invalid.append(f"pod {c.pod_name(0)} bound, but its extended resource claim is {ext}: "
                                       f"{result.claims['p0/extended']}")
