@@ -44,6 +44,7 @@ class Allocator:
         self._cache = slice_cache if slice_cache is not None else SHARED_SLICE_CACHE
         self._parsed: list[SliceInfo | None] = [None] * len(slices)
         self._claims: dict[int, tuple[Mapping[str, Any], ClaimSpec]] = {}
+        self._by_pool: dict[tuple[str, str], list[int]] | None = None
         # NewAllocator: node-local slices by node; everything else (no node name, or counter sets) is shared.
         self._on_node: dict[str, list[int]] = {}
         self._everywhere: list[int] = []
@@ -72,11 +73,23 @@ class Allocator:
         indexes = self._on_node.get(node_name, [])
         infos = [self._slice(i) for i in indexes] + [self._slice(i) for i in self._everywhere]
         try:
-            pools = gather_pools(infos, node_name, meta.get("labels") or {}, self._slices, self._slice)
+            pools = gather_pools(infos, node_name, meta.get("labels") or {}, self._pool_slices, self._slice)
         except AllocationError as err:
             raise AllocationError(f"gather pool information: {err}") from None
         specs = [self._claim(claim) for claim in claims]
         return Search(self._shared, node, specs, pools, self._rank, deadline).run()
+
+    def _pool_slices(self, driver: str, pool: str) -> Sequence[int]:
+        """The indexes of the pool's slices cluster-wide: indexed on first use (a pool that looks incomplete from
+        a node, e.g. one whose counter sets every node sees), so that each such pool costs its own slices, not a
+        pass over every slice of the cluster."""
+        if self._by_pool is None:
+            self._by_pool = {}
+            for i, raw in enumerate(self._slices):
+                spec = raw.get("spec") or {}
+                key = (str(spec.get("driver") or ""), str((spec.get("pool") or {}).get("name") or ""))
+                self._by_pool.setdefault(key, []).append(i)
+        return self._by_pool.get((driver, pool), ())
 
     def _slice(self, index: int) -> SliceInfo:
         info = self._parsed[index]
