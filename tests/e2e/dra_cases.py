@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 API = "resource.k8s.io/v1"
-SHARED_NODES = 6
+SHARED_NODES = 16
 HOSTNAME = "kubernetes.io/hostname"
 RACK = "metrics-sched.test/rack"  # shared node i is in rack r<i // 2>
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
@@ -204,13 +204,13 @@ def _node_selector(rng: random.Random, nodes: list[int]) -> dict[str, Any]:
 
 def _placement(rng: random.Random, nodes: list[int], others: list[int]) -> dict[str, Any]:
     draw = rng.random()
-    if draw < 0.6:
+    if draw < 0.66:
         return {"nodeName": _node(rng.choice(nodes))}
-    if draw < 0.72:
+    if draw < 0.78:
         return {"nodeSelector": _node_selector(rng, nodes)}
-    if draw < 0.8:
+    if draw < 0.84:
         return {"allNodes": True}
-    if draw < 0.9:
+    if draw < 0.92:
         return {"perDeviceNodeSelection": True}
     return {"nodeName": _node(rng.choice(others))}  # a decoy: the pods may not go there
 
@@ -229,7 +229,7 @@ def _device_placement(rng: random.Random, nodes: list[int], others: list[int]) -
 def _pool(ctx: _Context, j: int, nodes: list[int], others: list[int]) -> dict[str, Any]:
     rng = ctx.rng
     placement = _placement(rng, nodes, others)
-    partitionable = rng.random() < 0.2
+    partitionable = rng.random() < 0.15
     consumable = not partitionable and rng.random() < 0.2
     if partitionable and "perDeviceNodeSelection" in placement:
         placement = {"nodeName": _node(rng.choice(nodes))}
