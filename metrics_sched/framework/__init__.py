@@ -41,7 +41,7 @@ from metrics_sched.framework.cycle_state import (
 )
 from metrics_sched.framework.device_sets import DEVICE_SETS, DRA_EXTENDED_RESOURCES, DeviceSets
 from metrics_sched.framework.events import ALL_EVENTS, ClusterEvent, EventHint, HintFn, QueueingHint
-from metrics_sched.framework.filtered import DryRun
+from metrics_sched.framework.filtered import FEASIBLE_BEFORE, DryRun
 from metrics_sched.framework.handle import GroupRef, Handle, MetricReader, Services
 from metrics_sched.framework.incremental import IncrementalScorer, IncrementalScores, row_positions
 from metrics_sched.framework.interfaces import (
@@ -159,6 +159,7 @@ __all__ = [
     "EPHEMERAL_STORAGE",
     "EXPLANATIONS",
     "EXTENSION_POINTS",
+    "FEASIBLE_BEFORE",
     "GPU",
     "MAX_PERMIT_TIMEOUT",
     "MEMORY",

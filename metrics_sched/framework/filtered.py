@@ -9,9 +9,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from metrics_sched.framework.cycle_state import StateKey
 from metrics_sched.state.node_table import BoolArray, NodeTable
 
-__all__ = ["DryRun", "Filtered"]
+__all__ = ["FEASIBLE_BEFORE", "DryRun", "Filtered"]
+
+# The rows every earlier filter of the cycle let through, written by the framework before it asks each filter (absent
+# outside a cycle's filter pass). Upstream runs a node's Filter plugins in order and stops at the first that rejects
+# the node, so a later plugin's Filter never sees it: a filter whose verdict has effects beyond the node's
+# feasibility (an error that ends the attempt, state its PostFilter acts on) must look at these rows only.
+FEASIBLE_BEFORE = StateKey[BoolArray]("framework/feasible-before")
 
 
 @dataclass

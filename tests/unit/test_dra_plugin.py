@@ -480,3 +480,32 @@ def test_first_available_prefers_the_node_that_gives_the_first_subrequest() -> N
     drain(rig.scheduler, rig.api)
     result = rig.claims.claims[("default", "c")]["status"]["allocation"]["devices"]["results"]
     assert [r["request"] for r in result] == ["gpu/big"]
+
+
+def test_device_metric_can_be_turned_off_in_the_config() -> None:
+    """`deviceMetric: ""` (docs/dra.md): upstream's first-fit order; the args parser refuses other empty strings."""
+    config = {"profiles": [{"pluginConfig": [{"name": "DynamicResources", "args": {"deviceMetric": ""}}]}]}
+    plugin = make_scheduler(config).frameworks["metrics-sched"].instances["DynamicResources"]
+    assert isinstance(plugin, DynamicResources) and plugin.args.device_metric == ""
+    assert plugin._rank() is None
+
+
+@pytest.mark.parametrize("selector", [None, f'device.attributes["{DRIVER}"].odd == 1'])
+def test_dra_filters_only_the_nodes_the_earlier_filters_let_through(selector: str | None) -> None:
+    """Upstream's Filter is not asked about a node an earlier filter (here NodeAffinity) rejected. A claim allocated
+    on the one node the pod may use is available there: when the pod's other claim does not fit, PostFilter has
+    nothing to deallocate ("still not schedulable"). A selector that would fail to evaluate on a device of a node
+    the pod may not use does not end the attempt with an error."""
+    rig = Rig(("n1", "n2"))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.add(SLICES, gpu_slice("n2", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("held", allocation=on_node("n1", "gpu-0")))
+    rig.claims.put(claim("more", selector=selector))
+    pod = claim_pod("p", "held", "more")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    outcome = rig.schedule(pod)
+    assert outcome is not None and outcome.status.code != Code.ERROR, outcome.status.reason
+    assert "cannot allocate all claims" in message(rig, "p")
+    assert rig.claims.claims[("default", "held")]["status"].get("allocation")  # not deallocated
+    assert rig.api.binds == []

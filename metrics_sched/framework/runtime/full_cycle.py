@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from metrics_sched.framework.cycle_state import CycleState
-from metrics_sched.framework.filtered import DryRun
+from metrics_sched.framework.filtered import FEASIBLE_BEFORE, DryRun
 from metrics_sched.framework.handle import Handle
 from metrics_sched.framework.interfaces import (
     Filtered,
@@ -126,6 +126,7 @@ class FullCycle:
             if plugin.name in skipped:
                 continue
             started = clock()
+            cycle.write(FEASIBLE_BEFORE, feasible)
             verdict = plugin.filter(cycle, pod, table)
             if verdict.error is not None:
                 # The attempt ends here with an Error (backoff, then a retry), as upstream's Filter error does.

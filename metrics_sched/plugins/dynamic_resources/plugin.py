@@ -30,13 +30,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from metrics_sched.framework import (
     DEVICE_SETS,
     DRA_EXTENDED_RESOURCES,
+    FEASIBLE_BEFORE,
     SUCCESS,
     ApiError,
     ArgsError,
@@ -196,7 +197,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         # The per-device metric devices are preferred by, lowest first ("" : upstream's first-fit order), and the
         # slice device attributes that name a device the way the metric's source does (the first one present:
         # NVIDIA's driver publishes `uuid`, DCGM labels its series with UUID; `index` matches DCGM's gpu label).
-        device_metric: str = "gpu_temperature"
+        # Literal[""] first: a plain str field refuses the empty string, which is how the config says "none".
+        device_metric: Literal[""] | str = "gpu_temperature"
         device_id_attributes: tuple[str, ...] = ("uuid", "index")
         # SchedulerFilterTimeout (beta, on in 1.36): how long the allocator may search one node (0: no limit).
         filter_timeout_seconds: float = 10.0
@@ -353,6 +355,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         size = table.capacity
         if state is None:
             return Filtered(np.ones(size, dtype=bool))
+        # Upstream's Filter sees only the nodes every earlier filter let through: a claim is unavailable (PostFilter
+        # may deallocate it) and the allocator searches (a fatal error ends the attempt) on those alone.
+        seen = cycle.get(FEASIBLE_BEFORE)
+        considered = table.present[:size] if seen is None else table.present[:size] & seen[:size]
         available = np.ones(size, dtype=bool)
         for i, pod_claim in enumerate(state.claims):
             selector = ((pod_claim.claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
@@ -362,7 +368,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             for term in selector.get("nodeSelectorTerms") or ():
                 mask |= term_mask(table, term)
             state.node_selectors[i] = mask
-            if not (mask | ~table.present[:size]).all():
+            if not (mask | ~considered).all():
                 state.unavailable.add(i)
             available &= mask
         allocated = np.ones(size, dtype=bool)
@@ -381,7 +387,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 if not claims:  # the device plugin serves the extended resources there, no claim to allocate
                     allocated |= rows
                     continue
-                group_rows = candidates[rows[candidates]]
+                group_rows = candidates[rows[candidates] & considered[candidates]]
                 stale = group_rows[~cache.valid[group_rows]]
                 try:
                     for row in stale.tolist():

@@ -36,6 +36,7 @@ class SliceSet:
         self.slices = slices
         self._cache = slice_cache if slice_cache is not None else SHARED_SLICE_CACHE
         self._parsed: list[SliceInfo | None] = [None] * len(slices)
+        self._by_pool: dict[tuple[str, str], list[int]] | None = None
         self.on_node: dict[str, list[int]] = {}
         self.everywhere: list[int] = []
         for i, raw in enumerate(slices):
@@ -45,6 +46,19 @@ class SliceSet:
                 self.everywhere.append(i)
             else:
                 self.on_node.setdefault(node_name, []).append(i)
+
+    def pool_slices(self, driver: str, pool: str) -> Sequence[int]:
+        """The indexes of the pool's slices cluster-wide: indexed on first use (a pool that looks incomplete from
+        a node, e.g. one whose counter sets every node sees), so that each such pool costs its own slices, not a
+        pass over every slice of the cluster."""
+        if self._by_pool is None:
+            by_pool: dict[tuple[str, str], list[int]] = {}
+            for i, raw in enumerate(self.slices):
+                spec = raw.get("spec") or {}
+                key = (str(spec.get("driver") or ""), str((spec.get("pool") or {}).get("name") or ""))
+                by_pool.setdefault(key, []).append(i)
+            self._by_pool = by_pool
+        return self._by_pool.get((driver, pool), ())
 
     def parsed(self, index: int) -> SliceInfo:
         info = self._parsed[index]
@@ -88,11 +102,14 @@ class Allocator:
         indexes = self._set.on_node.get(node_name, [])
         infos = [self._slice(i) for i in indexes] + [self._slice(i) for i in self._set.everywhere]
         try:
-            pools = gather_pools(infos, node_name, meta.get("labels") or {}, self._slices, self._slice)
+            pools = gather_pools(infos, node_name, meta.get("labels") or {}, self._pool_slices, self._slice)
         except AllocationError as err:
             raise AllocationError(f"gather pool information: {err}") from None
         specs = [self._claim(claim) for claim in claims]
         return Search(self._shared, node, specs, pools, self._rank, deadline).run()
+
+    def _pool_slices(self, driver: str, pool: str) -> Sequence[int]:
+        return self._set.pool_slices(driver, pool)
 
     def _slice(self, index: int) -> SliceInfo:
         return self._set.parsed(index)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from metrics_sched.plugins.dynamic_resources.allocator.devices import DeviceInfo, SliceInfo
 from metrics_sched.plugins.dynamic_resources.allocator.errors import AllocationError
@@ -127,9 +127,9 @@ def _build_pool(driver: str, pool: str, slices: list[SliceInfo],
 
 
 def gather_pools(slices_for_node: Sequence[SliceInfo], node_name: str, labels: Mapping[str, str],
-                 all_slices: Sequence[Mapping[str, Any]], resolve: Callable[[int], SliceInfo]) -> list[Pool]:
-    """GatherPools. `all_slices` are every slice of the cluster (raw), `resolve(i)` parses the i-th; both are
-    only read for a pool that looks incomplete from this node."""
+                 pool_slices: Callable[[str, str], Sequence[int]], resolve: Callable[[int], SliceInfo]) -> list[Pool]:
+    """GatherPools. `pool_slices(driver, pool)` are the indexes of every slice of that pool in the cluster's list,
+    `resolve(i)` parses the i-th slice; both are only asked for a pool that looks incomplete from this node."""
     pools: dict[tuple[str, str], list[SliceInfo]] = {}
     for info in slices_for_node:
         if not _relevant(info, node_name, labels):
@@ -157,7 +157,7 @@ def gather_pools(slices_for_node: Sequence[SliceInfo], node_name: str, labels: M
             else:
                 pool = _build_pool(driver, pool_name, group, None)
         else:
-            obsolete, everywhere = _slices_in_pool(all_slices, resolve, driver, pool_name, first.generation)
+            obsolete, everywhere = _slices_in_pool(pool_slices(driver, pool_name), resolve, first.generation)
             if obsolete:
                 continue  # the driver is replacing this generation: ignore the old devices
             if len(everywhere) != first.slice_count:
@@ -174,18 +174,15 @@ def gather_pools(slices_for_node: Sequence[SliceInfo], node_name: str, labels: M
     return result
 
 
-def _slices_in_pool(all_slices: Sequence[Mapping[str, Any]], resolve: Callable[[int], SliceInfo], driver: str,
-                    pool: str, generation: int) -> tuple[bool, list[SliceInfo]]:
-    """checkSlicesInPool: (obsolete, the pool's slices of `generation` cluster-wide)."""
+def _slices_in_pool(indexes: Sequence[int], resolve: Callable[[int], SliceInfo],
+                    generation: int) -> tuple[bool, list[SliceInfo]]:
+    """checkSlicesInPool over the pool's slices (`indexes`): (obsolete, the pool's slices of `generation`
+    cluster-wide)."""
     found: list[SliceInfo] = []
-    for i, raw in enumerate(all_slices):
-        spec = raw.get("spec") or {}
-        pool_spec = spec.get("pool") or {}
-        if spec.get("driver") != driver or pool_spec.get("name") != pool:
-            continue
-        slice_generation = int(pool_spec.get("generation") or 0)
-        if slice_generation == generation:
-            found.append(resolve(i))
-        elif slice_generation > generation:
+    for i in indexes:
+        info = resolve(i)
+        if info.generation == generation:
+            found.append(info)
+        elif info.generation > generation:
             return True, []
     return False, found
