@@ -573,8 +573,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
                     rejections: Mapping[str, int]) -> tuple[PostFilterResult, Status]:
         state = cycle.get(_STATE)
-        if state is None or not state.claims:
-            return PostFilterResult(), Status(Code.UNRESOLVABLE, "no new claims to deallocate")
+        if state is None or (not state.claims and not state.extended):
+            return PostFilterResult(), Status.unschedulable("no new claims to deallocate")
         writer = self.handle.claim_writer
         for i in sorted(state.unavailable):
             claim = self.index.claim(state.claims[i].namespace, state.claims[i].name)
