@@ -613,12 +613,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 continue
             total = 0
             for claim, result in zip(claims, results, strict=True):
-                subrequests = _first_available(claim)
-                for device in (result.get("devices") or {}).get("results") or ():
-                    request, _, sub = str(device.get("request", "")).partition("/")
-                    names = subrequests.get(request)
-                    if names and sub in names:
-                        total += _FIRST_AVAILABLE_MAX - names.index(sub)
+                # computeScore: each subrequest chosen counts once, however many devices it got.
+                chosen = {str(d.get("request", "")) for d in (result.get("devices") or {}).get("results") or ()}
+                for request, names in _first_available(claim).items():
+                    total += sum(_FIRST_AVAILABLE_MAX - i for i, sub in enumerate(names)
+                                 if f"{request}/{sub}" in chosen)
             scores[position] = total
         return scores
 
