@@ -579,8 +579,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
                     rejections: Mapping[str, int]) -> tuple[PostFilterResult, Status]:
         state = cycle.get(_STATE)
-        if state is None or not state.claims:
-            return PostFilterResult(), Status(Code.UNRESOLVABLE, "no new claims to deallocate")
+        if state is None or (not state.claims and not state.extended):
+            return PostFilterResult(), Status.unschedulable("no new claims to deallocate")
         writer = self.handle.claim_writer
         for i in sorted(state.unavailable):
             claim = self.index.claim(state.claims[i].namespace, state.claims[i].name)
@@ -619,12 +619,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 continue
             total = 0
             for claim, result in zip(claims, results, strict=True):
-                subrequests = _first_available(claim)
-                for device in (result.get("devices") or {}).get("results") or ():
-                    request, _, sub = str(device.get("request", "")).partition("/")
-                    names = subrequests.get(request)
-                    if names and sub in names:
-                        total += _FIRST_AVAILABLE_MAX - names.index(sub)
+                # computeScore: each subrequest chosen counts once, however many devices it got.
+                chosen = {str(d.get("request", "")) for d in (result.get("devices") or {}).get("results") or ()}
+                for request, names in _first_available(claim).items():
+                    total += sum(_FIRST_AVAILABLE_MAX - i for i, sub in enumerate(names)
+                                 if f"{request}/{sub}" in chosen)
             scores[position] = total
         return scores
 
