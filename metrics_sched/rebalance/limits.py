@@ -52,6 +52,16 @@ class Budget:
         self._namespaces[namespace] += 1
         self._owners.add(owner)
 
+    def give_back(self, node: str, namespace: str, owner: str | None) -> None:
+        """An eviction planned this tick that did not happen: its slots go to the next candidate (issue 44,
+        defect 9: a pod a PodDisruptionBudget protects must not hold its node). `owner` None keeps the owner
+        taken: another pod of an owner whose PDB refused would be refused too."""
+        self._total -= 1
+        self._nodes[node] -= 1
+        self._namespaces[namespace] -= 1
+        if owner is not None:
+            self._owners.discard(owner)
+
 
 @dataclass
 class _BackOff:

@@ -63,6 +63,11 @@ class Rebalancer:
         self._policy = VictimPolicy(scheduler_names, dict(config.pod_selector), config.max_priority)
         self._memory = Memory(config.limits, config.interval_seconds)
         self._bad: list[BadNode] = []
+        # The last tick's budget, its planned pods (uid -> candidate) and the moves the budget refused, in the
+        # order of choice: an eviction that does not happen gives its slots to the next of these.
+        self._budget = Budget(config.limits)
+        self._planned: dict[str, _Candidate] = {}
+        self._standby: list[tuple[_Candidate, Move]] = []
         self.candidates = 0  # movable pods on bad nodes at the last tick (metrics_sched_rebalance_candidates)
 
     def bad_nodes(self) -> list[BadNode]:
@@ -105,17 +110,37 @@ class Rebalancer:
                 moves.append((candidate, outcome))
 
         moves.sort(key=lambda m: (m[0].pod.priority, -m[1].gain, m[0].pod.key))
-        budget = Budget(self.config.limits)
+        self._budget = budget = Budget(self.config.limits)
+        self._planned, self._standby = {}, []
         planned: list[EvictionVerdict] = []
         for candidate, move in moves:
             pod = candidate.pod
             over = budget.refusal(pod.node, pod.namespace, candidate.owner)
             if over:
                 skipped.append(candidate.verdict(Verdict.SKIPPED, f"{move.words()}; {over}", move))
+                self._standby.append((candidate, move))
             else:
                 budget.take(pod.node, pod.namespace, candidate.owner)
+                self._planned[pod.uid] = candidate
                 planned.append(candidate.verdict(Verdict.PLANNED, move.words(), move))
         return planned + skipped
+
+    def _instead(self, uid: str, outcome: Verdict) -> list[EvictionVerdict]:
+        """A planned eviction of the last tick that did not happen gives its slots back; the first move the budget
+        refused that fits now is planned in its place."""
+        candidate = self._planned.pop(uid, None)
+        if candidate is None:
+            return []
+        pod = candidate.pod
+        self._budget.give_back(pod.node, pod.namespace, None if outcome == Verdict.BLOCKED else candidate.owner)
+        for i, (other, move) in enumerate(self._standby):
+            if self._budget.refusal(other.pod.node, other.pod.namespace, other.owner) is None:
+                del self._standby[i]
+                self._budget.take(other.pod.node, other.pod.namespace, other.owner)
+                self._planned[other.pod.uid] = other
+                return [other.verdict(Verdict.PLANNED, f"{move.words()}; in place of {pod.key} ({outcome.value})",
+                                      move)]
+        return []
 
     def _simulate(self, candidate: _Candidate) -> Move | str | None:
         """Reads the pod again and simulates it; None when it is gone, elsewhere or leaving."""
@@ -136,10 +161,14 @@ class Rebalancer:
         framework = self.frameworks.get(str(spec.get("schedulerName") or ""), self.framework)
         return simulate(framework, self.cluster, raw, pod.node)
 
-    def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> None:
+    def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> list[EvictionVerdict]:
         """What the caller's eviction did. EVICTED starts the owner's cooldown; BLOCKED (429) or ERROR backs the
         pod off (2 intervals, doubling while refused, at most the cooldown); GONE ends its back-off; PLANNED and
-        SKIPPED change nothing (a dry run changes nothing, and repeats its plan each tick)."""
+        SKIPPED change nothing (a dry run changes nothing, and repeats its plan each tick).
+
+        Returns the verdicts planned in place of one that did not happen (BLOCKED, ERROR, GONE): its slots
+        within the limits go to the next candidate the budget had refused this tick, which the caller carries
+        out in turn (a pod a PodDisruptionBudget protects does not hold its node)."""
         now = self._clock()
         if outcome == Verdict.EVICTED:
             self._memory.evicted(verdict.owner or verdict.pod, verdict.uid, now)
@@ -147,3 +176,6 @@ class Rebalancer:
             self._memory.refused(verdict.uid, _REFUSED[outcome], now)
         elif outcome == Verdict.GONE:
             self._memory.settled(verdict.uid)
+        if outcome in _REFUSED or outcome == Verdict.GONE:
+            return self._instead(verdict.uid, outcome)
+        return []

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from metrics_sched.audit import DecisionRing
+from metrics_sched.ports import ApiError
 from metrics_sched.rebalance import (
     EvictionLimits,
     EvictionVerdict,
@@ -17,6 +19,7 @@ from metrics_sched.rebalance import (
     RuleKind,
     Verdict,
 )
+from metrics_sched.rebalance.runner import RebalanceRunner
 from metrics_sched.scheduler import Scheduler
 from metrics_sched.telemetry import MetricCache
 from tests.unit.fakes import FakeAPI, node, pod
@@ -291,3 +294,46 @@ def test_a_pod_is_simulated_by_the_profile_that_placed_it() -> None:
     rig.place("p", "a", scheduler="picky")
     [verdict] = rig.hot_for(300, COOL)  # b is the coolest, but the picky profile admits only c
     assert verdict.verdict == Verdict.PLANNED and verdict.target == "c"
+
+
+class _PdbEvictor:
+    """The Eviction API over the rig: 429 for the pods a PodDisruptionBudget protects, else the pod terminates."""
+
+    def __init__(self, rig: Rig, protected: set[str]) -> None:
+        self.rig, self.protected = rig, protected
+        self.evicted: list[str] = []
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        key = f"{namespace}/{name}"
+        if key in self.protected:
+            raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+        self.evicted.append(key)
+        terminate(self.rig, key)
+
+
+def test_issue44_defect9_a_blocked_pod_does_not_hold_its_nodes_slot() -> None:
+    """Issue 44, defect 9: two hot nodes, perNode 1, cluster 2, no cooldown. On `a` a pod its PDB protects comes
+    first and is refused (429) at every try; the ordinary pods on `a` must still go, one per tick, while `b`
+    drains at the same rate."""
+    limits = EvictionLimits(per_node=1, per_namespace=10, cluster=2, cooldown_seconds=0)
+    rig = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, limits=limits),
+              nodes={"a": 8, "b": 8, "c": 8, "d": 8})
+    rig.place("guarded", "a", owner="db")
+    rig.place("web-1", "a", owner="web")
+    rig.place("web-2", "a", owner="web")
+    rig.place("other-1", "b", owner="other")
+    rig.place("other-2", "b", owner="other")
+    evictor = _PdbEvictor(rig, {"default/guarded"})
+    runner = RebalanceRunner(rig.rebalancer, evictor, DecisionRing(100), dry_run=False, clock=rig.clock)
+    temperatures = {"a": 95.0, "b": 95.0, "c": 40.0, "d": 40.0}
+    for i in range(6):  # the streak builds (5 min), then the ticks that evict
+        rig.clock.now = NOW + i * INTERVAL
+        rig.temperatures(temperatures)
+        runner.tick()
+    first = list(evictor.evicted)
+    assert sorted(first) == ["default/other-1", "default/web-1"]  # the first tick that evicts: one per node
+    rig.clock.now = NOW + 6 * INTERVAL
+    rig.temperatures(temperatures)
+    verdicts = runner.tick()
+    assert sorted(evictor.evicted[len(first):]) == ["default/other-2", "default/web-2"]
+    assert {v.pod: v.verdict for v in verdicts}["default/guarded"] in (Verdict.BLOCKED, Verdict.SKIPPED)
