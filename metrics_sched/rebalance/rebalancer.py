@@ -19,6 +19,7 @@ from metrics_sched.ports import ApiError
 from metrics_sched.rebalance.detector import Detector, describe
 from metrics_sched.rebalance.limits import Budget, Memory
 from metrics_sched.rebalance.model import BadNode, EvictionVerdict, RebalanceConfig, Verdict
+from metrics_sched.rebalance.projection import Projection, estimates
 from metrics_sched.rebalance.simulation import Move, PodReader, short_of, simulate
 from metrics_sched.rebalance.victims import VictimPolicy, refusal
 from metrics_sched.state.cluster_state import ClusterState, disruption
@@ -159,7 +160,8 @@ class Rebalancer:
         if refused:
             return refused
         framework = self.frameworks.get(str(spec.get("schedulerName") or ""), self.framework)
-        return simulate(framework, self.cluster, raw, pod.node)
+        projection = Projection(self.config.rules, self._detector.limits, estimates(framework))
+        return simulate(framework, self.cluster, raw, pod.node, projection, self.metrics)
 
     def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> list[EvictionVerdict]:
         """What the caller's eviction did. EVICTED starts the owner's cooldown; BLOCKED (429) or ERROR backs the

@@ -126,14 +126,16 @@ def test_a_dry_run_repeats_the_same_plan_and_changes_nothing() -> None:
     assert rig.scheduler.state.record(first[0].uid) is not None
 
 
-WARM = NodeRule("warm-gpu", "gpu_temperature", RuleKind.ABOVE, threshold=80, for_seconds=300)
+WARM = NodeRule("warm-gpu", "gpu_temperature", RuleKind.ABOVE, threshold=83, for_seconds=300)
+# b is below the rule, also with the pod's share moved there (+1.9 °C: the ledger's estimate for 1 of 8 GPUs).
+SLIGHTLY_BETTER = {"a": 84.0, "b": 81.0, "c": 86.0}
 
 
 def test_no_better_node_by_the_margin_gives_skipped_verdicts_never_planned() -> None:
-    # A rule stricter than the GPU filter (80 < 85): a is bad but still admits the pod, b barely better.
+    # A rule stricter than the GPU filter (83 < 85): a is bad but still admits the pod, b barely better.
     rig = Rig(RebalanceConfig(rules=(WARM,), interval_seconds=INTERVAL))
     rig.place("p", "a")
-    verdicts = rig.hot_for(300, {"a": 84.0, "b": 82.5, "c": 86.0})
+    verdicts = rig.hot_for(300, SLIGHTLY_BETTER)
     [verdict] = verdicts
     assert verdict.verdict == Verdict.SKIPPED
     assert verdict.target == "b" and verdict.gain is not None and verdict.gain < 10
@@ -141,11 +143,11 @@ def test_no_better_node_by_the_margin_gives_skipped_verdicts_never_planned() -> 
 
 
 def test_a_node_the_pods_filters_no_longer_admit_is_left_whatever_the_margin() -> None:
-    # a is above the GPU filter's threshold: the scheduler would not place the pod there today. b (not bad)
-    # scores only a little better, but it admits the pod: the move is worth it.
+    # a is above the GPU filter's threshold: the scheduler would not place the pod there today. b (not bad, also
+    # with the pod's +1.9 °C) scores only a little better, but it admits the pod: the move is worth it.
     rig = Rig()
     rig.place("p", "a")
-    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 84.5, "c": 86.0})
+    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 83.0, "c": 86.0})
     assert verdict.verdict == Verdict.PLANNED and verdict.target == "b"
     assert verdict.gain is not None and verdict.gain < 10
     assert verdict.reason.endswith("; the pod's filters no longer admit this node")
@@ -162,7 +164,7 @@ def test_no_other_node_that_fits_gives_a_skipped_verdict() -> None:
 def test_the_margin_is_configurable() -> None:
     rig = Rig(RebalanceConfig(rules=(WARM,), interval_seconds=INTERVAL, margin=0.0))
     rig.place("p", "a")
-    [verdict] = rig.hot_for(300, {"a": 84.0, "b": 82.5, "c": 86.0})
+    [verdict] = rig.hot_for(300, SLIGHTLY_BETTER)
     assert verdict.verdict == Verdict.PLANNED and verdict.target == "b"
 
 
@@ -337,3 +339,61 @@ def test_issue44_defect9_a_blocked_pod_does_not_hold_its_nodes_slot() -> None:
     verdicts = runner.tick()
     assert sorted(evictor.evicted[len(first):]) == ["default/other-2", "default/web-2"]
     assert {v.pod: v.verdict for v in verdicts}["default/guarded"] in (Verdict.BLOCKED, Verdict.SKIPPED)
+
+
+LOADED = NodeRule("overloaded", "node_load_per_cpu", RuleKind.ABOVE, threshold=1.5, for_seconds=300)
+
+
+def _loaded_rig() -> Rig:
+    rig = Rig(RebalanceConfig(rules=(LOADED,), interval_seconds=INTERVAL, margin=0.0),
+              nodes={"a": 0, "b": 0, "c": 0})
+    for name in ("a", "b", "c"):  # 4 CPUs each: the pod below asks for all of one node's
+        rig.scheduler.handlers.on_node_event("MODIFIED", node(name, cpu="4", memory="64Gi"))
+    return rig
+
+
+def _load_for(rig: Rig, seconds: float, load: Mapping[str, float]) -> list[EvictionVerdict]:
+    verdicts: list[EvictionVerdict] = []
+    for t in range(0, int(seconds) + 1, int(INTERVAL)):
+        rig.clock.now = NOW + t
+        feed(rig.cache, {"node_load_per_cpu": dict(load)}, observed=rig.clock.now - 1, fetched=rig.clock.now)
+        verdicts = rig.rebalancer.tick()
+    return verdicts
+
+
+def test_issue44_defect4_a_pod_whose_own_load_makes_its_node_bad_is_not_moved_to_a_node_it_would_make_bad() -> None:
+    """Issue 44, defect 4: the pod alone makes `a` read 1.8 per CPU (rule > 1.5). Moved to b or c (0.3), it
+    would make that node read 2.1: the rule would flag the target, and the pod would come back (ping-pong)."""
+    rig = _loaded_rig()
+    rig.place("busy", "a", gpus=0, cpu="4")
+    [verdict] = _load_for(rig, 300, {"a": 1.8, "b": 0.3, "c": 0.3})
+    assert verdict.verdict == Verdict.SKIPPED, verdict.reason
+    assert "every node that fits would then break a rule" in verdict.reason
+    assert "b: overloaded node_load_per_cpu 0.3 -> 2.1 > 1.5" in verdict.reason
+
+
+def test_issue44_defect4_a_pod_whose_share_fits_the_target_still_moves() -> None:
+    """The other side: a small pod among others on a node loaded by them all moves, its share added to the target."""
+    rig = _loaded_rig()
+    rig.place("small", "a", gpus=0, cpu="500m")
+    rig.place("filler", "a", owner="other", gpus=0, cpu="3500m", scheduler="default-scheduler")
+    verdicts = _load_for(rig, 300, {"a": 1.8, "b": 0.3, "c": 1.4})
+    [verdict] = [v for v in verdicts if v.pod == "default/small"]
+    # Its share: 1.8 * 0.5 / 4 = 0.225 per CPU. On c that is 1.625 (> 1.5): refused; b reads 0.525.
+    assert verdict.verdict == Verdict.PLANNED and verdict.target == "b", verdict.reason
+
+
+def test_issue44_defect4_the_same_for_heat_a_whole_node_gpu_pod_is_not_moved_onto_a_node_it_would_heat() -> None:
+    """The ledger's estimate for GPU heat: all 8 GPUs busy add 15 °C. From 91 °C to b at 75 °C it would read 90 °C
+    there, above the rule: refused; c (60 °C, 75 with it) takes it."""
+    rig = Rig()
+    rig.place("all-gpus", "a", gpus=8)
+    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 75.0, "c": 60.0})
+    assert verdict.verdict == Verdict.PLANNED and verdict.target == "c", verdict.reason
+    rig = Rig()
+    rig.place("all-gpus", "a", gpus=8)
+    [verdict] = rig.hot_for(300, {"a": 91.0, "b": 75.0, "c": 72.0})
+    assert verdict.verdict == Verdict.SKIPPED and verdict.target is None
+    assert verdict.reason.endswith("every node that fits would then break a rule with the pod's share "
+                                   "(c: hot-gpu gpu_temperature 72.0 -> 87.0 > 85.0; "
+                                   "b: hot-gpu gpu_temperature 75.0 -> 90.0 > 85.0)")
