@@ -21,7 +21,7 @@ from metrics_sched.rebalance.limits import Budget, Memory
 from metrics_sched.rebalance.model import BadNode, EvictionVerdict, RebalanceConfig, Verdict
 from metrics_sched.rebalance.projection import Projection, estimates
 from metrics_sched.rebalance.simulation import Move, PodReader, short_of, simulate
-from metrics_sched.rebalance.victims import VictimPolicy, refusal
+from metrics_sched.rebalance.victims import VictimPolicy, kept, refusal, selector
 from metrics_sched.state.cluster_state import ClusterState, disruption
 from metrics_sched.state.pod_record import PodRecord
 
@@ -61,7 +61,8 @@ class Rebalancer:
         self.pods = pods
         self._clock = clock
         self._detector = Detector(config.rules)
-        self._policy = VictimPolicy(scheduler_names, dict(config.pod_selector), config.max_priority)
+        self._policy = VictimPolicy(scheduler_names, selector(config.pod_selector, config.pod_selector_expressions),
+                                    config.max_priority)
         self._memory = Memory(config.limits, config.interval_seconds)
         self._bad: list[BadNode] = []
         # The last tick's budget, its planned pods (uid -> candidate) and the moves the budget refused, in the
@@ -156,7 +157,8 @@ class Rebalancer:
         spec = raw.get("spec") or {}
         if metadata.get("uid") != pod.uid or metadata.get("deletionTimestamp") or spec.get("nodeName") != pod.node:
             return None
-        refused = refusal(disruption(raw), int(spec.get("priority") or 0), self.config.max_priority)
+        refused = (refusal(disruption(raw), int(spec.get("priority") or 0), self.config.max_priority)
+                   or kept(raw, self.config.evict_local_storage_pods))
         if refused:
             return refused
         framework = self.frameworks.get(str(spec.get("schedulerName") or ""), self.framework)
