@@ -9,8 +9,9 @@ simulated target's total minus the current node's); the limits then take them gr
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from metrics_sched.framework.handle import MetricReader
@@ -80,6 +81,7 @@ class Rebalancer:
         """Detects, selects, simulates and limits: PLANNED verdicts first (in the order to evict), then SKIPPED
         ones with why. Pods that may never be moved (not ours, DaemonSet, mirror, standalone...) get none."""
         now = self._clock()
+        self._memory.ticked(now)
         with self.cluster.lock:
             found = self._detector.observe(self.cluster.table, self.metrics, now)
             by_node: dict[str, tuple[BadNode, str]] = {}
@@ -87,6 +89,7 @@ class Rebalancer:
                 if bad.node not in by_node:
                     by_node[bad.node] = (bad, describe(bad, rule, now))
             pods = self._policy.on(self.cluster.pods.values(), by_node) if by_node else []
+            youngest = _youngest(self.cluster.pods.values()) if pods and self._memory.unsure(now) else {}
             self._memory.prune(now, self.cluster.pods)
         self._bad = [bad for _, bad in found]
         self.candidates = len(pods)
@@ -96,7 +99,9 @@ class Rebalancer:
         moves: list[tuple[_Candidate, Move]] = []
         for pod in pods:
             candidate = _Candidate(pod, *by_node[pod.node])
-            held = self._memory.cooling(candidate.owner, now) or self._memory.backing_off(pod.uid, now)
+            held = (self._memory.cooling(candidate.owner, now)
+                    or self._memory.started_recently(candidate.owner, youngest.get(candidate.owner), now)
+                    or self._memory.backing_off(pod.uid, now))
             if held:
                 skipped.append(candidate.verdict(Verdict.SKIPPED, held))
                 continue
@@ -183,3 +188,12 @@ class Rebalancer:
         if outcome in _REFUSED or outcome == Verdict.GONE:
             return self._instead(verdict.uid, outcome)
         return []
+
+
+def _youngest(pods: Iterable[PodRecord]) -> dict[str, float]:
+    """Owner -> when its youngest pod in the cluster started (hold the cluster lock)."""
+    out: dict[str, float] = {}
+    for pod in pods:
+        if pod.controller is not None and pod.started > out.get(pod.controller, -math.inf):
+            out[pod.controller] = pod.started
+    return out

@@ -4,6 +4,7 @@ so the real default profile (GPUTemperature, NodeLoad, Cost and the resource sco
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -43,8 +44,11 @@ class Rig:
 
     def place(self, name: str, node_name: str, *, owner: str | None = "rs", kind: str = "ReplicaSet",
               gpus: int = 1, annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-              **kw: Any) -> dict[str, Any]:
+              started: float | None = None, **kw: Any) -> dict[str, Any]:
+        """A running pod (started: its status.startTime, else it runs since its creation, weeks before NOW)."""
         body = pod(name, node_name=node_name, gpus=gpus, **kw)
+        if started is not None:
+            body["status"]["startTime"] = _iso(started)
         body["metadata"]["labels"] = labels or {}
         if owner is not None:
             body["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": kind, "name": owner,
@@ -397,3 +401,26 @@ def test_issue44_defect4_the_same_for_heat_a_whole_node_gpu_pod_is_not_moved_ont
     assert verdict.reason.endswith("every node that fits would then break a rule with the pod's share "
                                    "(c: hot-gpu gpu_temperature 72.0 -> 87.0 > 85.0; "
                                    "b: hot-gpu gpu_temperature 75.0 -> 90.0 > 85.0)")
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_issue44_defect5_a_new_leader_honours_the_cooldown_of_an_eviction_it_did_not_see() -> None:
+    """Issue 44, defect 5: the previous leader evicted a pod of `web` 420 s before this one's tick (cooldown
+    10 min); its replacement runs on b since. A new leader (a fresh Rebalancer: no memory) must not evict a
+    second pod of `web` until the cooldown would be over."""
+    limits = EvictionLimits(per_node=5, per_namespace=5, cluster=5, cooldown_seconds=600)
+    rig = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, limits=limits))
+    rig.place("web-1", "a", owner="web")
+    rig.place("db-1", "a", owner="db", started=NOW - 3600)
+    evicted_at = NOW + 300 - 420
+    rig.place("web-2", "b", owner="web", started=evicted_at + 2)  # the replacement
+    verdicts = rig.hot_for(300, COOL)
+    assert planned(verdicts) == ["default/db-1"]
+    why = skipped(verdicts)["default/web-1"]
+    assert why.endswith("cooldown: ReplicaSet/default/web has a pod started 6m58s ago, and this replica has "
+                        "rebalanced for 5m only (an eviction by a previous leader would be as recent; for 10m)"), why
+    # Once this replica has rebalanced for a whole cooldown, what it remembers is the whole story.
+    assert "default/web-1" in planned(rig.at(300 + 360, COOL))
