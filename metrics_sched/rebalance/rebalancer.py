@@ -4,7 +4,9 @@ spec, see simulation.py); the caller evicts what comes back PLANNED (or only rep
 tells record_outcome what happened.
 
 Order of choice: pods of the lowest priority first; among equals, the biggest gain per eviction (the
-simulated target's total minus the current node's); the limits then take them greedily in that order.
+simulated target's total minus the current node's); the limits then take them greedily in that order. An
+eviction that then does not happen (429, an error, the pod gone) gives its slots back, and the next move the
+limits held back goes in its place within the same tick (record_outcome returns it).
 """
 
 from __future__ import annotations

@@ -330,14 +330,24 @@ def test_issue44_defect9_a_blocked_pod_does_not_hold_its_nodes_slot() -> None:
     rig.place("other-1", "b", owner="other")
     rig.place("other-2", "b", owner="other")
     evictor = _PdbEvictor(rig, {"default/guarded"})
-    runner = RebalanceRunner(rig.rebalancer, evictor, DecisionRing(100), dry_run=False, clock=rig.clock)
+    ring = DecisionRing(100)
+    runner = RebalanceRunner(rig.rebalancer, evictor, ring, dry_run=False, clock=rig.clock)
     temperatures = {"a": 95.0, "b": 95.0, "c": 40.0, "d": 40.0}
     for i in range(6):  # the streak builds (5 min), then the ticks that evict
         rig.clock.now = NOW + i * INTERVAL
         rig.temperatures(temperatures)
-        runner.tick()
+        verdicts = runner.tick()
     first = list(evictor.evicted)
     assert sorted(first) == ["default/other-1", "default/web-1"]  # the first tick that evicts: one per node
+    # One verdict per pod: web-1 went in place of the blocked pod (its "limit" verdict replaced, not repeated).
+    outcome = {v.pod: (v.verdict, v.reason) for v in verdicts}
+    assert len(verdicts) == len(outcome) == 5
+    assert outcome["default/guarded"][0] == Verdict.BLOCKED
+    assert outcome["default/web-1"][0] == Verdict.EVICTED
+    assert outcome["default/web-1"][1].endswith("; in place of default/guarded (blocked)")
+    assert outcome["default/web-2"][0] == Verdict.SKIPPED
+    records = ring.select(kind="eviction", pod="default/web-1")
+    assert [r.verdict for r in records] == ["evicted"]  # type: ignore[union-attr]
     rig.clock.now = NOW + 6 * INTERVAL
     rig.temperatures(temperatures)
     verdicts = runner.tick()
