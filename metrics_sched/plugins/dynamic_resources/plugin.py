@@ -360,13 +360,19 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         seen = cycle.get(FEASIBLE_BEFORE)
         considered = table.present[:size] if seen is None else table.present[:size] & seen[:size]
         available = np.ones(size, dtype=bool)
+        now = time.time()
         for i, pod_claim in enumerate(state.claims):
-            selector = ((pod_claim.claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
-            if selector is None or not is_allocated(pod_claim.claim):
+            if not is_allocated(pod_claim.claim):
                 continue
             mask = np.zeros(size, dtype=bool)
-            for term in selector.get("nodeSelectorTerms") or ():
-                mask |= term_mask(table, term)
+            if not self._binding_stuck(pod_claim.claim, now):
+                selector = ((pod_claim.claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
+                if selector is None:
+                    continue
+                for term in selector.get("nodeSelectorTerms") or ():
+                    mask |= term_mask(table, term)
+            # else its devices failed to bind, or not in time: no node can use it, and PostFilter may deallocate it
+            # so that other devices are tried.
             state.node_selectors[i] = mask
             available &= mask
         allocated = np.ones(size, dtype=bool)
@@ -769,8 +775,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                         if DELETE_PROTECTION not in finalizers:
                             finalizers.append(DELETE_PROTECTION)
                             claim = writer.update_claim(claim)
-                        claim.setdefault("status", {})["allocation"] = {**allocation, "allocationTimestamp": _now()}
+                        claim.setdefault("status", {})["allocation"] = allocation
                     status = claim.setdefault("status", {})
+                    if status.get("allocation") and not status["allocation"].get("allocationTimestamp"):
+                        # Also for a claim allocated by someone else: its binding timeout runs from here.
+                        status["allocation"] = {**status["allocation"], "allocationTimestamp": _now()}
                     status["reservedFor"] = [*(status.get("reservedFor") or ()),
                                              {"resource": "pods", "name": pod.name, "uid": pod.uid}]
                     written = writer.update_claim_status(claim)
@@ -785,12 +794,25 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             return Status.error(f"{verb} claim {pod_claim.key}: {exc}")
         return Status.error(f"{verb} claim {pod_claim.key}: still conflicting after {_WRITE_ATTEMPTS} attempts")
 
+    def _binding_stuck(self, claim: Mapping[str, Any], now: float) -> bool:
+        """An allocated claim whose devices have a binding failure condition True, or are not ready a binding
+        timeout after their allocation (the Filter of isClaimReadyForBinding and isClaimTimeout)."""
+        if not _binding_conditions(claim):
+            return False
+        verdict = _binding_verdict(claim)
+        if verdict is not None:
+            return not verdict.ok
+        return _binding_timed_out(claim, self.args.binding_timeout_seconds, now)
+
     def _wait_binding_conditions(self, cycle: CycleState, pod: PodInfo, state: _PodState, node: str) -> Status:
-        """Devices with bindingConditions: wait until the driver reports them all True (or a failure condition)."""
-        waiting = [pc for pc in state.claims if _binding_conditions(self.index.claim(pc.namespace, pc.name))]
+        """Devices with bindingConditions: wait until the driver reports them all True (or a failure condition, or
+        a claim's binding timeout since its allocation)."""
+        claims = [*state.claims, *([PodClaim("<extended-resources>", state.created, False)] if state.created else [])]
+        waiting = [pc for pc in claims if _binding_conditions(self.index.claim(pc.namespace, pc.name))]
         if not waiting:
             return SUCCESS
         explain(cycle, f"waiting for binding conditions for device on node {node}")
+        timeout = self.args.binding_timeout_seconds
 
         def check() -> Status | None:
             for pod_claim in waiting:
@@ -799,12 +821,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                     return Status.error(f"claim {pod_claim.name} is gone")
                 verdict = _binding_verdict(claim)
                 if verdict is None:
+                    if _binding_timed_out(claim, timeout, time.time()):
+                        return Status.error(f"claim {pod_claim.name} binding timeout")
                     return None
                 if not verdict.ok:
                     return Status.error(f"claim {pod_claim.name} {verdict.reason}")
             return SUCCESS
 
-        done = self.index.wait_for(check, self.args.binding_timeout_seconds)
+        done = self.index.wait_for(check, timeout)
         return done if done is not None else Status.error("device binding timeout")
 
 
@@ -833,6 +857,20 @@ def _binding_conditions(claim: Mapping[str, Any] | None) -> bool:
         return False
     results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or ()
     return any(r.get("bindingConditions") for r in results)
+
+
+def _binding_timed_out(claim: Mapping[str, Any], timeout: float, now: float) -> bool:
+    """isClaimTimeout: a device with binding conditions, allocated (allocationTimestamp) more than `timeout` ago."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    stamp = allocation.get("allocationTimestamp")
+    if not stamp or not any(r.get("bindingConditions") is not None
+                            for r in (allocation.get("devices") or {}).get("results") or ()):
+        return False
+    try:
+        allocated_at = datetime.datetime.fromisoformat(str(stamp)).timestamp()
+    except ValueError:
+        return False
+    return allocated_at + timeout < now
 
 
 def _binding_verdict(claim: Mapping[str, Any]) -> Status | None:
