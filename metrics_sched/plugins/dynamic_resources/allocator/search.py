@@ -7,8 +7,9 @@ previous device of the same request took, the first complete solution winning. A
 counters were taken, and a device given back on backtracking, return everything they took (kube-scheduler 1.36.3,
 kubernetes/kubernetes#140663). Quirk kept on purpose: the available-counters cache is keyed by pool name only.
 
-With a rank, the candidates of `ExactCount` requests are tried in rank order (stable over upstream's order);
-each request's results are put back in upstream order afterwards.
+With a rank, the candidates of `ExactCount` requests are tried in rank order (stable over upstream's order), the
+pools with binding conditions still after all others; each request's results are put back in upstream order
+afterwards.
 """
 
 from __future__ import annotations
@@ -159,7 +160,11 @@ class Search:
         candidates = [c for pool in pools for c in pool.candidates]
         if rank is not None and len(candidates) > 1:
             name = self.node_name
-            keys = {id(c): rank(name, c.device.id[0], c.device.id[1], c.device.name) for c in candidates}
+            # Telemetry orders devices within each of upstream's two groups: pools whose devices need binding
+            # conditions (attached on demand, e.g. over a fabric) stay after every other pool however cool.
+            late = {id(p) for p in pools if any(s.has_binding_conditions for s in p.slices_targeting)}
+            keys = {id(c): (id(c.pool) in late, rank(name, c.device.id[0], c.device.id[1], c.device.name))
+                    for c in candidates}
             candidates.sort(key=lambda c: keys[id(c)])
         self.candidates = candidates
 
