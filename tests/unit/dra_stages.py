@@ -140,18 +140,19 @@ def stripped(body: Mapping[str, Any]) -> Obj:
 
 
 class StageRig(Rig):
-    """The Rig with upstream's nodes (or `nodes`), the plugin's args (as pluginConfig spells them), and the
-    claims, classes and slices of a case."""
+    """The Rig with upstream's node (or `nodes`), the plugin's args (as pluginConfig spells them) or a whole
+    configuration, the claims, classes and slices of a case, and the Scheduler's other ports (e.g. a preemptor on
+    `api`)."""
 
     def __init__(self, *nodes: Obj, args: Mapping[str, Any] | None = None, claims: tuple[Obj, ...] = (),
-                 classes: tuple[Obj, ...] = (), slices: tuple[Obj, ...] = (), config: Mapping[str, Any] | None = None
-                 ) -> None:
-        self.api = FakeAPI()
+                 classes: tuple[Obj, ...] = (), slices: tuple[Obj, ...] = (), config: Mapping[str, Any] | None = None,
+                 api: FakeAPI | None = None, **ports: Any) -> None:
+        self.api = api or FakeAPI()
         self.claims = FakeClaimAPI()
         if config is None and args:
             config = {"profiles": [{"schedulerName": "metrics-sched",
                                     "pluginConfig": [{"name": "DynamicResources", "args": dict(args)}]}]}
-        self.scheduler = make_scheduler(config, api=self.api, claim_writer=self.claims)
+        self.scheduler = make_scheduler(config, api=self.api, claim_writer=self.claims, **ports)
         handlers = self.scheduler.handlers
 
         def deliver(event: str, obj: Obj) -> None:
