@@ -251,9 +251,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         if not isinstance(detail, ClaimChange):
             return QueueingHint.QUEUE
         old, new = detail.old, detail.new
+        if isinstance(resolve_claims(pod, self.index), ClaimMissing):
+            return QueueingHint.SKIP  # a claim of its own is missing: only its creation helps (PreEnqueue waits)
         if old is not None and is_allocated(old) and (new is None or not is_allocated(new)):
             return QueueingHint.QUEUE  # devices were freed: any pod may use them
-        if new is None or isinstance(resolve_claims(pod, self.index), ClaimMissing):
+        if new is None:
             return QueueingHint.SKIP
         meta = new.get("metadata") or {}
         if meta.get("namespace") != pod.namespace or meta.get("name") not in _claim_names(pod):
