@@ -154,8 +154,8 @@ def test_a_claim_not_ready_but_within_its_timeout_waits() -> None:
 
 def test_prebind_fail_with_binding_timeout() -> None:
     """"prebind-fail-with-binding-timeout": the timeout runs from the claim's allocation, not from PreBind: allocated
-    1 s before a 2 s timeout ends, not ready, PreBind fails naming the claim after about 1 s (upstream: 590 s into
-    600 s, 10 s)."""
+    1 s before a 2 s timeout ends and never ready, PreBind fails naming the claim (upstream: 590 s into 600 s), not
+    with the overall "device binding timeout"."""
     body = stamped(with_conditions(allocated(PENDING, WITH_CONDITIONS)), 1.0)
     rig = StageRig(claims=(body,), args={"bindingTimeoutSeconds": 2})
     run = drive(rig, pod(CLAIM))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -544,3 +545,21 @@ def test_extended_resource_name_claim_creation_failure() -> None:
     assert run.pre_bind is not None and run.pre_bind.code == Code.ERROR
     assert "claim creation errors" in run.pre_bind.reason
     assert run.stored["unreserve"] == {} and rig.index.pending(f"{POD_UID}/extended-resources") is None
+
+
+def test_extended_resource_name_with_resources_fail_patch() -> None:
+    """"extended-resource-name-with-resources-fail-patch": the pod's status patch (its request mappings) fails:
+    PreBind fails with the API's message, after the claim was created, allocated and reserved."""
+    from metrics_sched.ports import ApiError
+
+    rig = StageRig(classes=(EXTENDED_CLASS,), slices=(resource_slice(),))
+
+    def refuse(namespace: str, pod: str, status: Any) -> None:
+        raise ApiError(500, "patch error")
+
+    rig.claims.set_extended_resource_claim_status = refuse  # type: ignore[method-assign]
+    run = drive(rig, pod(requests={EXTENDED: "1"}))
+    assert run.pre_bind is not None and run.pre_bind.code == Code.ERROR
+    assert "patch error" in run.pre_bind.reason
+    assert _created(rig) == stripped(_extended_claim([request("container-0-request-0", CLASS)], allocation(
+        ("container-0-request-0", DRIVER, NODE, "instance-1"))))
