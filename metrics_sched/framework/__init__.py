@@ -140,6 +140,7 @@ from metrics_sched.framework.volumes import (
     parse_volume,
 )
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
+from metrics_sched.framework.worker_waits import blocking
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, PODS
 from metrics_sched.ports import EventType
@@ -278,6 +279,7 @@ __all__ = [
     "WaitingPod",
     "WaitingPods",
     "annotate_binding",
+    "blocking",
     "claim_key",
     "disks_conflict",
     "explain",
