@@ -40,6 +40,11 @@ class FirstAnswers:
         with self._cond:
             return [] if self._gave_up else sorted(self._waiting)
 
+    def unanswered(self) -> list[str]:
+        """The sources whose first refresh has not ended, waited for or not, sorted."""
+        with self._cond:
+            return sorted(self._waiting)
+
     def wait(self, timeout: float, stopped: Callable[[], bool] = lambda: False) -> list[str]:
         """Until every source answered, `timeout` seconds passed or `stopped()`; the sources that did not answer.
         Once the timeout has passed, none is waited for any more (`waiting_for` is empty)."""

@@ -152,3 +152,6 @@ def test_first_answers_bookkeeping() -> None:
     assert answers.waiting_for() == ["b"]
     assert answers.wait(0, stopped=lambda: True) == ["b"] and answers.waiting_for() == ["b"]  # stopped: not given up
     assert answers.wait(0.05) == ["b"] and answers.waiting_for() == []  # the bound passed: no longer waited for
+    assert answers.unanswered() == ["b"]  # ... though it has still not answered
+    answers.answered("b")
+    assert answers.unanswered() == []
