@@ -40,7 +40,7 @@ _hosted = _Hosted()
 
 @contextmanager
 def hosted_by(host: BlockingHost) -> Iterator[None]:
-    """Marks the current thread's work as `host`'s while the block runs (a pool around each call it runs)."""
+    """Marks the current thread's work as `host`'s while the block runs (a pool's thread, for its life)."""
     outer = _hosted.host
     _hosted.host = host
     try:

@@ -185,6 +185,10 @@ class _Workers:
             self._calls.put(call)
 
     def _work(self, member: _Member) -> None:
+        with hosted_by(member):  # for the thread's life: nothing to set per call
+            self._serve(member)
+
+    def _serve(self, member: _Member) -> None:
         calls = self._calls
         while True:
             call = calls.get()
@@ -192,8 +196,7 @@ class _Workers:
                 self._ended(member)
                 return
             try:
-                with hosted_by(member):
-                    call()
+                call()
             except Exception as exc:  # noqa: BLE001 - Binder._run guards itself; counted, and the worker goes on
                 self.supervisor.failed(Worker.BINDER, exc)
             # Let go of it before waiting for the next: an idle worker's last call holds its pod's CycleResult
