@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("metrics_sched.app")
 
+# Seconds scheduling waits at most for the telemetry sources' first answers (a source's own timeouts end a fetch
+# sooner: 5 s by default for Prometheus); past it, a source that hangs is scheduled without, and named in the log.
+FIRST_ANSWER_TIMEOUT = 30.0
+
 
 @dataclass
 class Core:
@@ -124,8 +128,11 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
                 kube=kube)
 
 
-def start_caches(scheduler: Scheduler, source: ClusterSource, stop: threading.Event) -> bool:
-    """Starts the watches, waits until every one has synced (or `stop`), then starts the telemetry refreshes.
+def start_caches(scheduler: Scheduler, source: ClusterSource, stop: threading.Event, *,
+                 first_answer_timeout: float = FIRST_ANSWER_TIMEOUT) -> bool:
+    """Starts the watches, waits until every one has synced (or `stop`), then starts the telemetry refreshes and
+    waits for each source's first answer (values or a failure), `first_answer_timeout` seconds at most: what is
+    started after this (the scheduling loop, the rebalancer) never acts on telemetry no source has given yet.
     True when synced."""
     source.start(scheduler.handlers)
     while not stop.is_set() and not scheduler.handlers.caches_synced():
@@ -134,6 +141,12 @@ def start_caches(scheduler: Scheduler, source: ClusterSource, stop: threading.Ev
         return False
     # Telemetry refreshes in the background from now on; a slow or dead source never blocks a bind.
     scheduler.metrics.start(scheduler.node_directory)
+    silent = scheduler.metrics.first_answers.wait(first_answer_timeout, stop.is_set)
+    if stop.is_set():
+        return False
+    if silent:
+        log.warning("telemetry source(s) %s gave no first answer within %.0fs: scheduling without them until they do",
+                    ", ".join(silent), first_answer_timeout)
     return True
 
 
@@ -156,4 +169,4 @@ def build_rebalancer(config: SchedulerConfig, core: Core, ring: DecisionRing, me
                            rules=tuple(r.name for r in config.rebalance.rules))
 
 
-__all__ = ["Core", "build_core", "build_rebalancer", "start_caches"]
+__all__ = ["FIRST_ANSWER_TIMEOUT", "Core", "build_core", "build_rebalancer", "start_caches"]

@@ -7,7 +7,8 @@ holds them to it), so a third-party plugin has every type and helper they have. 
 parts and are not imported by plugins: interfaces in `interfaces`, typed cycle state in `cycle_state`, typed args
 in `args`, the opt-in batching protocol in `batchable` (and `incremental`), the base for telemetry plugins in
 `metric_score`, the node masks several built-ins share (selector terms in `node_selector`, tolerated taints in
-`taints`), and the core's types re-exported by theme: `pods`, `volumes`, `api` (the API-server ports) and
+`taints`), the managed block a wait outside the plugin's own work goes in (`worker_waits`: `blocking`), and the
+core's types re-exported by theme: `pods`, `volumes`, `api` (the API-server ports) and
 `cluster` (the cluster stores). The engine that runs the plugins (the full-cycle and the batched-cycle runners)
 is `runtime`, which a plugin never imports. A plugin package makes its plugins known through the
 `metrics_sched.plugins` entry-point group (see `registry`).
@@ -140,6 +141,7 @@ from metrics_sched.framework.volumes import (
     parse_volume,
 )
 from metrics_sched.framework.waiting import WaitingPod, WaitingPods
+from metrics_sched.framework.worker_waits import blocking
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.model.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, PODS
 from metrics_sched.ports import EventType
@@ -278,6 +280,7 @@ __all__ = [
     "WaitingPod",
     "WaitingPods",
     "annotate_binding",
+    "blocking",
     "claim_key",
     "disks_conflict",
     "explain",

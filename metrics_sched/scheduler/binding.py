@@ -23,6 +23,12 @@ in the core bench the binds' and their reports' ~450 µs then land on one decisi
 A decision that has already taken long (SLOW_DECISION: a candidate left its batch, a full cycle) does not hand a
 batch over at its end: the next decision does, first thing, so no one decision pays for both (in the core bench at
 5,000 nodes most of the slowest 1 % were such decisions, a batch's ~0.3 ms on top of a ~0.9 ms cycle).
+
+A binding cycle that waits (PreBind for a volume's provisioner or a device's binding conditions, up to minutes) does
+so in `framework.blocking()`: its worker leaves the pool for the wait and a new one takes its place (kube-scheduler
+runs each binding cycle on its own goroutine), so the pool's workers stay free for API calls whatever waits, and a
+waiting cycle does not count against the loop's backpressure either (`max_pending`: binds that need a worker). At
+most MAX_WAITING threads wait so; past that a wait keeps its worker, as every wait once did.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from queue import SimpleQueue
 from metrics_sched.framework.interfaces import BindOutcomeKind, BindStatus
 from metrics_sched.framework.runtime import CycleResult, Framework
 from metrics_sched.framework.status import Code
+from metrics_sched.framework.worker_waits import hosted_by
 from metrics_sched.model.podinfo import PodInfo
 from metrics_sched.scheduler.failures import FailureHandler, Outcome, bind_outcome
 from metrics_sched.scheduler.queue import SchedulingQueue
@@ -52,6 +59,24 @@ HANDOFF_DELAY = 0.002  # seconds the oldest held bind may wait for the batch to 
 # Seconds after which a decision leaves a due batch to the next one (module docstring): about twice what a batched
 # decision takes at 5,000 nodes, so only the ones that also did something slow defer.
 SLOW_DECISION = 0.0006
+# Threads at most that left the pool to wait (module docstring). Each is a mostly idle thread (its stack is reserved,
+# hardly touched); the bound keeps a flood of waits on a dead provisioner from exhausting the process's threads.
+MAX_WAITING = 1024
+
+
+class _Member:
+    """One thread of the pool, and the BlockingHost its calls run under (framework.blocking)."""
+
+    def __init__(self, pool: _Workers) -> None:
+        self.pool = pool
+        self.left = False  # replaced in the pool for a wait: exits once its call is done
+        self.holding = False  # its current wait keeps its place (MAX_WAITING threads already wait)
+
+    def wait_began(self) -> None:
+        self.pool.wait_began(self)
+
+    def wait_ended(self) -> None:
+        self.pool.wait_ended(self)
 
 
 @dataclass(frozen=True)
@@ -70,13 +95,18 @@ class _Workers:
     interpreter (bench: a bind a decision)."""
 
     def __init__(self, workers: int, name: str, supervisor: Supervisor,
-                 idle: Callable[[], None] | None = None) -> None:
+                 idle: Callable[[], None] | None = None, waiting: Callable[[int], None] | None = None,
+                 max_waiting: int = MAX_WAITING) -> None:
         self.size = workers
         self.name = name
         self.supervisor = supervisor
         self.idle = idle  # called by a worker that finds no call waiting after its own
+        self.waiting = waiting  # told +1 / -1 as a call begins / ends a wait it does off the pool
+        self.max_waiting = max_waiting
         self._calls: SimpleQueue[Callable[[], object] | None] = SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._threads: dict[_Member, threading.Thread] = {}  # the pool's and those that left it, until they end
+        self._away = 0  # threads that left the pool and have not ended
+        self._spawned = 0
         self._lock = threading.Lock()
         self._closed = False
         self._held: list[Callable[[], object]] = []  # submitted with hold=True, not yet queued
@@ -90,15 +120,47 @@ class _Workers:
             if self._closed:
                 raise RuntimeError("cannot schedule new binds after shutdown")
             if not self._threads:
-                for i in range(self.size):  # supervised: one that dies fails /healthz, as the reporter's
-                    self._threads.append(self.supervisor.spawn(Worker.BINDER, self._work, name=f"{self.name}_{i}",
-                                                               stopping=lambda: self._closed))
+                for _ in range(self.size):
+                    self._spawn()
             if not hold:
                 self._calls.put(call)
                 return
             if not self._held:
                 self._held_since = self.clock()
             self._held.append(call)
+
+    def _spawn(self) -> None:
+        """Under the lock. Supervised: a thread that dies fails /healthz, as the reporter's; one that left the pool
+        ends when its call is done."""
+        member = _Member(self)
+        name = f"{self.name}_{self._spawned}"
+        self._spawned += 1
+        self._threads[member] = self.supervisor.spawn(Worker.BINDER, lambda: self._work(member), name=name,
+                                                      stopping=lambda: self._closed or member.left)
+
+    def threads(self) -> int:
+        """Threads running: the pool's, and those that left it to wait."""
+        with self._lock:
+            return len(self._threads)
+
+    def wait_began(self, member: _Member) -> None:
+        """`member`'s call is about to wait: another thread takes its place in the pool (once per thread)."""
+        with self._lock:
+            member.holding = not member.left and (self._closed or self._away >= self.max_waiting)
+            if member.holding:
+                if not self._closed:
+                    log.warning("%d bind waits already run off the pool: this one keeps its worker", self._away)
+                return
+            if not member.left:
+                member.left = True
+                self._away += 1
+                self._spawn()
+        if self.waiting is not None:
+            self.waiting(1)
+
+    def wait_ended(self, member: _Member) -> None:
+        if not member.holding and self.waiting is not None:
+            self.waiting(-1)
 
     def due(self) -> bool:
         """Whether the held calls should go now: a full batch, or the oldest has waited long enough."""
@@ -122,11 +184,16 @@ class _Workers:
         for call in held:
             self._calls.put(call)
 
-    def _work(self) -> None:
+    def _work(self, member: _Member) -> None:
+        with hosted_by(member):  # for the thread's life: nothing to set per call
+            self._serve(member)
+
+    def _serve(self, member: _Member) -> None:
         calls = self._calls
         while True:
             call = calls.get()
             if call is None:
+                self._ended(member)
                 return
             try:
                 call()
@@ -135,19 +202,29 @@ class _Workers:
             # Let go of it before waiting for the next: an idle worker's last call holds its pod's CycleResult
             # (whole-table score and evidence arrays, ~0.5 MB at 5,000 nodes), and 64 idle workers held 64.
             del call
+            if member.left:  # its place was taken for its wait
+                self._ended(member)
+                return
             if self.idle is not None and calls.empty():
                 try:
                     self.idle()
                 except Exception as exc:  # noqa: BLE001 - as a call's
                     self.supervisor.failed(Worker.BINDER, exc)
 
+    def _ended(self, member: _Member) -> None:
+        with self._lock:
+            if member.left:
+                self._away -= 1
+            del self._threads[member]
+
     def shutdown(self) -> None:
         """Runs what is queued, then stops the threads (one end marker each, after the queued calls)."""
         with self._lock:
-            self._closed = True
-            threads = list(self._threads)
+            self._closed = True  # from now on no thread leaves the pool: one end marker for each in it
+            threads = list(self._threads.values())
+            in_pool = sum(not member.left for member in self._threads)
             self._queue_held()  # ahead of the end markers: shutdown runs what was submitted
-        for _ in threads:
+        for _ in range(in_pool):
             self._calls.put(None)
         for thread in threads:
             thread.join()
@@ -179,9 +256,10 @@ class Binder:
         self.on_outcome = on_outcome
         # The Scheduled events of a batch of binds are written by a worker of the pool once the batch is bound,
         # while no bind waits for it (PodReporter.write_gathered): no writer woken for them.
-        self.pool = _Workers(workers, "bind", self.supervisor, idle=self._between_batches)
+        self.pool = _Workers(workers, "bind", self.supervisor, idle=self._between_batches, waiting=self._waiting)
         self.yield_gil: Callable[[], None] = lambda: time.sleep(0)  # releases the GIL, and takes it back
         self._in_flight = 0
+        self._off_pool = 0  # of those in flight, the ones waiting off the pool (module docstring)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         # Backpressure: when binds fall behind, the scheduling loop waits here instead of piling up assumed
@@ -193,9 +271,9 @@ class Binder:
         from Permit by a bind worker, a timer or another thread must never block that thread. With `hold`
         (the loop's, while more pods wait for it) the cycle waits for hand_over() to queue it."""
         with self._idle:
-            if wait and self._in_flight >= self.max_pending:
+            if wait and self._in_flight - self._off_pool >= self.max_pending:
                 self.pool.flush()  # the room it waits for may be held by binds not yet queued
-            while wait and self._in_flight >= self.max_pending:
+            while wait and self._in_flight - self._off_pool >= self.max_pending:
                 self._idle.wait()
             self._in_flight += 1
         try:
@@ -220,6 +298,17 @@ class Binder:
     def now(self) -> float:
         """The clock hand-over decisions are timed by (the pool's: tests freeze it)."""
         return self.pool.clock()
+
+    def _waiting(self, delta: int) -> None:
+        """A binding cycle began (+1) or ended (-1) a wait off the pool: it needs no room meanwhile."""
+        with self._idle:
+            self._off_pool += delta
+            self._idle.notify_all()
+
+    def waiting(self) -> int:
+        """Binding cycles waiting off the pool now."""
+        with self._lock:
+            return self._off_pool
 
     def _between_batches(self) -> None:
         """A worker found no bind waiting after its own: it writes the Scheduled events gathered meanwhile."""

@@ -46,6 +46,9 @@ class SchedulerEndpoints:
     def readyz(self, _: Query) -> Response:
         if not self.synced():
             return text(503, "caches not synced\n")
+        waiting = self.scheduler.metrics.first_answers.waiting_for()
+        if waiting:  # scheduling has not started: it waits for these (app.core.start_caches)
+            return text(503, f"waiting for the first answer of telemetry source(s): {', '.join(waiting)}\n")
         return text(200, "ok\n")
 
     def status(self, _: Query) -> Response:
@@ -53,6 +56,7 @@ class SchedulerEndpoints:
             "leader": self.elector.is_leader if self.elector else True,
             "identity": self.elector.identity if self.elector else None,
             "synced": sorted(self.scheduler.handlers.synced),
+            "telemetry_waiting": self.scheduler.metrics.first_answers.waiting_for(),
             "queue": self.scheduler.queue.lengths(),
             "nodes": len(self.scheduler.state.table),
             "pods_placed": len(self.scheduler.state.pods),

@@ -46,6 +46,7 @@ from metrics_sched.state.node_table import BoolArray, FloatArray, NodeTable
 from metrics_sched.supervision import Supervisor, Worker
 from metrics_sched.telemetry.batch import BatchedFetchResult, MetricBatch
 from metrics_sched.telemetry.devices import DeviceStore, DeviceValue
+from metrics_sched.telemetry.first_answers import FirstAnswers
 from metrics_sched.telemetry.health import SourceHealth
 from metrics_sched.telemetry.polled import PolledSource
 from metrics_sched.telemetry.store import NO_SOURCE, SENTINEL_LIMIT, IntArray, MetricValues
@@ -110,6 +111,8 @@ class MetricCache:
         self._columns: dict[str, _CachedColumn] = {}
         self._devices = DeviceStore(self._lock)  # the per-device values, beside the node values in _store
         self._listeners: list[Callable[[set[str]], None]] = []
+        # The sources whose first refresh has not ended: scheduling starts once none is left (or a bound passes).
+        self.first_answers = FirstAnswers()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._directory: Callable[[], NodeDirectory] | None = None
@@ -130,6 +133,7 @@ class MetricCache:
     def add_source(self, source: PolledSource) -> None:
         self._sources[source.name] = source
         self.health[source.name] = source.health  # the same object: the source keeps it up to date
+        self.first_answers.expect(source.name)
 
     def on_update(self, listener: Callable[[set[str]], None]) -> None:
         """listener(metrics) runs after each ingest that changed values (in the source's thread)."""
@@ -163,7 +167,15 @@ class MetricCache:
             self._stop.wait(max(0.0, source.next_delay() - (time.monotonic() - started)))
 
     def refresh(self, name: str) -> None:
-        """One refresh of one source (its own thread calls this; tests may call it directly)."""
+        """One refresh of one source (its own thread calls this; tests may call it directly). Its end, whatever it
+        brought (values, a failure, an exception), is the source's answer for first_answers: after the ingest, so
+        the values are there for the first pod."""
+        try:
+            self._refresh(name)
+        finally:
+            self.first_answers.answered(name)
+
+    def _refresh(self, name: str) -> None:
         source = self._sources[name]
         assert self._directory is not None, "start() the cache (or set a directory) before refreshing"
         directory = self._directory()

@@ -115,6 +115,26 @@ def test_hot_node_gets_no_gpu_pod_until_it_cools_below_threshold_minus_delta(
             assert time.monotonic() - scraped <= REFRESH + 1.0
 
 
+def test_a_pod_created_right_after_readyz_is_not_placed_blind(
+        cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
+    """Issue 44, defect 8: /readyz answers 200 only once every telemetry source has answered (or failed) once, so a
+    GPU pod created at once meets the hot node's temperature instead of a missing one (onMissing neutral: bound)."""
+    assert cluster.endpoints and cluster.endpoints.prometheus
+    prometheus = cluster.endpoints.prometheus
+    with node_pool(cluster, 1, cpu="32", memory="256Gi", gpus=8) as (pool, [hot]), cluster.emulator() as emulator:
+        emulator.set_values(hot.name, gpu_temp=92.0)
+        kube.poll(lambda: prom.query(prometheus, f'max(DCGM_FI_DEV_GPU_TEMP{{hostname="{hot.name}"}}) == 92'),
+                  10, "Prometheus to scrape the hot value", interval=0.05)
+        config = telemetry_config(cluster, cmdb=False, metrics_server=False,
+                                  plugin_args={"GPUTemperature": {"threshold": 85, "hysteresis": 5}})
+        with schedulers(cluster, extra=config, leader_elect=False) as (name, _):  # returns at /readyz 200
+            create_pods(api, namespace, ["gpu-pod"], name, gpus=1, **in_pool(pool))
+            event = kube.poll(lambda: [e for e in api.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")[
+                "items"] if e["reason"] == "FailedScheduling"], 10, "FailedScheduling")
+            assert "GPU above 85°C" in event[0]["note"]
+            assert node_of(api, namespace, "gpu-pod") is None
+
+
 def test_prometheus_killed_then_restarted(cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
     contracts = {m: {"ttl": f"{2 * REFRESH}s", "maxAge": "60s"}
                  for m in ("gpu_temperature", "gpu_utilisation", "node_load_per_cpu", "node_hourly_cost")}

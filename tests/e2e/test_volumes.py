@@ -306,3 +306,26 @@ def test_a_pre_bind_that_times_out_is_requeued_and_placed_later(cluster: DevClus
         s.wait_claim_bound("data")
         kube.poll(lambda: metric(proc, "metrics_sched_assumed_pods") == 0
                   and metric(proc, "metrics_sched_assumed_volume_bindings") == 0, 10, "nothing left assumed")
+
+
+def test_volume_waits_do_not_hold_the_bind_workers(cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
+    """Issue 44, defect 3: with 2 bind workers and a provisioner that never answers, two pods wait in PreBind for
+    their volumes (bindTimeoutSeconds 60); a pod without volumes still binds at once, not after their timeout."""
+    profile = {"pluginConfig": [{"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 60}}]}
+    with node_pool(cluster, 2) as (pool, _), \
+            schedulers(cluster, extra={"profile": profile, "bindWorkers": 2}) as (name, [proc]), \
+            storage(api, namespace) as s:
+        never = s.add_class("dev.metrics-sched.io/nobody-serves-this")
+        for i in range(2):
+            s.add_claim(f"data-{i}", never)
+            s.add_pod(pod_with_claims(f"db-{i}", name, pool, f"data-{i}"))
+        def selected(claim: str) -> str | None:
+            found: str | None = s.get_claim(claim)["metadata"].get("annotations", {}).get(ANN_SELECTED_NODE)
+            return found
+
+        # PreBind wrote each claim's node: both binding cycles now wait for a provisioner.
+        kube.poll(lambda: selected("data-0") and selected("data-1"), 15, "selected-node written by both PreBinds")
+        s.add_pod(kube.pod_manifest("web", scheduler=name, **in_pool(pool)))
+        s.wait_bound("web", timeout=10)
+        assert s.node_of("db-0") is None and s.node_of("db-1") is None  # still waiting, well within their timeout
+        assert proc.status()["binds_in_flight"] == 2

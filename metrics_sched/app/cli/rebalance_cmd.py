@@ -26,7 +26,6 @@ from metrics_sched.app.cli.logging_setup import LEVELS, log_level, setup_logging
 from metrics_sched.audit import DecisionRing
 from metrics_sched.plugins import in_tree_registry
 from metrics_sched.rebalance.model import EvictionVerdict
-from metrics_sched.telemetry import MetricCache
 
 EXIT_INTERRUPTED = 130
 PLAN_HEADERS = ["POD", "NODE", "RULE", "VERDICT", "TARGET", "GAIN", "REASON"]
@@ -63,41 +62,6 @@ def print_plan(verdicts: Sequence[EvictionVerdict], *, candidates: int, dry_run:
     out.flush()
 
 
-class TelemetryWait:
-    """Whether every telemetry source has answered once since the cache started: values stored (the cache's
-    update listener runs after they are), or a failure (its metrics stay missing, which never evicts).
-    Created before the cache starts."""
-
-    def __init__(self, cache: MetricCache) -> None:
-        self.cache = cache
-        self._updated: set[str] = set()
-        self._changed = threading.Condition()
-        cache.on_update(self._on_update)
-
-    def _on_update(self, metrics: set[str]) -> None:
-        with self._changed:
-            self._updated |= metrics
-            self._changed.notify_all()
-
-    def pending(self) -> list[str]:
-        """The sources that have not answered yet."""
-        with self._changed:
-            updated = set(self._updated)
-        return sorted(name for name, health in list(self.cache.health.items())
-                      if health.last_failure is None and not updated & set(health.metrics))
-
-    def wait(self, stop: threading.Event, timeout: float) -> list[str]:
-        """Waits until every source answered, `stop`, or `timeout`; returns the sources still pending."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
-                if not self.pending():
-                    break
-                # Also woken by nothing when a source fails (no update): check its health again soon.
-                self._changed.wait(min(left, 0.1))
-        return self.pending()
-
-
 def _rebalance(args: argparse.Namespace) -> int:
     registry = in_tree_registry()
     config = load_or_exit(args.config, registry)
@@ -116,14 +80,13 @@ def _rebalance(args: argparse.Namespace) -> int:
     scheduler = core.scheduler
     stop = threading.Event()
     stop_on_termination(stop)
-    telemetry = TelemetryWait(scheduler.metrics)
+    # Each source's first answer (values or a failure) before the first plan, as for the scheduler; a plan is
+    # printed once, so a slow source is waited for longer: a few of its intervals.
+    intervals = [h.interval for h in scheduler.metrics.health.values()]
     try:
-        if not start_caches(scheduler, core.source, stop):
+        if not start_caches(scheduler, core.source, stop, first_answer_timeout=3 * max(intervals, default=0.0) + 30.0):
             return EXIT_INTERRUPTED
-        intervals = [h.interval for h in scheduler.metrics.health.values()]
-        late = telemetry.wait(stop, timeout=3 * max(intervals, default=0.0) + 30.0)
-        if stop.is_set():
-            return EXIT_INTERRUPTED
+        late = scheduler.metrics.first_answers.unanswered()
         if late:
             print(f"# telemetry source(s) not answered yet: {', '.join(late)}; their metrics count as missing",
                   file=sys.stderr)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexChange, KubeObject, PodInfo
+from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexChange, KubeObject, PodInfo, blocking
 
 from .allocator import AllocatedState
 from .tracker import AllocatedTracker, allocation_node
@@ -322,19 +322,21 @@ class DraIndex(ClusterIndex):
 
     def wait_for(self, check: Callable[[], T | None], timeout: float, poll: float = 5.0) -> T | None:
         """check() (called without the lock) now, after each change of any layer, and at least every `poll`
-        seconds, until it answers something other than None or `timeout` seconds pass; the last answer."""
+        seconds, until it answers something other than None or `timeout` seconds pass; the last answer. A bind
+        worker waiting here is replaced in its pool meanwhile (framework.worker_waits.blocking)."""
         deadline = time.monotonic() + timeout
-        while True:
-            seen = (self.claims_generation, self.slices_generation)
-            answer = check()
-            if answer is not None:
-                return answer
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            with self._cond:
-                if (self.claims_generation, self.slices_generation) == seen:
-                    self._cond.wait(min(remaining, poll))
+        with blocking():
+            while True:
+                seen = (self.claims_generation, self.slices_generation)
+                answer = check()
+                if answer is not None:
+                    return answer
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                with self._cond:
+                    if (self.claims_generation, self.slices_generation) == seen:
+                        self._cond.wait(min(remaining, poll))
 
 
 def _slice_node(slice_: Mapping[str, Any] | None) -> str | None:

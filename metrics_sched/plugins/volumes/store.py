@@ -32,6 +32,7 @@ from metrics_sched.framework import (
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
+    blocking,
     claim_key,
     parse_attachment,
     parse_capacity,
@@ -310,21 +311,23 @@ class VolumeStore(ClusterIndex):
     def wait_for(self, check: Callable[[], T | None], timeout: float,
                  stop: Callable[[], bool] = lambda: False) -> T | None:
         """Calls check() (without the lock held) now and after each change until it answers something other
-        than None, `stop()` turns true, or `timeout` seconds pass; returns the last answer."""
+        than None, `stop()` turns true, or `timeout` seconds pass; returns the last answer. A bind worker waiting
+        here is replaced in its pool meanwhile (framework.worker_waits.blocking)."""
         deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                seen = self._generation
-            answer = check()
-            if answer is not None or stop():
-                return answer
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            with self._lock:
-                if self._generation == seen:
-                    # Bounded so `stop` is looked at even when nothing changes.
-                    self._changed.wait(min(left, 1.0))
+        with blocking():
+            while True:
+                with self._lock:
+                    seen = self._generation
+                answer = check()
+                if answer is not None or stop():
+                    return answer
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                with self._lock:
+                    if self._generation == seen:
+                        # Bounded so `stop` is looked at even when nothing changes.
+                        self._changed.wait(min(left, 1.0))
 
 
 def _check_version(key: str, watched: str | None, decided_on: str) -> None:
