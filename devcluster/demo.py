@@ -1,5 +1,6 @@
 """`metrics-sched demo`: a local cluster of 20 GPU nodes with emulated telemetry, the scheduler, a batch
-of GPU pods, live progress, and a table of where each pod went and why. Ctrl-C stops everything.
+of GPU pods, live progress, and a table of where each pod went and why; then a pod asking for one GPU through
+DRA (a ResourceClaimTemplate) lands on the coolest GPU of a node whose other GPUs are hot. Ctrl-C stops everything.
 
 Registered by the entry point `demo = "devcluster.demo:register"` (group `metrics_sched.cli`). Dev tooling may
 use the core (it runs the scheduler and reuses explain's table); the core never imports this.
@@ -24,6 +25,9 @@ from metrics_sched.app.cli.explain_cmd import table
 DEMO_SCHEDULER = "metrics-sched"
 REASONS = {"GPUTemperature": "cold", "Cost": "cheap", "NodeLoad": "lightly loaded"}
 THRESHOLD = 85.0
+# The DRA scene's node: six hot GPUs and two of the fleet's coolest (indexes 2 and 5).
+DRA_GPU_TEMPS = [91.0, 93.0, 33.0, 95.0, 89.0, 31.0, 92.0, 90.0]
+DRA_CLASS = "gpu.nvidia.com"
 
 
 def register(sub: Any) -> None:
@@ -65,14 +69,23 @@ def scheduler_config(sources: list[dict[str, Any]], port: int) -> dict[str, Any]
             "pluginConfig": [
                 {"name": "GPUTemperature", "args": {"threshold": THRESHOLD, "hysteresis": 5}},
                 {"name": "NodeLoad", "args": {"metrics": [{"metric": "node_cpu_utilisation", "min": 0, "max": 1}]}},
+                # DRA pods: each GPU's own temperature chooses the devices (deviceLabels below).
+                {"name": "DynamicResources", "args": {"deviceMetric": "gpu_temperature"}},
             ],
         }],
         "leaderElection": {"leaderElect": False},
         "server": {"bindAddress": "127.0.0.1", "port": port, "insecure": True},  # local: plain HTTP on loopback
-        "sources": sources,
+        "sources": [_per_gpu(source) for source in sources],
         "metrics": {m: {"ttl": "30s", "maxAge": "60s"} for m in ("gpu_temperature", "node_hourly_cost",
                                                                  "node_cpu_utilisation")},
     }
+
+
+def _per_gpu(source: dict[str, Any]) -> dict[str, Any]:
+    """The Prometheus source with the GPU temperature kept per GPU too (the DCGM series' UUID, else its index)."""
+    metrics = [dict(m, deviceLabels=["UUID", "gpu"]) if m.get("name") == "gpu_temperature" else m
+               for m in source.get("metrics") or ()]
+    return dict(source, metrics=metrics) if metrics else source
 
 
 def reason(decision: dict[str, Any]) -> str:
@@ -111,6 +124,61 @@ def metric_of(decision: dict[str, Any], metric: str) -> float | None:
                 value: float | None = raw["value"]
                 return value
     return None
+
+
+def _dra_scene(cluster: Any, url: str, node: str) -> bool:
+    """One GPU through DRA on `node`, which gets six hot GPUs and two cool ones: the node's hottest GPU keeps plain
+    GPU pods away, but the claim is judged by the GPU it would get, and gets the coolest."""
+    from devcluster.cluster import wait_until
+
+    with cluster.emulator() as emulator:
+        emulator.set_many({node: {"gpu_temp": DRA_GPU_TEMPS}})
+
+    def held() -> bool:
+        entry = httpx.get(f"{url}/values", params={"node": [node]}, timeout=2).json().get(node, {})
+        devices = entry.get("gpu_temperature", {}).get("devices", {})
+        return sorted(d.get("value") for d in devices.values() if d.get("fresh")) == sorted(DRA_GPU_TEMPS)
+
+    _say(f"DRA: {node}'s GPUs now {', '.join(f'{t:g}' for t in DRA_GPU_TEMPS)} °C; waiting for each GPU's value")
+    wait_until(held, 60, f"{node}'s per-GPU temperatures")
+    with cluster.api() as api:
+        api.post("/apis/resource.k8s.io/v1/namespaces/demo/resourceclaimtemplates", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRA_CLASS}}]}}},
+        }, ok=(409,))
+        api.post("/api/v1/namespaces/demo/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra-claim"},
+            # On that node: a plain GPU pod is kept off it (its hottest GPU is above the threshold).
+            "spec": {"schedulerName": DEMO_SCHEDULER, "terminationGracePeriodSeconds": 0,
+                     "nodeSelector": {"kubernetes.io/hostname": node},
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                     "containers": [{"name": "trainer", "image": "registry.local/trainer:1.0",
+                                     "resources": {"requests": {"cpu": "2", "memory": "8Gi"},
+                                                   "claims": [{"name": "gpu"}]}}]},
+        })
+
+        def bound() -> dict[str, Any] | None:
+            pod: dict[str, Any] = api.get("/api/v1/namespaces/demo/pods/dra-claim")
+            return pod if pod["spec"].get("nodeName") and pod["status"].get("resourceClaimStatuses") else None
+
+        wait_until(lambda: bound() is not None, 60, "the DRA pod bound")
+        pod = bound()
+        assert pod is not None
+        claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        claim = api.get(f"/apis/resource.k8s.io/v1/namespaces/demo/resourceclaims/{claim_name}")
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        slices = api.get("/apis/resource.k8s.io/v1/resourceslices",
+                         fieldSelector=f"spec.nodeName={pod['spec']['nodeName']}")["items"]
+        index = next(int(d["attributes"]["index"]["int"]) for s in slices for d in s["spec"].get("devices", [])
+                     if d["name"] == result["device"])
+    on, temp = pod["spec"]["nodeName"], DRA_GPU_TEMPS[index] if pod["spec"]["nodeName"] == node else None
+    where = f"GPU {index} ({temp:g}°C)" if temp is not None else f"GPU {index}"
+    print(f"\nDRA: dra-claim (1 GPU through a ResourceClaim) -> {on}, {where}; that node's hottest GPU: "
+          f"{max(DRA_GPU_TEMPS):g}°C")
+    if on != node or temp != min(DRA_GPU_TEMPS):
+        _say(f"the DRA pod did not get a cool GPU of {node}")
+        return False
+    return True
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -206,6 +274,8 @@ def _demo(args: argparse.Namespace) -> int:
         }, indent=2))
         if placed != len(rows):
             _say("not every pod was placed")
+            return 1
+        if not _dra_scene(cluster, url, names[0]):
             return 1
         if not args.once:
             _say("running; Ctrl-C stops everything")

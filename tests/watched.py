@@ -18,8 +18,11 @@ def default_scheduler() -> Scheduler:
 
 
 def resources_of(scheduler: Scheduler) -> tuple[WatchedResource, ...]:
-    """As on an API server serving none of the optional kinds (the gang APIs' PodGroups)."""
-    return (*CORE_RESOURCES, *(watched(kind) for kind in scheduler.handlers.kinds if not kind.optional))
+    """As on an API server serving none of the optional kinds (the gang APIs' PodGroups, DRA's objects), and as the
+    app then tells the scheduler: it does not wait for their lists (app.core)."""
+    handlers = scheduler.handlers
+    handlers.unwatched(kind.name for kind in handlers.kinds if kind.optional)
+    return (*CORE_RESOURCES, *(watched(kind) for kind in handlers.kinds if not kind.optional))
 
 
 def default_resources() -> tuple[WatchedResource, ...]:

@@ -19,4 +19,7 @@ def test_demo_once(tmp_path: Path) -> None:
     rows = [line for line in out.stdout.splitlines() if line.startswith("train-")]
     assert len(rows) == 30 and all("gpu-node-" in row for row in rows)
     assert any(word in out.stdout for word in ("cold", "cheap", "lightly loaded"))
+    # The DRA scene: one GPU through a claim on the node whose other GPUs are hot, its coolest.
+    [dra] = [line for line in out.stdout.splitlines() if line.startswith("DRA: dra-claim")]
+    assert "-> gpu-node-000, GPU 5 (31°C)" in dra, dra
     assert not leftovers(run_dir.resolve()), "the demo left processes behind"

@@ -511,6 +511,18 @@ def test_dra_filters_only_the_nodes_the_earlier_filters_let_through(selector: st
     assert rig.api.binds == []
 
 
+def test_a_pod_deleted_while_it_waits_for_its_claim_is_forgotten() -> None:
+    """The index's waiting list holds the pods that wait now (memory follows the cluster, not its history)."""
+    rig = Rig(("n1",))
+    pod = claim_pod("p", "never-made")
+    rig.schedule(pod)
+    rig.plugin().pre_enqueue(parse_pod(pod))
+    assert rig.index.waiting() == 1
+    rig.api.delete_pod("default/p")
+    rig.scheduler.handlers.on_pod_event("DELETED", pod)
+    assert rig.index.waiting() == 0
+
+
 def test_a_claim_is_unavailable_only_where_the_other_claims_fit() -> None:
     """Upstream's Filter returns "cannot allocate all claims" before it records an allocated claim as unavailable:
     when the pod's other claim fits on no node, PostFilter has no claim to deallocate, even though the allocated

@@ -82,6 +82,7 @@ from .allocator import (
     NodeAllocationError,
     SelectorMemo,
     SliceCache,
+    SliceSet,
 )
 from .cel import SelectorCache
 from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
@@ -226,6 +227,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         self._candidates: tuple[tuple[int, int], IntArray] = ((-1, -1), np.zeros(0, dtype=np.int64))
         self._device_ids: tuple[int, dict[tuple[str, str, str], str]] = (-1, {})
         self._extended_classes: tuple[int, dict[str, str]] = (-1, {})
+        self._slices: tuple[int, SliceSet | None] = (-1, None)
 
     def batch_scope(self, pod: PodInfo) -> BatchScope | None:
         """A pod with claims (or DRA-backed extended resources) is never batched: its allocation on a node depends
@@ -300,12 +302,20 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         allocator = None
         if to_allocate or extended:
             index = self.index
-            allocator = Allocator(index.allocated_state(), index.classes(), index.slices(), self.selectors,
-                                  selector_memo=self.selector_memo, rank=self._rank(),
-                                  slice_cache=self.slice_cache)
+            allocator = Allocator(index.allocated_state(), index.classes(), self._slice_set(), self.selectors,
+                                  selector_memo=self.selector_memo, rank=self._rank())
         cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
                                       _shape([found[i].claim for i in to_allocate]), extended))
         return SUCCESS
+
+    def _slice_set(self) -> SliceSet:
+        """The slices split by node once per version of the slice list, for every pod's allocator."""
+        generation, found = self._slices
+        if found is None or generation != self.index.slices_generation:
+            generation = self.index.slices_generation
+            found = SliceSet(self.index.slices(), self.slice_cache)
+            self._slices = (generation, found)
+        return found
 
     def _extended(self, pod: PodInfo) -> dict[str, str]:
         """The pod's extended resources some DeviceClass serves (resource -> class)."""
@@ -573,8 +583,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     def post_filter(self, cycle: CycleState, pod: PodInfo, table: NodeTable,
                     rejections: Mapping[str, int]) -> tuple[PostFilterResult, Status]:
         state = cycle.get(_STATE)
-        if state is None or not state.claims:
-            return PostFilterResult(), Status(Code.UNRESOLVABLE, "no new claims to deallocate")
+        if state is None or (not state.claims and not state.extended):
+            return PostFilterResult(), Status.unschedulable("no new claims to deallocate")
         writer = self.handle.claim_writer
         for i in sorted(state.unavailable):
             claim = self.index.claim(state.claims[i].namespace, state.claims[i].name)
@@ -613,12 +623,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 continue
             total = 0
             for claim, result in zip(claims, results, strict=True):
-                subrequests = _first_available(claim)
-                for device in (result.get("devices") or {}).get("results") or ():
-                    request, _, sub = str(device.get("request", "")).partition("/")
-                    names = subrequests.get(request)
-                    if names and sub in names:
-                        total += _FIRST_AVAILABLE_MAX - names.index(sub)
+                # computeScore: each subrequest chosen counts once, however many devices it got.
+                chosen = {str(d.get("request", "")) for d in (result.get("devices") or {}).get("results") or ()}
+                for request, names in _first_available(claim).items():
+                    total += sum(_FIRST_AVAILABLE_MAX - i for i, sub in enumerate(names)
+                                 if f"{request}/{sub}" in chosen)
             scores[position] = total
         return scores
 

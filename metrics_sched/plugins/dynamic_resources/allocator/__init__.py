@@ -2,7 +2,7 @@
 (k8s.io/dynamic-resource-allocation/structured/internal/incubating, kube-scheduler 1.36 with default gates).
 See docs/design/dra.md §3 for the rules it follows and allocator.py for the entry point."""
 
-from metrics_sched.plugins.dynamic_resources.allocator.allocator import SHARED_SLICE_CACHE, Allocator
+from metrics_sched.plugins.dynamic_resources.allocator.allocator import SHARED_SLICE_CACHE, Allocator, SliceSet
 from metrics_sched.plugins.dynamic_resources.allocator.devices import SliceCache
 from metrics_sched.plugins.dynamic_resources.allocator.errors import (
     AllocationError,
@@ -30,5 +30,6 @@ __all__ = [
     "SelectorMemo",
     "SharedDeviceID",
     "SliceCache",
+    "SliceSet",
     "gather_allocated_state",
 ]

@@ -21,10 +21,50 @@ from metrics_sched.plugins.dynamic_resources.allocator.search import Rank, Searc
 from metrics_sched.plugins.dynamic_resources.allocator.state import AllocatedState
 from metrics_sched.plugins.dynamic_resources.cel import SelectorCache
 
-__all__ = ["SHARED_SLICE_CACHE", "Allocator"]
+__all__ = ["SHARED_SLICE_CACHE", "Allocator", "SliceSet"]
 
 # Parsed slices for every Allocator that is not given its own cache: a slice version is parsed once per process.
 SHARED_SLICE_CACHE = SliceCache()
+
+
+class SliceSet:
+    """The cluster's slices as every pod's allocator reads them (NewAllocator's split: node-local slices by node,
+    everything else, no node name or counter sets, shared), each parsed on first use. Build one per version of the
+    slice list and hand it to every Allocator: the split is then made once, not once per pod."""
+
+    def __init__(self, slices: Sequence[Mapping[str, Any]], slice_cache: SliceCache | None = None) -> None:
+        self.slices = slices
+        self._cache = slice_cache if slice_cache is not None else SHARED_SLICE_CACHE
+        self._parsed: list[SliceInfo | None] = [None] * len(slices)
+        self._by_pool: dict[tuple[str, str], list[int]] | None = None
+        self.on_node: dict[str, list[int]] = {}
+        self.everywhere: list[int] = []
+        for i, raw in enumerate(slices):
+            spec = raw.get("spec") or {}
+            node_name = spec.get("nodeName") or ""
+            if not node_name or spec.get("sharedCounters"):
+                self.everywhere.append(i)
+            else:
+                self.on_node.setdefault(node_name, []).append(i)
+
+    def pool_slices(self, driver: str, pool: str) -> Sequence[int]:
+        """The indexes of the pool's slices cluster-wide: indexed on first use (a pool that looks incomplete from
+        a node, e.g. one whose counter sets every node sees), so that each such pool costs its own slices, not a
+        pass over every slice of the cluster."""
+        if self._by_pool is None:
+            by_pool: dict[tuple[str, str], list[int]] = {}
+            for i, raw in enumerate(self.slices):
+                spec = raw.get("spec") or {}
+                key = (str(spec.get("driver") or ""), str((spec.get("pool") or {}).get("name") or ""))
+                by_pool.setdefault(key, []).append(i)
+            self._by_pool = by_pool
+        return self._by_pool.get((driver, pool), ())
+
+    def parsed(self, index: int) -> SliceInfo:
+        info = self._parsed[index]
+        if info is None:
+            info = self._parsed[index] = self._cache.get(self.slices[index])
+        return info
 
 
 class Allocator:
@@ -36,25 +76,14 @@ class Allocator:
     """
 
     def __init__(self, state: AllocatedState, classes: Mapping[str, Mapping[str, Any]],
-                 slices: Sequence[Mapping[str, Any]], cel: SelectorCache, selector_memo: SelectorMemo | None = None,
-                 rank: Rank | None = None, *, slice_cache: SliceCache | None = None) -> None:
+                 slices: Sequence[Mapping[str, Any]] | SliceSet, cel: SelectorCache,
+                 selector_memo: SelectorMemo | None = None, rank: Rank | None = None, *,
+                 slice_cache: SliceCache | None = None) -> None:
         self._shared = Shared(state, classes, cel, selector_memo)
-        self._slices = slices
+        self._set = slices if isinstance(slices, SliceSet) else SliceSet(slices, slice_cache)
+        self._slices = self._set.slices
         self._rank = rank
-        self._cache = slice_cache if slice_cache is not None else SHARED_SLICE_CACHE
-        self._parsed: list[SliceInfo | None] = [None] * len(slices)
         self._claims: dict[int, tuple[Mapping[str, Any], ClaimSpec]] = {}
-        self._by_pool: dict[tuple[str, str], list[int]] | None = None
-        # NewAllocator: node-local slices by node; everything else (no node name, or counter sets) is shared.
-        self._on_node: dict[str, list[int]] = {}
-        self._everywhere: list[int] = []
-        for i, raw in enumerate(slices):
-            spec = raw.get("spec") or {}
-            node_name = spec.get("nodeName") or ""
-            if not node_name or spec.get("sharedCounters"):
-                self._everywhere.append(i)
-            else:
-                self._on_node.setdefault(node_name, []).append(i)
 
     @property
     def num_allocate_one_invocations(self) -> int:
@@ -70,8 +99,8 @@ class Allocator:
         """
         meta = node.get("metadata") or {}
         node_name = str(meta.get("name") or "")
-        indexes = self._on_node.get(node_name, [])
-        infos = [self._slice(i) for i in indexes] + [self._slice(i) for i in self._everywhere]
+        indexes = self._set.on_node.get(node_name, [])
+        infos = [self._slice(i) for i in indexes] + [self._slice(i) for i in self._set.everywhere]
         try:
             pools = gather_pools(infos, node_name, meta.get("labels") or {}, self._pool_slices, self._slice)
         except AllocationError as err:
@@ -80,22 +109,10 @@ class Allocator:
         return Search(self._shared, node, specs, pools, self._rank, deadline).run()
 
     def _pool_slices(self, driver: str, pool: str) -> Sequence[int]:
-        """The indexes of the pool's slices cluster-wide: indexed on first use (a pool that looks incomplete from
-        a node, e.g. one whose counter sets every node sees), so that each such pool costs its own slices, not a
-        pass over every slice of the cluster."""
-        if self._by_pool is None:
-            self._by_pool = {}
-            for i, raw in enumerate(self._slices):
-                spec = raw.get("spec") or {}
-                key = (str(spec.get("driver") or ""), str((spec.get("pool") or {}).get("name") or ""))
-                self._by_pool.setdefault(key, []).append(i)
-        return self._by_pool.get((driver, pool), ())
+        return self._set.pool_slices(driver, pool)
 
     def _slice(self, index: int) -> SliceInfo:
-        info = self._parsed[index]
-        if info is None:
-            info = self._parsed[index] = self._cache.get(self._slices[index])
-        return info
+        return self._set.parsed(index)
 
     def _claim(self, claim: Mapping[str, Any]) -> ClaimSpec:
         known = self._claims.get(id(claim))
