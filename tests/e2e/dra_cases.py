@@ -15,7 +15,9 @@ What a case draws (the odds are in the code):
   nodeSelector or allNodes), or on a node the pods cannot go to (a decoy: never feasible, but metrics-sched and
   kube-scheduler must agree on that too). A pool is 1-2 device slices (resourceSliceCount), sometimes with a
   stale slice of an older generation (never usable) and, when partitionable, a counter-set slice
-  (sharedCounters) whose counters its devices consume (consumesCounters, 1-2 sets).
+  (sharedCounters) whose counters its devices consume (consumesCounters, 1-2 sets). A few cases (no `All`
+  request, pods on a node of their own: BROKEN_NODE) also have a pool that must not be used: incomplete (a slice
+  missing) or invalid (a device name twice).
 - Devices with int/bool/string/version attributes in the driver's domain and a string attribute in a shared
   domain (diff.example.com/group), each attribute missing now and then; capacities `memory`, `cores`; device
   taints (NoSchedule, NoExecute, None); in consumable pools, devices with allowMultipleAllocations and a `bw`
@@ -49,9 +51,11 @@ from tests.e2e.pools import POOL_LABEL
 __all__ = [
     "ADMIN_ACCESS_LABEL",
     "API",
+    "BROKEN_NODE",
     "EXTENDED",
     "GROUP_DOMAIN",
     "HOSTNAME",
+    "NODES",
     "RACK",
     "SHARED_NODES",
     "DraCopy",
@@ -64,6 +68,10 @@ __all__ = [
 
 API = "resource.k8s.io/v1"
 SHARED_NODES = 16
+# One more node, only for the cases with a broken pool (an incomplete or invalid one): an `All` request fails on any
+# incomplete or invalid pool of the node it is tried on, so such a pool must not be where other cases' pods may go.
+BROKEN_NODE = SHARED_NODES
+NODES = SHARED_NODES + 1
 HOSTNAME = "kubernetes.io/hostname"
 RACK = "metrics-sched.test/rack"  # shared node i is in rack r<i // 2>
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
@@ -90,6 +98,7 @@ class _Context:
     taints: bool = False
     consumable: bool = False
     risky: bool = False  # a selector that may fail to evaluate (an attribute some device lacks, unguarded)
+    no_all: bool = False  # no `All` request (a case with a broken pool)
 
 
 def _node(i: int) -> str:
@@ -262,6 +271,21 @@ def _pool(ctx: _Context, j: int, nodes: list[int], others: list[int]) -> dict[st
     return pool
 
 
+def _broken_pool(ctx: _Context, how: str) -> dict[str, Any]:
+    """A pool on BROKEN_NODE that must not be used: one of its slices is missing (incomplete: resourceSliceCount
+    counts one more than exists), or a device name repeats in its two slices (invalid)."""
+    devices = [_device(ctx, f"d{k}", False) for k in range(ctx.rng.randint(1, 3))]
+    pool: dict[str, Any] = {"name": "p9", "driver": 0, "placement": {"nodeName": _node(BROKEN_NODE)},
+                            "slices": [devices], "broken": how}
+    if how == "incomplete":
+        pool["sliceCount"] = 2
+    else:
+        twin = copy.deepcopy(devices[0])
+        twin["attributes"]["kind"] = {"string": "a"}
+        pool["slices"].append([twin])
+    return pool
+
+
 def _exact(ctx: _Context, *, sub: bool) -> dict[str, Any]:
     """The fields an `exactly` request and a subrequest share."""
     rng = ctx.rng
@@ -269,7 +293,7 @@ def _exact(ctx: _Context, *, sub: bool) -> dict[str, Any]:
     selectors = [_selector(ctx) for _ in range(rng.choices([0, 1, 2], weights=[6, 3, 1])[0])]
     if selectors:
         fields["selectors"] = [{"cel": {"expression": e}} for e in selectors]
-    if rng.random() < (0.06 if sub else 0.1):
+    if not ctx.no_all and rng.random() < (0.06 if sub else 0.1):
         fields["allocationMode"] = "All"
     else:
         count = rng.choices([1, 2, 3, 4], weights=[70, 21, 6, 3])[0]
@@ -376,10 +400,17 @@ def _allocated(case: dict[str, Any], rng: random.Random) -> dict[str, Any] | Non
 
 def generate(seed: int, number: int) -> dict[str, Any]:
     rng = random.Random(f"{seed}:{number}:dra")
+    # Broken pools come from a stream of their own: the other cases are what they were before they existed.
+    side = random.Random(f"{seed}:{number}:dra-broken")
+    broken = side.choice(["incomplete", "invalid"]) if side.random() < 0.08 else None
     nodes = sorted(rng.sample(range(SHARED_NODES), 1 if rng.random() < 0.7 else 2))
     others = [i for i in range(SHARED_NODES) if i not in nodes]
-    ctx = _Context(rng, drivers=2 if rng.random() < 0.2 else 1)
+    if broken:
+        nodes, others = [BROKEN_NODE], list(range(SHARED_NODES))
+    ctx = _Context(rng, drivers=2 if rng.random() < 0.2 else 1, no_all=broken is not None)
     pools = [_pool(ctx, j, nodes, others) for j in range(rng.choices([1, 2, 3], weights=[3, 4, 3])[0])]
+    if broken:
+        pools.append(_broken_pool(_Context(side, drivers=1), broken))
     ctx.classes = rng.choices([1, 2, 3], weights=[3, 4, 2])[0]
     classes = [_device_class(ctx, i) for i in range(ctx.classes)]
     claims: dict[str, dict[str, Any]] = {}
@@ -477,6 +508,8 @@ def features(case: dict[str, Any]) -> set[str]:
         "pre-allocated claim holding a device": bool(case["allocated"]) and not any(
             c.get("claim") == "pre" for c in case["pods"][0]),
         "pods may go to two nodes": len(case["nodes"]) == 2,
+        "incomplete pool (a slice missing)": any(p.get("broken") == "incomplete" for p in case["pools"]),
+        "invalid pool (a device name twice)": any(p.get("broken") == "invalid" for p in case["pools"]),
         "extended resource (extendedResourceName)": (case["extended"] or {}).get("resource") == EXTENDED,
         "extended resource (implicit class name)": (case["extended"] or {}).get("resource", EXTENDED) != EXTENDED,
         "pod with an extended resource and no claim": bool(case["extended"]) and not case["pods"][0],
@@ -530,7 +563,7 @@ class DraCopy:
             text = text.replace(f"%D{i}%", driver)
         for i in range(len(self.case["classes"])):
             text = text.replace(f"%C{i}%", self.class_name(i))
-        for i in range(SHARED_NODES):
+        for i in range(NODES):
             text = text.replace(f"%N{i}%", shared_node(self.run, i))
         return json.loads(text)
 
@@ -565,8 +598,9 @@ class DraCopy:
                 bodies.append({"sharedCounters": pool["counterSets"]})
             generation = 2 if "stale" in pool else 1
             driver = f"%D{pool['driver']}%"
+            count = int(pool.get("sliceCount", len(bodies)))
             for i, body in enumerate(bodies):
-                out.append(self._slice(f"{pool['name']}-s{i}", driver, pool, generation, len(bodies), body))
+                out.append(self._slice(f"{pool['name']}-s{i}", driver, pool, generation, count, body))
             if "stale" in pool:
                 out.append(self._slice(f"{pool['name']}-old", driver, pool, 1, 1, {"devices": pool["stale"]}))
         return out

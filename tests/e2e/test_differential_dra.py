@@ -4,7 +4,7 @@ tests/e2e/test_differential.py, whose docstring explains it; the cases are tests
 docstring lists what they draw).
 
 Each case is built twice, once per scheduler, isolated by drivers, DeviceClasses and slices of the copy's own and
-claims and pods in that scheduler's namespace of the run; the devices sit on SHARED_NODES nodes common to all
+claims and pods in that scheduler's namespace of the run; the devices sit on NODES nodes common to all
 cases (a high pod capacity, a taint only the cases' pods tolerate), the pods may go to 1-2 of them. Every object is
 created first, the pods behind a scheduling gate; once the resourceclaim controller has made every template's
 claim, the schedulers start (so their first lists hold everything) and the gates of every first pod are lifted;
@@ -26,10 +26,10 @@ sched's copies had before scheduling: with the allocator as it is, it must agree
 process did; with its claim constraints disabled (matchAttribute and distinctAttribute accepting every device), some
 case must disagree — the comparison bites.
 
-Not generated: extended resources backed by a DeviceClass (extendedResourceName; metrics-sched's DynamicResources
-does not serve them yet), device binding conditions (PreBind would wait for a driver), incomplete or invalid pools
-(an `All` request fails on any incomplete pool of a node, so one case's would fail other cases' pods), DeviceTaintRules
-(off by default in 1.36). Every case comes from (DIFF_SEED, case number) alone:
+Not generated: device binding conditions (PreBind would wait for a driver), DeviceTaintRules (off by default in
+1.36), claims allocated up front without allocationTimestamp (kube-scheduler 1.36.3's PreBind sets one on an
+allocated claim it reserves, and the API server refuses the change: status.allocation is immutable, so the pod gets a
+SchedulerError for ever; metrics-sched reserves the claim). Every case comes from (DIFF_SEED, case number) alone:
 
     DIFF_SEED=7 pytest -m e2e tests/e2e/test_differential_dra.py                 # another seed
     DIFF_SEED=7 DIFF_CASE=17 pytest -m e2e tests/e2e/test_differential_dra.py    # one case of it
@@ -58,8 +58,8 @@ from tests.e2e import kube
 from tests.e2e.dra_cases import (
     ADMIN_ACCESS_LABEL,
     API,
+    NODES,
     RACK,
-    SHARED_NODES,
     DraCopy,
     features,
     generate,
@@ -116,7 +116,7 @@ def dra_run(cluster: DevCluster, api: KubeAPI) -> Iterator[DraRun]:
     specs = [NodeSpec(name=shared_node(run, i), internal_ip=node_ip(base + i), cpu="256", memory="1Ti", pods=5000,
                       labels={POOL_LABEL: pool_of(run), RACK: f"r{i // 2}", "diff-run": run},
                       taints=({"key": POOL_LABEL, "value": pool_of(run), "effect": "NoSchedule"},))
-             for i in range(SHARED_NODES)]
+             for i in range(NODES)]
     namespaces = [namespace_of(run, s) for s in SCHEDULERS]
     try:
         create_nodes(api, specs)
@@ -197,7 +197,7 @@ def _snapshot(api: KubeAPI, run: str, copies: list[DraCopy]) -> Snapshot:
     classes = {c.class_name(i) for c in copies for i in range(len(c.case["classes"]))}
     namespace = copies[0].namespace
     return Snapshot(
-        nodes=[api.get(f"/api/v1/nodes/{shared_node(run, i)}") for i in range(SHARED_NODES)],
+        nodes=[api.get(f"/api/v1/nodes/{shared_node(run, i)}") for i in range(NODES)],
         slices=[s for s in api.get(f"{RESOURCES}/resourceslices", labelSelector=f"diff-run={run}")["items"]
                 if s["spec"]["driver"] in drivers],
         classes=[c for c in api.get(f"{RESOURCES}/deviceclasses", labelSelector=f"diff-run={run}")["items"]
