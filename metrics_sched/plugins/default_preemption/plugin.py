@@ -218,16 +218,25 @@ class DefaultPreemption(PostFilterPlugin):
                    ) -> tuple[PodInfo, _Refused] | None:
         """Victims for each of a gang's other members in turn, in the state the plan so far leaves (its victims
         gone, its members counted on their nodes), appended to `plan`; the member that found none and why,
-        or None when every member has a node. Nothing is nominated or taken here."""
+        or None when every member has a node. A member nominated already (an earlier preemption's victims still
+        leaving) keeps its node: counted there, not planned again. Nothing is nominated or taken here."""
         cluster = self.handle.cluster
+        kept: list[tuple[PodRecord, int]] = []  # members nominated already: their room is being made
         for member in others:
+            nomination = cluster.nominations.get(member.uid)
+            row = table.index.get(nomination.node) if nomination is not None else None
+            if nomination is not None and row is not None:
+                kept.append((nomination.record, row))
+        for member in others:
+            if any(record.uid == member.uid for record, _ in kept):
+                continue
             if preemption_policy(member) == "Never":
                 return member, _Refused(NEVER, ineligible=True)
             taken = [v for _, found in plan for v in found.candidate.victims]
             placed = [(cluster.record_of(m, found.candidate.node), found.candidate.row) for m, found in plan]
-            held = cluster.nominations.held_for(member, table)
-            planned = {m.uid for m, _ in plan}
-            held = [(record, row) for record, row in held if record.uid not in planned] + placed
+            planned = {m.uid for m, _ in plan} | {record.uid for record, _ in kept}
+            held = [(record, row) for record, row in cluster.nominations.held_for(member, table)
+                    if record.uid not in planned] + kept + placed
             with cluster.simulated(removed=taken):
                 found = self._search(member, table, held, taken=frozenset(v.uid for v in taken))
             if isinstance(found, _Refused):
