@@ -21,10 +21,13 @@ __all__ = ["PREEMPT_TOGETHER", "PreemptTogether"]
 @dataclass(frozen=True)
 class PreemptTogether:
     """`group` names the gang in messages; `others()` lists its other members that still need a node, in the
-    order they would be scheduled. A callable: computed only when a preemption asks (PreFilter is the hot path)."""
+    order they would be scheduled. A callable: computed only when a preemption asks (PreFilter is the hot path).
+    `topology_key`: the gang is placed within one domain of this node label (all members on nodes with the same
+    value), so the room must be made within one; None: anywhere."""
 
     group: str
     others: Callable[[], Sequence[PodInfo]]
+    topology_key: str | None = None
 
 
 PREEMPT_TOGETHER = StateKey[PreemptTogether]("framework/preempt-together")

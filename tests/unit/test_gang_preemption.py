@@ -95,6 +95,25 @@ def test_a_gang_that_preemption_cannot_make_room_for_whole_preempts_nothing() ->
     assert any("pod group default/pg" in reason and "all 3" in reason for reason in reasons), reasons
 
 
+def test_a_gang_placed_in_one_zone_preempts_in_the_one_zone_that_holds_it_whole() -> None:
+    """Zone a's victims are cheaper by upstream's criteria (priority -10), but its 2 nodes hold only 2 members;
+    member by member, preemption would evict in both zones and the gang then fits no single zone (Coscheduling
+    places it in one: gangPlacement Domain, the default). The plan tries zone a, then zone b, which holds all."""
+    scheduler, api, preemptor = make()
+    zone = "topology.kubernetes.io/zone"
+    for name, zone_name, priority in (("a-0", "a", -10), ("a-1", "a", -10), ("b-0", "b", 0), ("b-1", "b", 0),
+                                      ("b-2", "b", 0)):
+        scheduler.handlers.on_node_event("ADDED", node(name, cpu="4", memory="16Gi", labels={zone: zone_name}))
+        for j in range(4):
+            api.add_pod(bound(f"train-{name}-{j}", name, priority=priority))
+    scheduler.handlers.on_object_event(KIND, "ADDED", group("pg", 3))
+    for i in range(3):
+        api.add_pod(gang_member(f"m{i}", "pg"))
+    run_until(scheduler, lambda: len(members(api, ["m0", "m1", "m2"])) == 3, timeout=60)
+    assert sorted(n for _, n in members(api, ["m0", "m1", "m2"])) == ["b-0", "b-1", "b-2"]
+    assert preemptor.deleted() == sorted(f"default/train-b-{i}-{j}" for i in range(3) for j in range(4))
+
+
 def test_the_dry_run_keeps_the_cycles_own_prefilter_admission_after_the_gang_backs_off() -> None:
     """Upstream's SelectVictimsOnNode works on a clone of the cycle's state: a dry run given the cycle sees the
     gang admitted (as this cycle's PreFilter found it), though the attempt has failed and backs off since; a fresh

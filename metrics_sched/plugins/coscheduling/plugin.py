@@ -198,7 +198,12 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
         if decision is not None:
             explain(cycle, decision.note())
         cycle.write(_GANG, GangCycle(key, group, topology_key, required, decision))
-        cycle.write(PREEMPT_TOGETHER, PreemptTogether(f"{key}", lambda: self._still_to_place(key, group, pod)))
+        # In one domain when placement asks for it and no domain was chosen yet (once chosen, Filter keeps every
+        # member in it, preemption's dry runs included).
+        in_domain = decision is None and (required or (self.args.gang_placement == "Domain"
+                                                       and not self.args.fallback_to_member_by_member))
+        cycle.write(PREEMPT_TOGETHER, PreemptTogether(f"{key}", lambda: self._still_to_place(key, group, pod),
+                                                      topology_key if in_domain else None))
         return SUCCESS
 
     def _still_to_place(self, key: GroupKey, group: PodGroup, pod: PodInfo) -> list[PodInfo]:

@@ -67,6 +67,7 @@ from .disruption_budgets import DisruptionBudgets
 __all__ = ["DefaultPreemption"]
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
+MAX_DOMAINS = 8  # a gang placed in one domain: the domains tried for its whole preemption, at most
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _ATTEMPT = PREEMPTION_ATTEMPTS.sample()  # the same event every run: publishing it builds nothing
 
@@ -153,9 +154,11 @@ class DefaultPreemption(PostFilterPlugin):
             others = list(together.others()) if together is not None else []
             if others:
                 assert together is not None
-                refused = self._plan_gang(plan, others, table)
-                if refused is not None:
-                    return self._gang_refused(cycle, pod, table, together.group, len(others) + 1, refused)
+                planned = self._plan_in_domain(cycle, pod, found, others, table, held, together.topology_key)
+                if isinstance(planned, tuple):
+                    return self._gang_refused(cycle, pod, table, together.group, len(others) + 1, planned)
+                plan = planned
+                found = plan[0][1]
             cleared_of: list[list[Nomination]] = []
             for member, pick in plan:
                 node_name = pick.candidate.node
@@ -183,10 +186,12 @@ class DefaultPreemption(PostFilterPlugin):
                           f"the pod is nominated to {chosen.node}{together_note}")
 
     def _search(self, pod: PodInfo, table: NodeTable, held: Sequence[tuple[PodRecord, int]], *,
-                cycle: CycleState | None = None, taken: frozenset[str] = frozenset()) -> _Found | _Refused:
+                cycle: CycleState | None = None, taken: frozenset[str] = frozenset(),
+                within: BoolArray | None = None) -> _Found | _Refused:
         """The node to preempt on for `pod` and its victims in the state as it is now (under the cluster's lock,
-        perhaps inside a simulation), `held` counted, the pods in `taken` (already victims of this plan) gone.
-        `cycle`: the pod's own cycle state, which the dry runs clone (None for a gang's other members)."""
+        perhaps inside a simulation), `held` counted, the pods in `taken` (already victims of this plan) gone,
+        only rows in `within` (a gang's domain) tried. `cycle`: the pod's own cycle state, which the dry runs
+        clone (None for a gang's other members)."""
         cluster = self.handle.cluster
         with cluster.simulated(added=held):
             ran = self.handle.dry_run(pod, cycle)
@@ -205,7 +210,7 @@ class DefaultPreemption(PostFilterPlugin):
         if reason is not None:
             return _Refused(reason, ineligible=True)
 
-        rows = np.flatnonzero(potential)
+        rows = np.flatnonzero(potential if within is None else potential & within[: potential.size])
         if rows.size == 0:
             return _Refused(NOT_HELPFUL)
         candidates, statuses = self._dry_run(pod, table, rows, held, ran.node_local, cycle, taken)
@@ -214,8 +219,40 @@ class DefaultPreemption(PostFilterPlugin):
         pick = pick_one_node(candidates, lambda tied: self._scores(pod, tied))
         return _Found(pick.candidate, pick.decided_by, pick.tied, len(candidates))
 
-    def _plan_gang(self, plan: list[tuple[PodInfo, _Found]], others: Sequence[PodInfo], table: NodeTable
-                   ) -> tuple[PodInfo, _Refused] | None:
+    def _plan_in_domain(self, cycle: CycleState, pod: PodInfo, found: _Found, others: Sequence[PodInfo],
+                        table: NodeTable, held: Sequence[tuple[PodRecord, int]], topology_key: str | None
+                        ) -> list[tuple[PodInfo, _Found]] | tuple[PodInfo, _Refused]:
+        """The whole gang's plan: `pod` where `found` says, the others in turn; with `topology_key`, every member
+        in one domain: the domain of `found` first, then the others `pod` may preempt in (at most MAX_DOMAINS),
+        `pod` re-planned within each. The plan, or the member that found no room (in the last domain tried)."""
+        plan = [(pod, found)]
+        topology = table.topology(topology_key) if topology_key is not None else None
+        first = -1 if topology is None else int(topology.codes[found.candidate.row])
+        if topology is None or first < 0:  # no domain asked, or the node lacks the label: placed by score alone
+            refused = self._plan_gang(plan, others, table)
+            return plan if refused is None else refused
+        codes = topology.codes[: table.capacity]
+        present = table.present[: table.capacity]
+        domains = [first] + [c for c in np.unique(codes[present & (codes >= 0)]).tolist() if c != first]
+        last: tuple[PodInfo, _Refused] = (pod, _Refused(NOT_HELPFUL))
+        for code in domains[:MAX_DOMAINS]:
+            within = np.asarray(codes == code, dtype=bool)
+            if code != first:
+                again = self._search(pod, table, held, cycle=cycle, within=within)
+                if isinstance(again, _Refused):
+                    last = (pod, again)
+                    continue
+                plan = [(pod, again)]
+            else:
+                plan = [(pod, found)]
+            refused = self._plan_gang(plan, others, table, within)
+            if refused is None:
+                return plan
+            last = refused
+        return last
+
+    def _plan_gang(self, plan: list[tuple[PodInfo, _Found]], others: Sequence[PodInfo], table: NodeTable,
+                   within: BoolArray | None = None) -> tuple[PodInfo, _Refused] | None:
         """Victims for each of a gang's other members in turn, in the state the plan so far leaves (its victims
         gone, its members counted on their nodes), appended to `plan`; the member that found none and why,
         or None when every member has a node. A member nominated already (an earlier preemption's victims still
@@ -238,7 +275,7 @@ class DefaultPreemption(PostFilterPlugin):
             held = [(record, row) for record, row in cluster.nominations.held_for(member, table)
                     if record.uid not in planned] + kept + placed
             with cluster.simulated(removed=taken):
-                found = self._search(member, table, held, taken=frozenset(v.uid for v in taken))
+                found = self._search(member, table, held, taken=frozenset(v.uid for v in taken), within=within)
             if isinstance(found, _Refused):
                 return member, found
             plan.append((member, found))
