@@ -76,7 +76,7 @@ class Versions:
 
 def load_versions(path: Path | None = None, *, kubernetes: str | None = None) -> Versions:
     """The versions to build and run; `kubernetes` (else $METRICS_SCHED_KUBERNETES, else the file's default)
-    must be one the file lists, so every version a cluster runs is one the README names as tested."""
+    must be one the file lists, so every version a cluster runs is one docs/dev-cluster.md names as tested."""
     path = path or repo_root() / "deploy" / "local" / "versions.toml"
     data = tomllib.loads(path.read_text())
     tested = _tested_kubernetes(data, path)

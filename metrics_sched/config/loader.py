@@ -38,6 +38,7 @@ from metrics_sched.config.model import (
     RebalanceConfig,
     RuleKind,
     SchedulerConfig,
+    SelectorExpression,
 )
 from metrics_sched.config.reader import (
     check_json_shaped,
@@ -535,7 +536,9 @@ def parse_rebalance(data: Any) -> RebalanceConfig:
         margin=margin,
         limits=_eviction_limits(data.get("limits"), f"{where}.limits"),
         pod_selector=_match_labels(data.get("podSelector"), f"{where}.podSelector"),
+        pod_selector_expressions=_match_expressions(data.get("podSelector"), f"{where}.podSelector"),
         max_priority=max_priority,
+        evict_local_storage_pods=read_bool(data, "evictLocalStoragePods", where, defaults.evict_local_storage_pods),
     )
 
 
@@ -574,6 +577,32 @@ def _eviction_limits(data: Any, where: str) -> EvictionLimits:
         cluster=read_int(data, "cluster", where, defaults.cluster, minimum=1, maximum=MAX_EVICTIONS_PER_INTERVAL),
         cooldown_seconds=read_duration(data, "cooldown", where, defaults.cooldown_seconds, positive=False),
     )
+
+
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _match_expressions(data: Any, where: str) -> tuple[SelectorExpression, ...]:
+    """podSelector.matchExpressions, refused as the API server refuses a LabelSelectorRequirement."""
+    data = mapping(data, where, optional=True)
+    out: list[SelectorExpression] = []
+    for i, item in enumerate(sequence(data.get("matchExpressions"), f"{where}.matchExpressions", optional=True)):
+        at = f"{where}.matchExpressions[{i}]"
+        item = mapping(item, at)
+        check_keys(item, keys("rebalance", "podSelector", "matchExpressions"), at)
+        key = read_str(item, "key", at, non_empty=True)
+        operator = read_str(item, "operator", at, non_empty=True)
+        if operator not in _SELECTOR_OPERATORS:
+            raise ConfigError(f"{at}.operator", f"must be one of {', '.join(_SELECTOR_OPERATORS)}, got {operator!r}")
+        values = sequence(item.get("values"), f"{at}.values", optional=True)
+        if any(not isinstance(v, str) for v in values):
+            raise ConfigError(f"{at}.values", f"must be strings, got {values!r}")
+        if operator in ("In", "NotIn") and not values:
+            raise ConfigError(f"{at}.values", f"{operator} needs at least one value")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise ConfigError(f"{at}.values", f"{operator} takes no values")
+        out.append(SelectorExpression(key, operator, tuple(sorted(set(values)))))
+    return tuple(out)
 
 
 def _match_labels(data: Any, where: str) -> dict[str, str]:

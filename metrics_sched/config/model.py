@@ -129,6 +129,16 @@ class EvictionLimits:
 
 
 @dataclass(frozen=True)
+class SelectorExpression:
+    """One of a label selector's matchExpressions (metav1.LabelSelectorRequirement), validated as the API server
+    would (values sorted and unique; none for Exists/DoesNotExist, some for In/NotIn)."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RebalanceConfig:
     """The `rebalance:` section. Defined here, at the bottom layer, so the loader builds it without importing the
     rebalancer; metrics_sched.rebalance.model re-exports it with the rebalancer's answers."""
@@ -145,7 +155,11 @@ class RebalanceConfig:
     # selector (matchLabels form, ANDed); never DaemonSet, mirror, standalone (no controller) or
     # `metrics-sched.io/evictable: "false"` pods.
     pod_selector: dict[str, str] = field(default_factory=dict)
+    pod_selector_expressions: tuple[SelectorExpression, ...] = ()  # its matchExpressions, ANDed with the labels
     max_priority: int | None = None  # pods above this priority are never evicted (None: no cap)
+    # Pods with local storage (an emptyDir that is not memory-backed: its data dies with the pod) are left alone
+    # unless this is set or the pod opts in (the Descheduler's evictLocalStoragePods and annotation).
+    evict_local_storage_pods: bool = False
 
 
 @dataclass(frozen=True)

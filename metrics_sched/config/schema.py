@@ -180,8 +180,17 @@ _REBALANCE = _obj({
         "cluster": _int("Evictions per interval.", 5, minimum=1),
         "cooldown": _duration("A pod's owner is not evicted again meanwhile.", "1800s"),
     }),
-    "podSelector": _obj({"matchLabels": {"type": ["object", "null"], "additionalProperties": {"type": "string"}}}),
+    "podSelector": _obj({
+        "matchLabels": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        "matchExpressions": _list(_obj({
+            "key": _str("A label key."),
+            "operator": _str("", enum=("In", "NotIn", "Exists", "DoesNotExist")),
+            "values": _list(_str(""), "Some for In/NotIn, none for Exists/DoesNotExist."),
+        }, required=("key", "operator"), nullable=False), "Requirements, ANDed with matchLabels."),
+    }, "A LabelSelector: pods it matches are movable besides those this scheduler placed."),
     "maxPriority": {"type": ["integer", "null"], "description": "Pods above this priority are never evicted."},
+    "evictLocalStoragePods": _bool("Move pods with an emptyDir that is not memory-backed (their data is lost).",
+                                   False),
 }, "The rebalancer.")
 _UPSTREAM_ONLY = "Accepted for KubeSchedulerConfiguration compatibility."
 

@@ -1,7 +1,7 @@
 """An allocation snapshot on demand (tracemalloc): start tracing, then the top-N allocation sites since then.
 
 tracemalloc hooks every allocation of the process while it traces: CPU on every allocation (the core bench
-measured in README "Profiling") and memory for each live traced block plus its traceback. So it is off
+measured in docs/observability.md, "Profiling") and memory for each live traced block plus its traceback. So it is off
 until asked (`start`) and can be turned off again (`stop`); it never starts by itself.
 """
 

@@ -5,6 +5,7 @@ pods worth moving off them by simulating the scheduler's own choice, and returns
     detector.py    streaks of fresh values above a threshold or the cluster's quantile
     victims.py     which pods may be moved at all
     simulation.py  the what-if: where would the scheduler put it, how much better
+    projection.py  what a target would read with the pod's share of the rules' metrics moved onto it
     limits.py      per-tick budgets, cooldowns and back-offs
     rebalancer.py  one tick, and what the caller's evictions did
 """

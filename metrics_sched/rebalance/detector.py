@@ -24,12 +24,16 @@ class Detector:
         self.rules = rules
         # Per rule (by position: names need not be unique): node -> when its current streak began.
         self._streaks: list[dict[str, float]] = [{} for _ in rules]
+        # Rule name -> the value above which it flagged a node at the last tick (a quantile rule's of that tick);
+        # absent: no fresh value at all. The simulation refuses a target a move would push above it.
+        self.limits: dict[str, float] = {}
 
     def observe(self, table: NodeTable, metrics: MetricReader, now: float) -> list[tuple[NodeRule, BadNode]]:
         """One tick: updates every streak and returns the nodes bad now with their rule, in rule order (hold the
         cluster lock)."""
         present = table.present[: table.capacity]
         bad: list[tuple[NodeRule, BadNode]] = []
+        self.limits = {}
         for i, rule in enumerate(self.rules):
             column = metrics.column(rule.metric, table)
             fresh = column.fresh & present
@@ -39,6 +43,7 @@ class Detector:
             values = column.values
             limit = (float(np.quantile(values[fresh], rule.quantile)) if rule.kind == RuleKind.QUANTILE
                      else rule.threshold)
+            self.limits[rule.name] = limit
             with np.errstate(invalid="ignore"):
                 rows = np.flatnonzero(fresh & (values > limit))
             previous = self._streaks[i]

@@ -9,6 +9,12 @@ cooldown within the tick). Between ticks it remembers only
     ends it.
 Both are dropped once over, and back-offs of pods that left the cluster go too: memory follows recent
 evictions and live pods, not history.
+
+Memory is this replica's alone: a new leader (or a restart, or a replica that leads again after a gap) does
+not know what was evicted before it (issue 44, defect 5). Until it has ticked for a whole cooldown, an owner
+counts as cooling when one of its pods started less than a cooldown ago: the replacement of a pod evicted
+then started after it, so an eviction it did not see holds its owner as long as it would have. (An owner
+that merely scaled up or rolled waits too, during that first cooldown only.)
 """
 
 from __future__ import annotations
@@ -52,6 +58,16 @@ class Budget:
         self._namespaces[namespace] += 1
         self._owners.add(owner)
 
+    def give_back(self, node: str, namespace: str, owner: str | None) -> None:
+        """An eviction planned this tick that did not happen: its slots go to the next candidate (issue 44,
+        defect 9: a pod a PodDisruptionBudget protects must not hold its node). `owner` None keeps the owner
+        taken: another pod of an owner whose PDB refused would be refused too."""
+        self._total -= 1
+        self._nodes[node] -= 1
+        self._namespaces[namespace] -= 1
+        if owner is not None:
+            self._owners.discard(owner)
+
 
 @dataclass
 class _BackOff:
@@ -69,6 +85,26 @@ class Memory:
         self.interval = interval
         self._evicted: dict[str, float] = {}  # owner key -> when its pod was evicted
         self._back_offs: dict[str, _BackOff] = {}  # pod uid -> its back-off
+        self.since = 0.0  # when this replica's current run of ticks began (see ticked)
+        self._last_tick: float | None = None
+
+    def ticked(self, now: float) -> None:
+        """A tick: one after a gap of more than 2 intervals (or the first) starts a run whose past is unknown."""
+        if self._last_tick is None or now - self._last_tick > 2 * self.interval:
+            self.since = now
+        self._last_tick = now
+
+    def unsure(self, now: float) -> bool:
+        """Whether evictions by another replica (or before a restart) may still hold owners in their cooldown."""
+        return now - self.since < self.limits.cooldown_seconds
+
+    def started_recently(self, owner: str, youngest: float | None, now: float) -> str | None:
+        """While unsure: why `owner`, whose youngest pod started at `youngest`, counts as cooling, or None."""
+        if youngest is None or not self.unsure(now) or now - youngest >= self.limits.cooldown_seconds:
+            return None
+        return (f"cooldown: {owner} has a pod started {duration(now - youngest)} ago, and this replica has "
+                f"rebalanced for {duration(now - self.since)} only (an eviction by a previous leader would be as "
+                f"recent; for {duration(self.limits.cooldown_seconds)})")
 
     def evicted(self, owner: str, uid: str, now: float) -> None:
         self._evicted[owner] = now

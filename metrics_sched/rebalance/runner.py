@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Literal, Protocol
 
@@ -55,7 +56,9 @@ class RebalancerLike(Protocol):
 
     def tick(self) -> list[EvictionVerdict]: ...
 
-    def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> None: ...
+    def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> list[EvictionVerdict]:
+        """Returns the verdicts planned in place of one that did not happen (to carry out next)."""
+        ...
 
 
 class RebalanceRunner:
@@ -85,13 +88,18 @@ class RebalanceRunner:
             self.metrics.on_candidates(self.rebalancer.candidates)
         last, self._last = self._last, {}
         done: list[EvictionVerdict] = []
-        for verdict in planned:
+        queue = deque(planned)
+        while queue:
+            verdict = queue.popleft()
             # Recorded as of before the eviction, and at once: the evicted pod's replacement can be created and
             # placed while the call returns (or while the tick's next evictions run), and explain finds it as
             # the owner's first placement since the eviction's record.
             at = self.clock()
             if verdict.verdict == Verdict.PLANNED:
-                verdict = self._carry_out(verdict)
+                verdict, instead = self._carry_out(verdict)
+                if instead:  # planned in its place: carried out next, instead of their SKIPPED verdicts
+                    uids = {v.uid for v in instead}
+                    queue = deque([*instead, *(v for v in queue if v.uid not in uids)])
             done.append(verdict)
             if self.metrics is not None:
                 self.metrics.on_verdict(verdict.rule, verdict.verdict.value)
@@ -102,7 +110,7 @@ class RebalanceRunner:
             self._record(verdict, at)
         return done
 
-    def _carry_out(self, verdict: EvictionVerdict) -> EvictionVerdict:
+    def _carry_out(self, verdict: EvictionVerdict) -> tuple[EvictionVerdict, list[EvictionVerdict]]:
         outcome, reason = Verdict.PLANNED, verdict.reason
         if self.dry_run:
             reason = f"dry run: would evict; {verdict.reason}"
@@ -114,11 +122,12 @@ class RebalanceRunner:
             except ApiError as exc:
                 outcome, why = _failed(exc)
                 reason = f"{why}; {verdict.reason}"
+        instead: list[EvictionVerdict] = []
         try:
-            self.rebalancer.record_outcome(verdict, outcome)
+            instead = self.rebalancer.record_outcome(verdict, outcome)
         except Exception:  # the eviction happened: it must still be recorded
             log.exception("rebalancer.record_outcome failed for %s (%s)", verdict.pod, outcome.value)
-        return dataclasses.replace(verdict, verdict=outcome, reason=reason)
+        return dataclasses.replace(verdict, verdict=outcome, reason=reason), instead
 
     def _record(self, v: EvictionVerdict, at: float) -> None:
         self.ring.add_eviction(new_eviction_record(

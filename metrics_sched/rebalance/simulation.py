@@ -8,7 +8,10 @@ with the pod's current node scored alongside the nodes it could move to, in one 
 The victim still counts on its current node (resources, ports, affinity counts, measured load), and only
 there: the other nodes are scored as if it arrived, its own node as if a second copy did. That bias
 lowers only the current node's score, in the direction of moving; the margin absorbs it, and telemetry,
-which makes a hot or loaded node score low, is what carries the decision.
+which makes a hot or loaded node score low, is what carries the decision. What the margin cannot absorb is
+a pod whose own load makes its node bad: every target looks better without it. So the targets are taken in
+order of score and each is checked with the pod's share of the rules' metrics moved onto it (projection.py):
+the best one the rules would not then flag is the move; none, and the pod stays (no ping-pong).
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from metrics_sched.framework.handle import MetricReader
 from metrics_sched.framework.runtime import Framework
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.ports import KubeObject
+from metrics_sched.rebalance.projection import Projection
 from metrics_sched.state.cluster_state import ClusterState
 
 __all__ = ["Move", "PodReader", "simulate", "without_node"]
+
+_NAMED = 3  # refused targets named in a verdict's reason
 
 
 class PodReader(Protocol):
@@ -57,8 +64,10 @@ def without_node(pod: KubeObject) -> dict[str, Any]:
     return {**pod, "spec": {k: v for k, v in spec.items() if k != "nodeName"}}
 
 
-def simulate(framework: Framework, cluster: ClusterState, pod: KubeObject, node: str) -> Move | str:
-    """The best node other than `node` for `pod` and both totals, or why there is none."""
+def simulate(framework: Framework, cluster: ClusterState, pod: KubeObject, node: str,
+             projection: Projection | None = None, metrics: MetricReader | None = None) -> Move | str:
+    """The best node other than `node` for `pod` and both totals, or why there is none. With a projection (and
+    the metrics it reads), a node the rules would flag once the pod's share moved there is no target."""
     info = parse_pod(without_node(pod))
     if info.parse_error:
         return info.parse_error
@@ -75,10 +84,20 @@ def simulate(framework: Framework, cluster: ClusterState, pod: KubeObject, node:
         if others.size == 0:
             found = ", ".join(f"{count} {reason}" for reason, count in sorted(outcome.rejections.items()))
             return f"no other node fits ({found or 'no other node'})"
-        best = int(others[int(np.argmax(total[others]))])  # ties: the lowest row, so a plan repeats
+        # Best first; ties: the lowest row, so a plan repeats.
+        ranked = others[np.argsort(-total[others], kind="stable")]
         here_total = float(total[int(np.flatnonzero(rows == here)[0])])
-        return Move(table.name(int(rows[best])), float(total[best]), here_total,
-                    here_fits=bool(np.isin(here, outcome.feasible)))
+        refused: list[str] = []
+        for best in ranked.tolist():
+            why = (projection.refusal(info, table, metrics, here, int(rows[best]))
+                   if projection is not None and metrics is not None else None)
+            if why is None:
+                return Move(table.name(int(rows[best])), float(total[best]), here_total,
+                            here_fits=bool(np.isin(here, outcome.feasible)))
+            if len(refused) < _NAMED:
+                refused.append(f"{table.name(int(rows[best]))}: {why}")
+        more = f" and {ranked.size - len(refused)} more" if ranked.size > len(refused) else ""
+        return f"every node that fits would then break a rule with the pod's share ({'; '.join(refused)}{more})"
 
 
 def short_of(move: Move, margin: float) -> str:

@@ -70,6 +70,8 @@ class ClusterEventHandlers:
         # Called once, from the watch thread that completes the initial sync (e.g. gc.freeze() the caches).
         self.on_all_synced: list[Callable[[], None]] = []
         self.synced: set[str] = set()
+        # Pending pods whose last version seen had status.nominatedNodeName (UpdateNominatedPod's "old pod").
+        self._status_nominated: set[str] = set()
         self._synced_lock = threading.Lock()  # each watch thread reports its own resource
 
     def responsible_for(self, pod: PodInfo) -> bool:
@@ -107,6 +109,8 @@ class ClusterEventHandlers:
             change = index.on_pod(kind, info)
             if change is not None:
                 self._apply(change)
+        if kind == "DELETED" or info.terminal or info.node_name:
+            self._status_nominated.discard(info.uid)
         if kind == "DELETED" or info.terminal:
             released = self.state.remove_pod(info.uid)
             self.queue.delete(info.uid)
@@ -134,16 +138,29 @@ class ClusterEventHandlers:
         if info.deleting or info.scheduler_name not in self.scheduler_names:
             self.queue.delete(info.uid)
             return
-        nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        if nominated and self.state.nominations.get(info.uid) is None:
-            # Nominated before we saw it (by an earlier leader, or before a restart): its room is held again.
-            self.state.nominations.nominate(info, str(nominated), self.state.record_of)
+        self._follow_nomination(info, (pod.get("status") or {}).get("nominatedNodeName"))
         if self.state.is_placed(info.uid):
             # Assumed by us, bind in flight (the watch has not caught up yet): the attempt keeps the new pod,
             # for a retry should the bind fail.
             self.queue.update(info)
             return
         self.queue.add(info)
+
+    def _follow_nomination(self, info: PodInfo, nominated: object) -> None:
+        """kube-scheduler's UpdateNominatedPod: the nomination follows status.nominatedNodeName when the field was
+        added, changed or removed (another leader nominated elsewhere, or the nomination was cleared); when the pod
+        had none before and has none now, the nomination kept in memory stays (its status patch may still be on
+        its way). A nomination learned from the field also holds its room after a restart or a leader change."""
+        nominations = self.state.nominations
+        had = info.uid in self._status_nominated
+        if nominated:
+            self._status_nominated.add(info.uid)
+            known = nominations.get(info.uid)
+            if known is None or known.node != str(nominated):
+                nominations.nominate(info, str(nominated), self.state.record_of)
+        elif had:
+            self._status_nominated.discard(info.uid)
+            nominations.remove(info.uid)
 
     def _apply(self, change: IndexChange) -> None:
         if change.event is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from unittest import mock
 
+from metrics_sched.framework import EXPLANATIONS, Code
 from metrics_sched.plugins.dynamic_resources.allocator.constraints import DistinctAttribute, MatchAttribute
 from metrics_sched.plugins.dynamic_resources.index import CLAIMS, CLASSES, SLICES
 from metrics_sched.ports import EventType
@@ -124,13 +125,23 @@ def replay(snapshot: Snapshot, waves: Sequence[Sequence[str]], config: Mapping[s
                 pod["status"] = {k: v for k, v in (pod.get("status") or {}).items() if k == "resourceClaimStatuses"}
                 api.add_pod(pod)
             waiting = set(wave)
+            failed: dict[str, Outcome] = {}  # the last attempt of a pod that is not being placed nor retried
             while waiting:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"the replay gave no verdict for {sorted(waiting)[:10]} in {timeout:.0f}s")
-                scheduler.schedule_one(timeout=0.005)
+                result = scheduler.schedule_one(timeout=0.005)
+                if result is not None:
+                    key = result.pod.key
+                    notes = result.cycle.get(EXPLANATIONS) or ()
+                    if result.node is not None or any("deallocated" in note for note in notes):
+                        failed.pop(key, None)  # being placed, or tried again once PostFilter freed a claim
+                    else:
+                        verdict = "error" if result.status.code == Code.ERROR else "unschedulable"
+                        failed[key] = Outcome(verdict, message=result.status.reason)
                 for key in list(waiting):
                     with api.lock:
-                        found = outcome_of(api.pods[key])
+                        node = api.pods[key]["spec"].get("nodeName")
+                    found = Outcome("bound", str(node)) if node else failed.get(key)
                     if found is not None:  # bound only after PreBind wrote its claims
                         done.outcomes[key] = found
                         waiting.discard(key)

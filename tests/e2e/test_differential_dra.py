@@ -408,8 +408,9 @@ def test_kube_scheduler_and_metrics_sched_allocate_devices_alike(cluster: DevClu
                           f"DIFF_SEED={SEED} DIFF_CASE=n):\n" + "\n".join(failures))
     assert not replay_failures, ("the in-process replay disagrees with kube-scheduler where metrics-sched's process "
                                  "did not:\n" + "\n".join(replay_failures))
-    assert bitten or ONLY is not None, "with the allocator's constraints disabled every case still agrees: the " \
-                                       "comparison does not bite"
+    if ONLY is None:  # a harness that compares next to nothing would pass as well
+        assert stats["allocations identical"] >= len(dra_run.pairs) // 4, stats
+        assert bitten, "with the allocator's constraints disabled every case still agrees: the comparison does not bite"
 
 
 def _has_constraints(case: dict[str, Any]) -> bool:

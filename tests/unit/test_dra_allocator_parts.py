@@ -5,7 +5,6 @@ telemetry rank, the selector memo and the slice cache."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -232,24 +231,45 @@ def test_distinct_attribute_forgets_a_request_on_backtracking() -> None:
     assert _picked(results) == [(REQ0, "d1"), (REQ0, "d3"), (REQ1, "d2")]
 
 
-def test_counters_stay_taken_when_a_taint_refuses_the_device() -> None:
-    """dra.md §3.6 as upstream's allocateDevice does it: a device's counters are taken before its taints are
-    checked and not given back when a taint refuses it, so the untainted device that would fit alone does not."""
+@pytest.mark.parametrize("refusal", ["taint", "constraint"])
+def test_counters_are_given_back_when_a_taint_or_constraint_refuses_the_device(refusal: str) -> None:
+    """A device's counters are taken before its taints and the claim's constraints are checked; kube-scheduler 1.36.3
+    gives them back when those refuse the device (kubernetes/kubernetes#140431, on release-1.36 by #140663; 1.36.2
+    kept them taken, so the second device, which fits alone, was refused for want of counters). Found by the
+    differential DRA test (DIFF_SEED=20261201 DIFF_CASE=296: kube-scheduler 1.36.3 allocated the later device)."""
     consume = device_counter_consumption(COUNTER_SET1, {"memory": "8Gi"})
+    first = device("d1").with_device_counter_consumption(consume)
+    if refusal == "taint":
+        first = first.with_taints(taint("k", "v", "NoSchedule"))
+    second = device("d2", None, {"numa": {"int": 1}}).with_device_counter_consumption(consume)
     slices = [
-        slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                           device("d1").with_device_counter_consumption(consume).with_taints(
-                               taint("k", "v", "NoSchedule")),
-                           device("d2").with_device_counter_consumption(consume)),
+        slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A, first, second),
         slice_with_counter_sets("slice-2", NODE1, resource_pool(POOL1, 2), DRIVER_A,
                                 counter_set(COUNTER_SET1, {"memory": "8Gi"})),
     ]
-    claims = [claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1)).obj()]
-    assert Allocator(AllocatedState(), CLASSES, slices, SelectorCache()).allocate(N1, claims) is None
-    untainted = copy.deepcopy(slices)
-    del untainted[0]["spec"]["devices"][0]["taints"]
-    assert _picked(Allocator(AllocatedState(), CLASSES, untainted, SelectorCache()).allocate(N1, claims)) == [
-        (REQ0, "d1")]
+    constraints = [{"matchAttribute": f"{DRIVER_A}/numa"}] if refusal == "constraint" else None
+    claims = [claim_with_requests(CLAIM0, constraints, request(REQ0, CLASS_A, 1)).obj()]
+    assert _picked(Allocator(AllocatedState(), CLASSES, slices, SelectorCache()).allocate(N1, claims)) == [
+        (REQ0, "d2")]
+
+
+def test_a_shared_device_given_back_on_backtracking_returns_its_counters() -> None:
+    """The rollback of a shared (allowMultipleAllocations) device gives back the counters it took (1.36.3,
+    kubernetes/kubernetes#140663): r0 first takes d1, r1 (only d2 suits it) then lacks counters; r0 moves on to d2
+    (which r1 needs) and to d3, and r1 takes d2, whose counters d1 no longer holds."""
+    consume = device_counter_consumption(COUNTER_SET1, {"memory": "8Gi"})
+    slices = [
+        slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
+                           device("d1").with_allow_multiple_allocations().with_device_counter_consumption(consume),
+                           device("d2", None, {"x": {"int": 1}}).with_device_counter_consumption(consume),
+                           device("d3")),
+        slice_with_counter_sets("slice-2", NODE1, resource_pool(POOL1, 2), DRIVER_A,
+                                counter_set(COUNTER_SET1, {"memory": "8Gi"})),
+    ]
+    only_d2 = cel_selector(f'has(device.attributes["{DRIVER_A}"].x)')
+    claims = [claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1), request(REQ1, CLASS_A, 1, only_d2)).obj()]
+    assert _picked(Allocator(AllocatedState(), CLASSES, slices, SelectorCache()).allocate(N1, claims)) == [
+        (REQ0, "d3"), (REQ1, "d2")]
 
 
 # -- error texts (dra.md §7) ----------------------------------------------------------------------------------------

@@ -509,3 +509,30 @@ def test_dra_filters_only_the_nodes_the_earlier_filters_let_through(selector: st
     assert "cannot allocate all claims" in message(rig, "p")
     assert rig.claims.claims[("default", "held")]["status"].get("allocation")  # not deallocated
     assert rig.api.binds == []
+
+
+def test_a_pod_deleted_while_it_waits_for_its_claim_is_forgotten() -> None:
+    """The index's waiting list holds the pods that wait now (memory follows the cluster, not its history)."""
+    rig = Rig(("n1",))
+    pod = claim_pod("p", "never-made")
+    rig.schedule(pod)
+    rig.plugin().pre_enqueue(parse_pod(pod))
+    assert rig.index.waiting() == 1
+    rig.api.delete_pod("default/p")
+    rig.scheduler.handlers.on_pod_event("DELETED", pod)
+    assert rig.index.waiting() == 0
+
+
+def test_a_claim_is_unavailable_only_where_the_other_claims_fit() -> None:
+    """Upstream's Filter returns "cannot allocate all claims" before it records an allocated claim as unavailable:
+    when the pod's other claim fits on no node, PostFilter has no claim to deallocate, even though the allocated
+    claim's devices are on one of the two nodes the pod may use."""
+    rig = Rig(("n1", "n2"))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    rig.add(SLICES, gpu_slice("n2", 1))
+    rig.add(CLASSES, device_class())
+    rig.claims.put(claim("held", allocation=on_node("n1", "gpu-0")))
+    rig.claims.put(claim("more", count=2))
+    rig.schedule(claim_pod("p", "held", "more"))
+    assert message(rig, "p").startswith("0/2 nodes are available: 2 cannot allocate all claims.")
+    assert rig.claims.claims[("default", "held")]["status"].get("allocation")  # not deallocated

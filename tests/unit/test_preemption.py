@@ -421,6 +421,37 @@ def test_a_nomination_seen_on_the_watch_holds_the_room_until_the_pod_is_bound_or
     assert framework.schedule(low, scheduler.state.table).node == "n0"
 
 
+def test_a_nomination_follows_the_status_field_when_it_moves_or_is_cleared() -> None:
+    """kube-scheduler's UpdateNominatedPod (issue 44): a nomination learned from status.nominatedNodeName moves when
+    another leader nominates the pod elsewhere and goes when the field is cleared; an update without the field to a
+    pod that never had it keeps the in-memory nomination (our own, whose status patch is still on its way)."""
+    import copy
+
+    scheduler, _, _ = make()
+    for name in ("n0", "n1"):
+        scheduler.handlers.on_node_event("ADDED", node(name, cpu="4", memory="16Gi"))
+    nominated = inference(cpu="2")
+    nominated["metadata"]["uid"] = "moving-uid"
+    nominated["status"]["nominatedNodeName"] = "n0"
+    scheduler.handlers.on_pod_event("ADDED", nominated)
+    nominations = scheduler.state.nominations
+    assert (held := nominations.get("moving-uid")) is not None and held.node == "n0"
+    moved = copy.deepcopy(nominated)
+    moved["status"]["nominatedNodeName"] = "n1"
+    scheduler.handlers.on_pod_event("MODIFIED", moved)
+    assert (held := nominations.get("moving-uid")) is not None and held.node == "n1"
+    cleared = copy.deepcopy(moved)
+    del cleared["status"]["nominatedNodeName"]
+    scheduler.handlers.on_pod_event("MODIFIED", cleared)
+    assert nominations.get("moving-uid") is None
+    # Our own nomination, made in memory before the field reaches the watch: an update without it keeps it.
+    own = copy.deepcopy(cleared)
+    own["metadata"]["uid"] = "own-uid"
+    nominations.nominate(scheduler_pod(own), "n0", scheduler.state.record_of)
+    scheduler.handlers.on_pod_event("MODIFIED", own)
+    assert (held := nominations.get("own-uid")) is not None and held.node == "n0"
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_the_all_nodes_dry_run_finds_what_the_node_by_node_one_finds(seed: int) -> None:
     """The batch path (node-local filters) gives every node the victims the one-node algorithm gives it."""

@@ -10,6 +10,7 @@ import yaml
 
 from metrics_sched.app.cli import main
 from metrics_sched.config import ConfigError, SchedulerConfig, parse_config
+from metrics_sched.config.model import SelectorExpression
 from metrics_sched.plugins import in_tree_registry
 from metrics_sched.rebalance.model import EvictionLimits, NodeRule, RebalanceConfig, RuleKind
 
@@ -35,7 +36,10 @@ def test_every_field() -> None:
         "enabled": True, "interval": "1m30s", "dryRun": False, "margin": 12.5, "maxPriority": 1000,
         "rules": [HOT, EXPENSIVE],
         "limits": {"perNode": 2, "perNamespace": 3, "cluster": 4, "cooldown": "45m"},
-        "podSelector": {"matchLabels": {"team": "ml", "rebalance": "yes"}},
+        "podSelector": {"matchLabels": {"team": "ml", "rebalance": "yes"},
+                        "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web", "db"]},
+                                             {"key": "pinned", "operator": "DoesNotExist"}]},
+        "evictLocalStoragePods": True,
     }).rebalance
     assert config == RebalanceConfig(
         enabled=True, interval_seconds=90.0, dry_run=False, margin=12.5, max_priority=1000,
@@ -45,6 +49,9 @@ def test_every_field() -> None:
                         for_seconds=600.0)),
         limits=EvictionLimits(per_node=2, per_namespace=3, cluster=4, cooldown_seconds=2700.0),
         pod_selector={"team": "ml", "rebalance": "yes"},
+        pod_selector_expressions=(SelectorExpression("tier", "NotIn", ("db", "web")),
+                                  SelectorExpression("pinned", "DoesNotExist")),
+        evict_local_storage_pods=True,
     )
 
 
@@ -53,6 +60,7 @@ def test_defaults_of_a_rule_and_of_the_limits() -> None:
                     "podSelector": {}, "maxPriority": None}).rebalance
     assert config.rules == (NodeRule(name="load", metric="node_load_per_cpu", threshold=1.5, for_seconds=300.0),)
     assert config.limits == EvictionLimits() and config.pod_selector == {} and config.max_priority is None
+    assert config.pod_selector_expressions == () and config.evict_local_storage_pods is False
     # Plain seconds are durations too, and a cooldown may be 0 (no cooldown).
     config = parse({"interval": 30, "limits": {"cooldown": 0}, "rules": [{**HOT, "for": 0}]}).rebalance
     assert (config.interval_seconds, config.limits.cooldown_seconds) == (30.0, 0.0)
@@ -95,7 +103,20 @@ def test_defaults_of_a_rule_and_of_the_limits() -> None:
     ({"limits": {"perNamespace": 1.0}}, "rebalance.limits.perNamespace"),
     ({"limits": {"cluster": 100_000}}, "rebalance.limits.cluster"),
     ({"limits": {"cooldown": "-1m"}}, "rebalance.limits.cooldown"),
-    ({"podSelector": {"matchExpressions": []}}, "rebalance.podSelector.matchExpressions"),
+    ({"podSelector": {"matchExpressions": {}}}, "rebalance.podSelector.matchExpressions"),
+    ({"podSelector": {"matchExpressions": ["tier"]}}, "rebalance.podSelector.matchExpressions[0]"),
+    ({"podSelector": {"matchExpressions": [{"key": "t", "operator": "Is", "values": ["a"]}]}},
+     "rebalance.podSelector.matchExpressions[0].operator"),
+    ({"podSelector": {"matchExpressions": [{"key": "t", "operator": "In"}]}},
+     "rebalance.podSelector.matchExpressions[0].values"),
+    ({"podSelector": {"matchExpressions": [{"key": "t", "operator": "Exists", "values": ["a"]}]}},
+     "rebalance.podSelector.matchExpressions[0].values"),
+    ({"podSelector": {"matchExpressions": [{"operator": "Exists"}]}}, "rebalance.podSelector.matchExpressions[0].key"),
+    ({"podSelector": {"matchExpressions": [{"key": "t", "operator": "In", "values": [1]}]}},
+     "rebalance.podSelector.matchExpressions[0].values"),
+    ({"podSelector": {"matchExpressions": [{"key": "t", "operator": "Exists", "value": "a"}]}},
+     "rebalance.podSelector.matchExpressions[0].value"),
+    ({"evictLocalStoragePods": "yes"}, "rebalance.evictLocalStoragePods"),
     ({"podSelector": {"matchLabels": ["a"]}}, "rebalance.podSelector.matchLabels"),
     ({"podSelector": {"matchLabels": {"team": 7}}}, "rebalance.podSelector.matchLabels.team"),
 ])

@@ -46,8 +46,9 @@ class FakeRebalancer:
         self.candidates = len(verdicts)
         return verdicts
 
-    def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> None:
+    def record_outcome(self, verdict: EvictionVerdict, outcome: Verdict) -> list[EvictionVerdict]:
         self.outcomes.append((verdict.pod, outcome))
+        return []
 
 
 class FakeEvictor:

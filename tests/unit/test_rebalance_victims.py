@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from metrics_sched.config.model import SelectorExpression
 from metrics_sched.model.podinfo import parse_pod
 from metrics_sched.rebalance import RebalanceConfig, Verdict
 from metrics_sched.state.cluster_state import ClusterState, disruption
@@ -106,3 +107,61 @@ def test_a_pod_its_profile_refuses_outright_is_skipped_with_the_plugins_words() 
     [verdict] = rig.hot_for(300, COOL)
     assert verdict.verdict == Verdict.SKIPPED
     assert '; DynamicResources: resourceclaim.resource.k8s.io "c" not found' in verdict.reason
+
+
+DISK = [{"name": "scratch", "emptyDir": {}}]
+MEMORY = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
+KEPT: list[tuple[str, dict[str, Any], str]] = [
+    ("safe-to-evict-false", {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
+     'annotated cluster-autoscaler.kubernetes.io/safe-to-evict: "false"'),
+    ("local-storage", {"volumes": DISK},
+     "local storage: emptyDir scratch is not memory-backed (rebalance.evictLocalStoragePods: false)"),
+    ("coscheduling-gang", {"labels": {"scheduling.x-k8s.io/pod-group": "trainers"}},
+     "a member of gang default/trainers (scheduling.x-k8s.io PodGroup): a gang is never split"),
+    ("workload-gang", {"schedulingGroup": {"podGroupName": "trainers"}},
+     "a member of gang default/trainers (scheduling.k8s.io PodGroup): a gang is never split"),
+]
+
+
+@pytest.mark.parametrize(("name", "place", "reason"), KEPT, ids=[k[0] for k in KEPT])
+def test_issue44_pods_operators_keep_in_place_are_skipped_with_why(name: str, place: dict[str, Any],
+                                                                    reason: str) -> None:
+    """Issue 44: the annotations operators already use, local storage, and gangs (never split: by default a gang
+    member is not moved at all)."""
+    rig = Rig(RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, margin=0.0))
+    rig.place(name, "a", **place)
+    [verdict] = rig.hot_for(300, COOL)
+    assert verdict.verdict == Verdict.SKIPPED
+    assert verdict.reason.endswith(reason), verdict.reason
+
+
+MOVED: list[tuple[str, dict[str, Any], RebalanceConfig]] = [
+    ("memory-emptydir", {"volumes": MEMORY}, RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL)),
+    ("descheduler-evict", {"volumes": DISK, "annotations": {"descheduler.alpha.kubernetes.io/evict": ""}},
+     RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL)),
+    ("safe-to-evict-true", {"volumes": DISK, "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}},
+     RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL)),
+    ("opted-in-by-config", {"volumes": DISK},
+     RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, evict_local_storage_pods=True)),
+]
+
+
+@pytest.mark.parametrize(("name", "place", "config"), MOVED, ids=[m[0] for m in MOVED])
+def test_issue44_local_storage_pods_move_when_memory_backed_or_opted_in(name: str, place: dict[str, Any],
+                                                                       config: RebalanceConfig) -> None:
+    rig = Rig(config)
+    rig.place(name, "a", **place)
+    assert planned(rig.hot_for(300, COOL)) == [f"default/{name}"]
+
+
+def test_issue44_the_pod_selector_takes_match_expressions() -> None:
+    config = RebalanceConfig(rules=(HOT,), interval_seconds=INTERVAL, pod_selector={"team": "ml"},
+                             pod_selector_expressions=(SelectorExpression("tier", "In", ("batch", "dev")),
+                                                       SelectorExpression("pinned", "DoesNotExist")))
+    rig = Rig(config)
+    rig.place("batch", "a", owner="rs1", scheduler="default-scheduler", labels={"team": "ml", "tier": "batch"})
+    rig.place("web", "a", owner="rs2", scheduler="default-scheduler", labels={"team": "ml", "tier": "web"})
+    rig.place("pinned", "a", owner="rs3", scheduler="default-scheduler",
+              labels={"team": "ml", "tier": "dev", "pinned": "yes"})
+    verdicts = rig.hot_for(300, COOL)
+    assert [v.pod for v in verdicts] == ["default/batch"]

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexChange, KubeObject
+from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexChange, KubeObject, PodInfo
 
 from .allocator import AllocatedState
 from .tracker import AllocatedTracker, allocation_node
@@ -92,6 +92,7 @@ class DraIndex(ClusterIndex):
         self._pending: dict[str, KubeObject] = {}
         # Pods kept out of the queue by PreEnqueue until a claim of theirs appears (by claim key).
         self._waiting: dict[ClaimKey, set[str]] = {}
+        self._waiter_of: dict[str, ClaimKey] = {}  # pod uid -> the claim it waits for (to forget a deleted pod)
         self._taint_rules: set[str] = set()
         # Generations: any change of the layer; the snapshots below are rebuilt only when one moved.
         self.slices_generation = 0
@@ -148,6 +149,8 @@ class DraIndex(ClusterIndex):
             self._track(_uid(obj))
             self.claims_generation += 1
             woken = self._waiting.pop(key, set()) if event != "DELETED" else set()
+            for uid in woken:
+                self._waiter_of.pop(uid, None)
             self._cond.notify_all()
         return IndexChange(ClusterEvent.RESOURCE_CLAIM_CHANGED, ClaimChange(old, None if event == "DELETED" else obj),
                            tuple(woken))
@@ -288,15 +291,34 @@ class DraIndex(ClusterIndex):
     def wait_for_claim(self, namespace: str, name: str, uid: str) -> None:
         """PreEnqueue found the claim missing: the pod `uid` goes back to the queue when it appears."""
         with self._cond:
+            previous = self._waiter_of.get(uid)
+            if previous is not None and previous != (namespace, name):
+                self._forget(uid)
             self._waiting.setdefault((namespace, name), set()).add(uid)
+            self._waiter_of[uid] = (namespace, name)
 
-    def forget_waiter(self, uids: Iterable[str]) -> None:
-        gone = set(uids)
+    def on_pod(self, event: str, pod: PodInfo) -> IndexChange | None:
+        """A pod deleted (or bound elsewhere) while it waited for a claim is forgotten: the waiting map holds the
+        pods waiting now, not every pod that ever waited."""
+        if pod.uid in self._waiter_of and (event == "DELETED" or pod.node_name):
+            with self._cond:
+                self._forget(pod.uid)
+        return None
+
+    def _forget(self, uid: str) -> None:
+        key = self._waiter_of.pop(uid, None)
+        if key is None:
+            return
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting.discard(uid)
+            if not waiting:
+                del self._waiting[key]
+
+    def waiting(self) -> int:
+        """How many pods wait for a claim to appear."""
         with self._cond:
-            for key in [k for k, waiting in self._waiting.items() if waiting & gone]:
-                self._waiting[key] -= gone
-                if not self._waiting[key]:
-                    del self._waiting[key]
+            return len(self._waiter_of)
 
     def wait_for(self, check: Callable[[], T | None], timeout: float, poll: float = 5.0) -> T | None:
         """check() (called without the lock) now, after each change of any layer, and at least every `poll`

@@ -368,8 +368,6 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             for term in selector.get("nodeSelectorTerms") or ():
                 mask |= term_mask(table, term)
             state.node_selectors[i] = mask
-            if not (mask | ~considered).all():
-                state.unavailable.add(i)
             available &= mask
         allocated = np.ones(size, dtype=bool)
         timed_out = np.zeros(size, dtype=bool)
@@ -405,6 +403,12 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             allocated &= ~timed_out
             if self.args.device_metric:
                 cycle.write(DEVICE_SETS, DeviceSets(self.args.device_metric, values))
+        # Upstream records a claim as unavailable only on a node where the claims to allocate fit (its Filter returns
+        # "cannot allocate all claims" first): only such a claim may PostFilter deallocate.
+        fits = considered & allocated
+        for i, mask in state.node_selectors.items():
+            if (fits & ~mask).any():
+                state.unavailable.add(i)
         reasons: dict[str, BoolArray] = {}
         if timed_out.any():
             reasons[ERR_TIMEOUT] = timed_out

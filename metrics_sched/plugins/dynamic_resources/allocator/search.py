@@ -3,10 +3,9 @@
 The search is upstream's, step for step (docs/design/dra.md §3.2-§3.7): claims in order, requests in order,
 `firstAvailable` subrequests tried in order with the rest of the search, `All` requests taking their precomputed
 devices, `ExactCount` requests trying candidates in pool/slice/device order starting after the device the
-previous device of the same request took, the first complete solution winning. Quirks kept on purpose, each
-marked where it happens: counters consumed by a device that then fails a taint, constraint or capacity check stay
-consumed for the rest of the attempt; a shared (allowMultipleAllocations) device never gives its counters back
-on backtracking, nor an empty capacity entry; the available-counters cache is keyed by pool name only.
+previous device of the same request took, the first complete solution winning. A device refused after its
+counters were taken, and a device given back on backtracking, return everything they took (kube-scheduler 1.36.3,
+kubernetes/kubernetes#140663). Quirk kept on purpose: the available-counters cache is keyed by pool name only.
 
 With a rank, the candidates of `ExactCount` requests are tried in rank order (stable over upstream's order);
 each request's results are put back in upstream order afterwards.
@@ -149,6 +148,7 @@ class Search:
         self.state = shared.state
         self.allocating: dict[DeviceID, set[int]] = {}  # allocatingDevices
         self.allocating_capacity: dict[DeviceID, dict[str, int]] = {}
+        self.allocating_shares: dict[DeviceID, int] = {}  # live shares of each shared device in this attempt
         self.consumed_counters: dict[str, dict[str, dict[str, int]]] = {}
         self.results: list[list[_Result]] = [[] for _ in claims]
         self.request_data: list[list[list[_RequestData]]] = []
@@ -396,7 +396,12 @@ class Search:
     def _allocate_device(self, ci: int, ri: int, data: _RequestData, candidate: Candidate, *, must: bool,
                          capacity_checked: bool) -> Callable[[], None] | None:
         """Takes the device for the request if it is free, its counters suffice, its taints are tolerated and
-        the claim's constraints hold; returns the rollback, or None."""
+        the claim's constraints hold; returns the rollback, or None.
+
+        Every refusal after the counters were taken gives back what this call took (counters, constraints, the
+        claim's mark), and the rollback of a taken device gives back all of it, its counters too when it is a
+        shared device whose counters this call took: kube-scheduler 1.36.3 has this (kubernetes/kubernetes#140431,
+        cherry-picked to release-1.36 by #140663; 1.36.2's allocateDevice left them taken)."""
         device = candidate.device
         device_id = device.id
         spec = data.spec
@@ -410,33 +415,46 @@ class Search:
         # A shared device whose capacity is already in use has had its counters taken by that first user.
         skip_counters = multi and (device_id in self.state.aggregated_capacity
                                    or device_id in self.allocating_capacity)
-        if not skip_counters and device.consumes and not self._take_counters(candidate):
+        took_counters = not skip_counters and bool(device.consumes)
+        if took_counters and not self._take_counters(candidate):
             return None
         if data.parent is None:
             base, sub = spec.name, ""
         else:
             base, sub = data.parent, spec.name
-        # Quirk (upstream): from here on a refusal leaves the counters taken above in place.
-        if device.blocking_taints and self._taint_prevents(device, spec):
-            return None
         constraints = self.constraints[ci]
-        for i, constraint in enumerate(constraints):
+        added = 0
+        marked: set[int] | None = None
+
+        def give_back() -> None:  # rollbackDevice: what this call did, undone
+            for constraint in constraints[:added]:
+                constraint.remove(base, sub)
+            if marked is not None:
+                marked.discard(ci)
+            if took_counters:
+                self._give_back_counters(candidate)
+
+        if device.blocking_taints and self._taint_prevents(device, spec):
+            give_back()
+            return None
+        for constraint in constraints:
             if not constraint.add(base, sub, device.attributes, device_id):
+                give_back()
                 if must:
                     raise AllocationError(
                         f"claim {self.claims[ci].display_name}, request {spec.name}: cannot add device "
                         f"{device_id[0]}/{device_id[1]}/{device_id[2]} because a claim constraint would not be "
                         "satisfied")
-                for done in constraints[:i]:
-                    done.remove(base, sub)
                 return None
+            added += 1
         if claims_using is None:
             claims_using = self.allocating[device_id] = set()
         if not multi:
             claims_using.add(ci)
-        # Quirk (upstream): a capacity refusal here leaves the constraints and the claim mark above in place;
-        # only `All` requests can get here with a misfit (their devices were checked before the search began).
+            marked = claims_using
+        # Only `All` requests get here unchecked (their devices were checked before the search began).
         if not capacity_checked and not self._capacity_fits(spec, device):
+            give_back()
             return None
         share_id: str | None = None
         consumed: dict[str, Quantity] | None = None
@@ -446,34 +464,34 @@ class Search:
             entry = self.allocating_capacity.setdefault(device_id, {})
             for name, quantity in consumed.items():
                 entry[name] = entry.get(name, 0) + quantity.nanos
+            self.allocating_shares[device_id] = self.allocating_shares.get(device_id, 0) + 1
         results = self.results[ci]
         previous = len(results)
         results.append(_Result(data, ri, candidate, share_id, consumed or None))
-        using = claims_using
 
         def rollback() -> None:
-            for constraint in constraints:
-                constraint.remove(base, sub)
-            using.discard(ci)
+            give_back()
             if multi:
-                # Quirk (upstream): the counters stay taken, and an empty consumption stays recorded.
-                if consumed:
-                    self._remove_allocating_capacity(device_id, consumed)
-            elif device.consumes:
-                self._give_back_counters(candidate)
+                self._remove_allocating_capacity(device_id, consumed or {})
             del results[previous:]
 
         return rollback
 
     def _remove_allocating_capacity(self, device_id: DeviceID, consumed: Mapping[str, Quantity]) -> None:
-        """ConsumedCapacityCollection.Remove: subtract; an all-zero entry goes."""
+        """One share of a shared device rolled back: its consumption subtracted; the device's entry (which makes
+        later shares skip the counters) goes with its last live share."""
+        shares = self.allocating_shares.get(device_id, 0) - 1
+        if shares > 0:
+            self.allocating_shares[device_id] = shares
+        else:
+            self.allocating_shares.pop(device_id, None)
         entry = self.allocating_capacity.get(device_id)
         if entry is None:
             return
         for name, quantity in consumed.items():
             if name in entry:
                 entry[name] -= quantity.nanos
-        if all(v == 0 for v in entry.values()):
+        if shares <= 0:
             del self.allocating_capacity[device_id]
 
     # -- shared counters (checkAvailableCounters) --------------------------------------------------------------
