@@ -118,9 +118,11 @@ DEFAULT_PLUGINS: dict[str, tuple[PluginRef, ...]] = {
         PluginRef("Coscheduling"),
     ),
     # kube-scheduler's preemption; clusters that forbid it disable it: postFilter.disabled: [{name: DefaultPreemption}]
-    # Coscheduling first: a gang member that fits nowhere fails its gang's attempt, freeing its waiting siblings.
+    # DefaultPreemption first (kube-scheduler's defaults come before an out-of-tree plugin, as scheduler-plugins
+    # configures Coscheduling): a gang member preempts for its whole gang (all or none) while the attempt still
+    # stands; when it cannot, Coscheduling fails the gang's attempt, freeing its waiting siblings.
     # DynamicResources last, as upstream: it deallocates a claim whose devices are where the pod cannot go.
-    "postFilter": (PluginRef("Coscheduling"), PluginRef("DefaultPreemption"), PluginRef("DynamicResources")),
+    "postFilter": (PluginRef("DefaultPreemption"), PluginRef("Coscheduling"), PluginRef("DynamicResources")),
     "preScore": (PluginRef("PodTopologySpread"), PluginRef("InterPodAffinity"),
                  PluginRef("NodeResourcesBalancedAllocation"), PluginRef("DynamicResources")),
     "score": (

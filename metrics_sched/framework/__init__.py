@@ -112,6 +112,7 @@ from metrics_sched.framework.pods import (
     parse_affinity,
     parse_resource_list,
 )
+from metrics_sched.framework.preemption import PREEMPT_TOGETHER, PreemptTogether
 from metrics_sched.framework.registry import Registry
 from metrics_sched.framework.row_memo import RowScores
 from metrics_sched.framework.status import SUCCESS, Code, Status
@@ -168,6 +169,7 @@ __all__ = [
     "NOTHING",
     "NO_PROVISIONER",
     "PODS",
+    "PREEMPT_TOGETHER",
     "SUCCESS",
     "WILDCARD_IP",
     "AffinityTerm",
@@ -253,6 +255,7 @@ __all__ = [
     "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreScorePlugin",
+    "PreemptTogether",
     "Preemptor",
     "QuantityError",
     "QueryTerm",

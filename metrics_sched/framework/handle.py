@@ -93,9 +93,10 @@ class GroupStatusSink(Protocol):
 class FilterRunner(Protocol):
     def run_filters(self, cycle: CycleState, pod: PodInfo, table: NodeTable) -> Filtered: ...
 
-    def dry_run(self, pod: PodInfo, table: NodeTable) -> DryRun | None:
-        """PreFilter and Filter in a fresh cycle over the state as it is now, with what the filters that ran (not
-        skipped) declare about the verdict; None if a PreFilter refuses."""
+    def dry_run(self, pod: PodInfo, table: NodeTable, cycle: CycleState | None = None) -> DryRun | None:
+        """PreFilter and Filter over the state as it is now, in a clone of `cycle` (the pod's own cycle state) or a
+        fresh one, with what the filters that ran (not skipped) declare about the verdict; None if a PreFilter
+        refuses."""
         ...
 
     def rank(self, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray | None:
@@ -145,11 +146,12 @@ class Handle(Services):
     def owner_counts(self, owner_key: str) -> IntArray:
         return self.cluster.owner_counts(owner_key)
 
-    def dry_run(self, pod: PodInfo) -> DryRun | None:
-        """PreFilter and Filter over the cluster's state as it is now (preemption's what-if runs)."""
+    def dry_run(self, pod: PodInfo, cycle: CycleState | None = None) -> DryRun | None:
+        """PreFilter and Filter over the cluster's state as it is now (preemption's what-if runs), in a clone of
+        `cycle` when given: the pod's own cycle state, as a PostFilter has it (upstream's SelectVictimsOnNode)."""
         if self.filters is None:
             raise RuntimeError("dry_run before the framework was built")
-        return self.filters.dry_run(pod, self.table)
+        return self.filters.dry_run(pod, self.table, cycle)
 
     def rank(self, pod: PodInfo, rows: IntArray) -> FloatArray | None:
         """The profile's total scores of `rows` (PostFilter's tie-break among equally good nodes)."""

@@ -9,10 +9,15 @@ TLS, its handshake done in the connection's own thread within the request deadli
 is checked (authenticated, authorized) before its handler runs, and a refusal is answered instead (401, 403,
 503). Without either it is plain HTTP for anyone: the config allows that only on a loopback address.
 
-Any pod can reach the port, so a client must not be able to exhaust the process: at most `max_threads`
-connections are served at once (one more is answered 503 at once, from the accepting thread); a request
-must arrive whole within `request_timeout` (a client sending half a request, or a byte a second, is cut off)
-and its answer be taken within `response_timeout`. A handler raises BadRequest for a bad parameter (400).
+Any pod can reach the port, so a client must not be able to exhaust the process, nor starve the kubelet's
+probes (issue 44: 16 idle connections made three probes in a row fail):
+- connections: at most `max_connections` open, `per_client` from one address; at the cap, the one that has waited
+  longest for its request gives way to the new one (connections.py); a TLS handshake must end within
+  `handshake_timeout`, the whole request arrive within `request_timeout` (a client sending half a request, or a
+  byte a second, is cut off), its answer be taken within `response_timeout`;
+- requests: the probe paths (`probe_paths`, cheap reads) are always answered; at most `max_threads` other requests
+  are answered at once (one more is answered 503 at once).
+A handler raises BadRequest for a bad parameter (400).
 """
 
 from __future__ import annotations
@@ -24,18 +29,20 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from metrics_sched.serving.gate import Refusal
-from metrics_sched.serving.route import BadRequest, Route, text
+from metrics_sched.serving.connections import MAX_CONNECTIONS, MAX_PER_CLIENT, ConnectionLimits, Ticket
+from metrics_sched.serving.gate import DEFAULT_ALWAYS_ALLOW_PATHS, Refusal
+from metrics_sched.serving.route import BadRequest, Body, Route, text
 
 log = logging.getLogger(__name__)
 
-MAX_THREADS = 16
-REQUEST_TIMEOUT = 10.0  # seconds for the request line and headers, in total
+MAX_THREADS = 16  # requests other than the probes answered at once
+HANDSHAKE_TIMEOUT = 2.0  # seconds for a TLS handshake (a kubelet's, on the node, takes milliseconds)
+REQUEST_TIMEOUT = 10.0  # seconds for the handshake, the request line and headers, in total
 RESPONSE_TIMEOUT = 30.0  # seconds for the client to take the whole answer
 
 
@@ -62,31 +69,44 @@ class _DeadlineReader(io.RawIOBase):
         return self._sock.recv_into(buffer)
 
 
+ServeConnection = Callable[[socket.socket, Any, "_Server", Ticket], object]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's backlog is 5: a burst of connections overflows it and a probe's connection then waits for
+    # the kernel's retransmission (1 s, then 3 s): past the probe's timeout. Accepting is cheap; the cap is ours.
+    request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_threads: int,
-                 tls: bool) -> None:
-        self.max_threads = max_threads
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], serve: ServeConnection,
+                 limits: ConnectionLimits, tls: bool) -> None:
+        self.limits = limits
         self.tls = tls
-        self._slots = threading.BoundedSemaphore(max_threads)
+        self._serve_connection = serve
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        ticket = self.limits.admit(request, str(client_address[0]))
+        if ticket is None:
             self._refuse(request)
             return
         try:
-            super().process_request(request, client_address)
+            thread = threading.Thread(target=self._serve, args=(request, client_address, ticket), daemon=True)
+            thread.start()
         except BaseException:
-            self._slots.release()
+            self.shutdown_request(request)
+            self.limits.release(ticket)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve(self, request: Any, client_address: Any, ticket: Ticket) -> None:
+        """As ThreadingMixIn's thread, with the connection's ticket released once it is closed."""
         try:
-            super().process_request_thread(request, client_address)
+            self._serve_connection(request, client_address, self, ticket)
+        except Exception:  # noqa: BLE001 - as socketserver's own thread: logged by handle_error, never raised
+            self.handle_error(request, client_address)
         finally:
-            self._slots.release()
+            self.shutdown_request(request)
+            self.limits.release(ticket)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A failed TLS handshake (a plain-HTTP client, one that does not trust the certificate) or a client gone:
@@ -99,7 +119,7 @@ class _Server(ThreadingHTTPServer):
 
     def _refuse(self, request: socket.socket) -> None:
         # From the accepting thread, so never blocking: the answer fits the socket's send buffer or is lost.
-        log.warning("http: %d connections in progress, refusing one", self.max_threads)
+        log.warning("http: %d connections being answered, refusing one", self.limits.max_connections)
         if self.tls:  # no handshake from this thread: the connection is closed unanswered
             self.shutdown_request(request)
             return
@@ -114,20 +134,38 @@ class _Server(ThreadingHTTPServer):
 
 class HTTPServer:
     def __init__(self, host: str, port: int, *, max_threads: int = MAX_THREADS,
-                 request_timeout: float = REQUEST_TIMEOUT, response_timeout: float = RESPONSE_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS, per_client: int = MAX_PER_CLIENT,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT, request_timeout: float = REQUEST_TIMEOUT,
+                 response_timeout: float = RESPONSE_TIMEOUT, probe_paths: Iterable[str] = DEFAULT_ALWAYS_ALLOW_PATHS,
                  tls: Callable[[], ssl.SSLContext] | None = None, guard: Guard | None = None) -> None:
         self.routes: dict[str, Route] = {}
         routes = self.routes
+        probes = frozenset(probe_paths)
+        slots = threading.BoundedSemaphore(max_threads)
+        self.limits = limits = ConnectionLimits(max_connections, per_client)
 
         class Handler(BaseHTTPRequestHandler):
+            def __init__(self, request: Any, client_address: Any, server: _Server, ticket: Ticket) -> None:
+                self.ticket = ticket
+                super().__init__(request, client_address, server)
+
             def setup(self) -> None:
                 deadline = time.monotonic() + request_timeout
                 if tls is not None:
-                    self.request.settimeout(request_timeout)
+                    self.request.settimeout(min(handshake_timeout, request_timeout))
                     self.request = tls().wrap_socket(self.request, server_side=True)  # the handshake
                 super().setup()
                 self.rfile.close()  # the socket's own file: replaced by one with the request's deadline
                 self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+
+            def parse_request(self) -> bool:
+                # The request is here: the connection no longer gives way to newer ones (unless it just did).
+                if not super().parse_request():
+                    return False
+                if not limits.answering(self.ticket):
+                    self.close_connection = True
+                    return False
+                return True
 
             def finish(self) -> None:
                 try:
@@ -140,23 +178,42 @@ class HTTPServer:
                 deadline = time.monotonic() + response_timeout
                 parts = urlsplit(self.path)
                 path = parts.path.rstrip("/") or "/"
+                if path in probes:
+                    self._answer(path, parts.query, deadline)
+                    return
+                if not slots.acquire(blocking=False):
+                    log.warning("http: %d requests being answered, refusing one for %s", max_threads, path)
+                    self._send(*text(503, "busy\n"), deadline, path, retry=True)
+                    return
+                try:
+                    self._answer(path, parts.query, deadline)
+                finally:
+                    slots.release()
+
+            def _answer(self, path: str, query: str, deadline: float) -> None:
                 route = routes.get(path)
                 refusal = guard.check("get", path, self.headers.get("Authorization")) if guard is not None else None
                 if refusal is not None:
                     status, content_type, body = text(refusal.status, f"{refusal.message}\n")
                 elif route is None:
-                    status, content_type, body = text(404, f"no such path: {parts.path}\n")
+                    status, content_type, body = text(404, f"no such path: {path}\n")
                 else:
                     try:
-                        status, content_type, body = route(parse_qs(parts.query, keep_blank_values=True))
+                        status, content_type, body = route(parse_qs(query, keep_blank_values=True))
                     except BadRequest as exc:
                         status, content_type, body = text(400, f"{exc}\n")
                     except Exception as exc:  # a failing handler answers 500, never crashes the server
-                        log.exception("handler for %s failed", parts.path)
+                        log.exception("handler for %s failed", path)
                         status, content_type, body = text(500, f"internal error: {type(exc).__name__}\n")
+                self._send(status, content_type, body, deadline, path)
+
+            def _send(self, status: int, content_type: str, body: Body, deadline: float, path: str, *,
+                      retry: bool = False) -> None:
                 self.connection.settimeout(max(0.001, deadline - time.monotonic()))
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                if retry:
+                    self.send_header("Retry-After", "1")
                 if isinstance(body, bytes):
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
@@ -173,12 +230,12 @@ class HTTPServer:
                         self.connection.settimeout(remaining)
                         self.wfile.write(chunk)
                 except (BrokenPipeError, ConnectionResetError):
-                    log.debug("http: client of %s went away", parts.path)
+                    log.debug("http: client of %s went away", path)
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - signature is fixed
                 log.debug("http: " + format, *args)
 
-        self._server = _Server((host, port), Handler, max_threads, tls is not None)
+        self._server = _Server((host, port), Handler, Handler, limits, tls is not None)
         self.scheme = "https" if tls is not None else "http"
         self._thread: threading.Thread | None = None
 
@@ -199,4 +256,4 @@ class HTTPServer:
         self._server.server_close()
 
 
-__all__ = ["MAX_THREADS", "REQUEST_TIMEOUT", "RESPONSE_TIMEOUT", "Guard", "HTTPServer"]
+__all__ = ["HANDSHAKE_TIMEOUT", "MAX_THREADS", "REQUEST_TIMEOUT", "RESPONSE_TIMEOUT", "Guard", "HTTPServer"]

@@ -14,7 +14,8 @@ def test_the_default_profile_honours_gangs_at_every_point() -> None:
     profile = parse_config({}, CATALOG).profiles[0]
     for point in ("queueSort", "preFilter", "filter", "postFilter", "reserve", "permit"):
         assert "Coscheduling" in [r.name for r in profile.enabled(point)], point
-    assert profile.enabled("postFilter")[0].name == "Coscheduling"  # frees a failed gang before preemption
+    # Preemption first, for the whole gang; Coscheduling then fails the gang's attempt if preemption cannot help.
+    assert [r.name for r in profile.enabled("postFilter")][:2] == ["DefaultPreemption", "Coscheduling"]
     assert [r.name for r in profile.enabled("queueSort")] == ["Coscheduling"]
     # Naming another queueSort (upstream's PrioritySort, e.g. in a dump's multiPoint) replaces the default.
     for plugins in ({"queueSort": {"enabled": [{"name": "PrioritySort"}]}},

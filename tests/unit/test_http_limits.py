@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -143,14 +144,32 @@ def test_a_client_trickling_half_a_request_is_cut_off(server: HTTPServer) -> Non
     assert get(server, "/ok").status_code == 200
 
 
-def test_connections_beyond_the_thread_cap_are_refused_at_once_and_served_again_after() -> None:
-    with serving(max_threads=2, request_timeout=60) as server:  # the idle clients are not cut off during the test
-        idle = [connect(server), connect(server)]  # each holds one of the 2 threads, sending nothing
-        # Connections are accepted in order: once both idle ones are being served, another is refused.
-        poll(lambda: _status(server) == 503, 5, "a connection beyond the cap refused with 503")
-        for sock in idle:
-            sock.close()
-        poll(lambda: _status(server) == 200, 5, "the endpoints served again once the idle clients left")
+def test_connections_beyond_the_cap_while_all_are_answered_are_refused_at_once_and_served_again_after() -> None:
+    """Idle connections give way to new ones (test_probe_starvation.py); connections being answered do not: with
+    both of the 2 allowed being answered, a third is refused with 503 from the accepting thread."""
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def slow(_: Any) -> Any:
+        entered.release()
+        release.wait(10)
+        return text(200, "slow\n")
+
+    with serving(max_connections=2, request_timeout=60) as server:
+        server.route("/slow", slow)
+        callers = [threading.Thread(target=lambda: get(server, "/slow")) for _ in range(2)]
+        for caller in callers:
+            caller.start()
+        try:
+            for _ in callers:
+                assert entered.acquire(timeout=5)
+            assert _status(server) == 503
+            assert server.limits.refused >= 1
+        finally:
+            release.set()
+            for caller in callers:
+                caller.join(10)
+        poll(lambda: _status(server) == 200, 5, "the endpoints served again once the answers were taken")
 
 
 def test_idle_connections_are_cut_off_at_the_request_deadline(server: HTTPServer) -> None:

@@ -221,11 +221,18 @@ class FullCycle:
                 return WhatIf(result.status, feasible, empty, np.zeros(0), result.rejections)
             return WhatIf(result.status, feasible, rows, result.total, result.rejections)
 
-    def dry_run(self, pod: PodInfo, table: NodeTable) -> DryRun | None:
-        """PreFilter and Filter in a fresh cycle over the state as it is now (preemption's what-if runs, inside
+    def dry_run(self, pod: PodInfo, table: NodeTable, cycle: CycleState | None = None) -> DryRun | None:
+        """PreFilter and Filter over the state as it is now (preemption's what-if runs, inside
         ClusterState.simulated): the verdict, and what the filters that had something to check (not skipped by
-        their PreFilter) declare about it. None when a PreFilter turns the pod down."""
+        their PreFilter) declare about it. None when a PreFilter turns the pod down.
+
+        `cycle`: the pod's own cycle state (a PostFilter's), as upstream's SelectVictimsOnNode clones it. The
+        PreFilters run again on a clone of it: that recomputes what they derive from the cluster's pods in the
+        simulated state (upstream's AddPod/RemovePod), and a PreFilter that admits a pod once per cycle (a gang's
+        backoff) finds what it decided and keeps it. None: a fresh cycle (a pod whose cycle this is not)."""
         result = CycleResult(pod=pod, profile=self.name, nodes_total=len(table))
+        if cycle is not None:
+            result.cycle = cycle.clone()
         if not self._pre_filter(result):
             return None
         verdict = self._filter(result.cycle, pod, table, None)

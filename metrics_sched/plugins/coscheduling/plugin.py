@@ -17,7 +17,11 @@ After scheduler-plugins' Coscheduling (pkg/coscheduling) and kube-scheduler's Ga
   itself). Every member's decision record carries the gang decision.
 - Reserve / Permit: a member waits at Permit until minMember members hold a node, then all are allowed
   at once; the wait is the group's scheduleTimeoutSeconds (or `permitWaitingTimeSeconds`).
-- A failed attempt (a member's wait timed out, a member found no node, was rejected or unreserved) rejects
+- Preemption (DefaultPreemption, the PostFilter before this one) makes room for the whole gang at once or for
+  none of it: PreFilter lists the members still to place (PREEMPT_TOGETHER). Its dry runs re-run PreFilter on a
+  clone of the cycle's state, where this cycle's admission stands (the attempt may have failed since).
+- A failed attempt (a member's wait timed out, a member found no node that preemption could not help, was
+  rejected or unreserved) rejects
   every waiting member together (their Unreserve frees what they held), drops the domain, and backs the group
   off for `podGroupBackoffSeconds`; its members are woken when the backoff ends.
 - PodGroup status: Scheduling while members wait, Scheduled at the quorum, Pending after a failure.
@@ -34,6 +38,7 @@ import numpy as np
 
 from metrics_sched.framework import (
     PODS,
+    PREEMPT_TOGETHER,
     SUCCESS,
     ArgsError,
     Batchable,
@@ -55,6 +60,7 @@ from metrics_sched.framework import (
     PodInfo,
     PostFilterPlugin,
     PostFilterResult,
+    PreemptTogether,
     PreFilterPlugin,
     QueueSortPlugin,
     Reads,
@@ -167,6 +173,12 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
             return Status(Code.UNRESOLVABLE, f"pod group {key} cannot be honoured: {group.error}")
         if not group.gang:
             return Status(Code.SKIP)  # the Workload API's basic policy: members are scheduled one by one
+        known = cycle.get(_GANG)
+        if known is not None and known.key == key:
+            # This cycle admitted the pod already: preemption's dry run re-runs PreFilter on a clone of the cycle
+            # (upstream's SelectVictimsOnNode keeps the cycle's PreFilter state). The admission stands, whatever
+            # backoff the attempt's failure has set since.
+            return SUCCESS
         left = self.tracker.backoff_left(key)
         if left > 0:
             return Status(Code.UNSCHEDULABLE, f"pod group {key} failed its last attempt; backing off {left:.1f}s more")
@@ -186,7 +198,27 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
         if decision is not None:
             explain(cycle, decision.note())
         cycle.write(_GANG, GangCycle(key, group, topology_key, required, decision))
+        # In one domain when placement asks for it and no domain was chosen yet (once chosen, Filter keeps every
+        # member in it, preemption's dry runs included).
+        in_domain = decision is None and (required or (self.args.gang_placement == "Domain"
+                                                       and not self.args.fallback_to_member_by_member))
+        cycle.write(PREEMPT_TOGETHER, PreemptTogether(f"{key}", lambda: self._still_to_place(key, group, pod),
+                                                      topology_key if in_domain else None))
         return SUCCESS
+
+    def _still_to_place(self, key: GroupKey, group: PodGroup, pod: PodInfo) -> list[PodInfo]:
+        """The gang's other members a preemption for `pod` must make room for too: as many as the quorum still
+        lacks besides `pod`, schedulable (not gated), not holding a node, in queue order (priority, creation)."""
+        members = self.store.members(key)
+        live = set(members.pending) | members.bound
+        reserved = {uid for uid in self.tracker.reserved(key) if uid in live}
+        needed = group.min_member - len(reserved | members.bound) - 1
+        if needed <= 0:
+            return []
+        others = [info for uid, info in members.pending.items()
+                  if uid != pod.uid and uid not in reserved and uid not in members.gated]
+        others.sort(key=lambda info: (-info.priority, info.created, info.key))
+        return others[:needed]
 
     @staticmethod
     def _short_of(group: PodGroup, table: NodeTable) -> str:
@@ -266,6 +298,11 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
         attempt = self.tracker.attempt(gang.key)
         if attempt is not None and attempt.complete:
             return PostFilterResult(), Status(Code.UNSCHEDULABLE)  # the gang is placed; this member waits alone
+        if self.handle.cluster.nominations.get(pod.uid) is not None:
+            # Preemption (which runs first) made or is making room for the gang, this member included: its victims
+            # are still leaving. Failing the attempt now would back the gang off while that room opens.
+            return PostFilterResult(), Status(Code.UNSCHEDULABLE, f"pod group {gang.key}: member {pod.key} waits "
+                                                                  f"for the room preemption is making for it")
         # As Coscheduling: one member failing means the others very likely would, so they stop holding nodes.
         self._fail(gang.key, FailureReason.MEMBER_UNSCHEDULABLE, pod.uid, f"member {pod.key} fits no node")
         return PostFilterResult(), Status(Code.UNSCHEDULABLE,
