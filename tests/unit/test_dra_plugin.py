@@ -536,3 +536,30 @@ def test_a_claim_is_unavailable_only_where_the_other_claims_fit() -> None:
     rig.schedule(claim_pod("p", "held", "more"))
     assert message(rig, "p").startswith("0/2 nodes are available: 2 cannot allocate all claims.")
     assert rig.claims.claims[("default", "held")]["status"].get("allocation")  # not deallocated
+
+
+def test_a_leftover_extended_resource_claim_is_refused_then_deleted_and_the_pod_starts_afresh() -> None:
+    """extendeddynamicresources.go (TestPlugin extended-resource-name-with-resources-has-claim / -delete-claim): a
+    claim an earlier attempt made for the pod's extended resources and left behind refuses every node ("cannot
+    schedule extended resource claim"); PostFilter deletes it (finalizer first) and the pod is retried, with a new
+    claim, once the deletion is seen."""
+    rig = Rig(("n1",))
+    rig.add(SLICES, gpu_slice("n1", 1))
+    backing = device_class("gpu")
+    backing["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    rig.add(CLASSES, backing)
+    pod = fake_pod("x", gpus=1)
+    pod["metadata"]["uid"] = "pod-x"
+    stale = claim("x-extended-resources-old", owner="pod-x")
+    stale["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    stale["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    rig.claims.put(stale)
+    outcome = rig.schedule(pod)
+    assert outcome is not None and outcome.node is None
+    assert dict(outcome.rejections) == {"cannot schedule extended resource claim": 1}
+    assert ("default", "x-extended-resources-old") not in rig.claims.claims
+    assert [verb for verb, _ in rig.claims.writes][-2:] == ["update", "delete"]  # the finalizer, then the claim
+    drain(rig.scheduler, rig.api)
+    assert rig.api.binds == [("default/x", "n1")]
+    [created] = [body for verb, body in rig.claims.writes if verb == "create"]
+    assert created["metadata"]["name"].startswith("x-extended-resources-")

@@ -94,6 +94,8 @@ class DraIndex(ClusterIndex):
         self._waiting: dict[ClaimKey, set[str]] = {}
         self._waiter_of: dict[str, ClaimKey] = {}  # pod uid -> the claim it waits for (to forget a deleted pod)
         self._taint_rules: set[str] = set()
+        # The scheduler-made extended-resource claims (annotated), by the uid of the pod that controls each.
+        self._extended_of: dict[str, ClaimKey] = {}
         # Generations: any change of the layer; the snapshots below are rebuilt only when one moved.
         self.slices_generation = 0
         self.classes_generation = 0
@@ -134,6 +136,12 @@ class DraIndex(ClusterIndex):
             key = str(meta.get("namespace", "")), name
             old = self._claims.get(key)
             self._store(self._claims, key, event, obj)
+            owner = _extended_owner(obj)
+            if owner:
+                if event == "DELETED":
+                    self._extended_of.pop(owner, None)
+                else:
+                    self._extended_of[owner] = key
             if event == "DELETED":
                 self._claim_uids.pop(_uid(obj), None)
             else:
@@ -172,6 +180,12 @@ class DraIndex(ClusterIndex):
     def watched_claim(self, namespace: str, name: str) -> KubeObject | None:
         with self._cond:
             return self._claims.get((namespace, name))
+
+    def extended_claim_of(self, pod_uid: str) -> KubeObject | None:
+        """The extended-resource claim a scheduler made for the pod (an earlier attempt's), if the watch has one."""
+        with self._cond:
+            key = self._extended_of.get(pod_uid)
+            return None if key is None else self._claims.get(key)
 
     def taint_rule(self) -> str | None:
         """The name of a DeviceTaintRule that exists (the first by name), if any."""
@@ -345,3 +359,17 @@ def _slice_node(slice_: Mapping[str, Any] | None) -> str | None:
         return None
     spec = slice_.get("spec") or {}
     return "" if spec.get("sharedCounters") or not spec.get("nodeName") else str(spec["nodeName"])
+
+
+_EXTENDED_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+def _extended_owner(claim: Mapping[str, Any]) -> str:
+    """The uid of the pod controlling a scheduler-made extended-resource claim ("" for any other claim)."""
+    meta = claim.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(_EXTENDED_ANNOTATION) != "true":
+        return ""
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind", "Pod") == "Pod":
+            return str(ref.get("uid", ""))
+    return ""

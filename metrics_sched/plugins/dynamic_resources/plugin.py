@@ -87,6 +87,7 @@ from .allocator import (
 from .cel import SelectorCache
 from .claims import ClaimMissing, PodClaim, is_allocated, is_reserved_for, resolve_claims
 from .extended import (
+    EXTENDED_CLAIM_ANNOTATION,
     SPECIAL_CLAIM_NAME,
     class_for_resources,
     is_dra_extended_resource,
@@ -105,6 +106,7 @@ __all__ = [
 ERR_CANNOT_ALLOCATE = "cannot allocate all claims"
 ERR_NOT_AVAILABLE = "resourceclaim not available on the node"
 ERR_TIMEOUT = "timed out trying to allocate devices"
+ERR_STALE_EXTENDED = "cannot schedule extended resource claim"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 # FirstAvailableDeviceRequestMaxSize: the Score of a firstAvailable request is this minus the subrequest's index.
 _FIRST_AVAILABLE_MAX = 8
@@ -130,11 +132,13 @@ class _PodState:
     mappings: list[KubeObject] = field(default_factory=list)  # its container -> request mappings
     created: KubeObject | None = None  # that claim as PreBind created it
     written: set[str] = field(default_factory=set)  # claim UIDs PreBind reserved for this pod
+    leftover: KubeObject | None = None  # an extended-resource claim an earlier attempt made and left behind
 
     def clone(self) -> _PodState:
         return _PodState(self.claims, self.to_allocate, self.allocator, self.shape, self.extended,
                          dict(self.node_selectors), list(self.groups), self.row_group, set(self.unavailable),
-                         self.reserved, self.special, list(self.mappings), self.created, set(self.written))
+                         self.reserved, self.special, list(self.mappings), self.created, set(self.written),
+                         self.leftover)
 
     def allocation(self, table: NodeTable, node: str) -> tuple[list[KubeObject], list[dict[str, Any]] | None]:
         """The claims allocated on `node` (the pod's unallocated ones, then its extended-resource claim if the
@@ -251,6 +255,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         if not isinstance(detail, ClaimChange):
             return QueueingHint.QUEUE
         old, new = detail.old, detail.new
+        changed = new if new is not None else old
+        if changed is not None and _controlled_by(changed, pod.uid) and (
+                (changed.get("metadata") or {}).get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true":
+            return QueueingHint.QUEUE  # its own leftover extended-resource claim went or changed
         if isinstance(resolve_claims(pod, self.index), ClaimMissing):
             return QueueingHint.SKIP  # a claim of its own is missing: only its creation helps (PreEnqueue waits)
         if old is not None and is_allocated(old) and (new is None or not is_allocated(new)):
@@ -283,6 +291,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         extended = self._extended(pod)
         if not found and not extended:
             return Status(Code.SKIP)
+        leftover = self.index.extended_claim_of(pod.uid) if extended else None
         if extended:
             cycle.write(DRA_EXTENDED_RESOURCES, frozenset(extended))
         rule = self.index.taint_rule()
@@ -307,7 +316,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             allocator = Allocator(index.allocated_state(), index.classes(), self._slice_set(), self.selectors,
                                   selector_memo=self.selector_memo, rank=self._rank())
         cycle.write(_STATE, _PodState(found, tuple(to_allocate), allocator,
-                                      _shape([found[i].claim for i in to_allocate]), extended))
+                                      _shape([found[i].claim for i in to_allocate]), extended, leftover=leftover))
         return SUCCESS
 
     def _slice_set(self) -> SliceSet:
@@ -357,6 +366,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         size = table.capacity
         if state is None:
             return Filtered(np.ones(size, dtype=bool))
+        if state.leftover is not None and ((state.leftover.get("spec") or {}).get("devices") or {}).get("requests"):
+            # An earlier attempt's claim (its delete failed, or the scheduler restarted mid-bind): upstream refuses
+            # every node and PostFilter deletes it, then the pod starts afresh.
+            return Filtered.single(np.zeros(size, dtype=bool), ERR_STALE_EXTENDED)
         # Upstream's Filter sees only the nodes every earlier filter let through: a claim is unavailable (PostFilter
         # may deallocate it) and the allocator searches (a fatal error ends the attempt) on those alone.
         seen = cycle.get(FEASIBLE_BEFORE)
@@ -594,6 +607,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         if state is None or (not state.claims and not state.extended):
             return PostFilterResult(), Status.unschedulable("no new claims to deallocate")
         writer = self.handle.claim_writer
+        if state.leftover is not None and writer is not None and self.handle.may_write():
+            return PostFilterResult(), self._delete_leftover(writer, state.leftover)
         for i in sorted(state.unavailable):
             claim = self.index.claim(state.claims[i].namespace, state.claims[i].name)
             if claim is None or not is_allocated(claim):
@@ -614,6 +629,32 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             explain(cycle, f"claim {state.claims[i].key}: deallocated, its devices are not where the pod can go")
             return PostFilterResult(), Status.unschedulable("deallocation of ResourceClaim completed")
         return PostFilterResult(), Status.unschedulable("still not schedulable")
+
+    def _delete_leftover(self, writer: Any, claim: KubeObject) -> Status:
+        """deleteClaim: the delete-protection finalizer off (retried on conflicts), then the claim itself."""
+        meta = claim.get("metadata") or {}
+        namespace, name, uid = str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
+        try:
+            current: KubeObject | None = claim
+            for _ in range(_WRITE_ATTEMPTS):
+                if current is None:
+                    break
+                finalizers = (current.get("metadata") or {}).get("finalizers") or []
+                if DELETE_PROTECTION not in finalizers:
+                    break
+                body = _copy(current)
+                body["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION]
+                try:
+                    writer.update_claim(body)
+                    break
+                except ApiError as exc:
+                    if not exc.conflict:
+                        raise
+                    current = writer.get_claim(namespace, name)
+            writer.delete_claim(namespace, name, uid)
+        except ApiError as exc:
+            return Status.error(f"delete claim {namespace}/{name}: {exc}")
+        return Status.unschedulable("deletion of ResourceClaim completed")
 
     # -- PreScore / Score ----------------------------------------------------------------------------
     def pre_score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> Status:
@@ -902,3 +943,8 @@ def _binding_verdict(claim: Mapping[str, Any]) -> Status | None:
 def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A deep, mutable copy of an API object (the watched ones are shared and never changed in place)."""
     return copy.deepcopy(dict(obj))
+
+
+def _controlled_by(claim: Mapping[str, Any], uid: str) -> bool:
+    return any(ref.get("controller") and ref.get("uid") == uid
+               for ref in (claim.get("metadata") or {}).get("ownerReferences") or ())
