@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 __all__ = ["MAX_CONNECTIONS", "MAX_PER_CLIENT", "ConnectionLimits", "Ticket"]
 
 MAX_CONNECTIONS = 64
-MAX_PER_CLIENT = 8
+MAX_PER_CLIENT = 32  # a client doing 16 requests at once (a script, explain, a test) must not lose them
 
 
 @dataclass(eq=False)

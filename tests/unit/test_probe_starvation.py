@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from metrics_sched.serving import ServingCertificate
+from metrics_sched.serving.connections import MAX_PER_CLIENT
 from metrics_sched.serving.http_server import HTTPServer
 from metrics_sched.serving.route import text
 from metrics_sched.serving.self_signed import generate
@@ -94,9 +95,10 @@ def test_idle_connections_from_many_addresses_beyond_every_cap_do_not_starve_pro
 
 def test_one_client_holds_at_most_its_own_cap(tmp_path: Path) -> None:
     with serving(tmp_path, handshake_timeout=60, request_timeout=60) as server:
-        held = idle(server, 20, "127.0.0.2")
-        poll(lambda: server.limits.evicted == 12, 5, "the client's 12 oldest connections displaced")
-        assert len(server.limits) == 8
+        extra = 12
+        held = idle(server, MAX_PER_CLIENT + extra, "127.0.0.2")
+        poll(lambda: server.limits.evicted == extra, 5, f"the client's {extra} oldest connections displaced")
+        assert len(server.limits) == MAX_PER_CLIENT
         assert probe(server) == 200
         for sock in held:
             sock.close()
