@@ -197,6 +197,8 @@ def _check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     ("profiles: " + "[" * 5000 + "]" * 5000 + "\n", "cannot be read as YAML: RecursionError"),
     # Found by tests/unit/test_fuzz_config.py: a recursive alias made check_json_shaped loop forever (the
     # command hung, its memory growing), and aliases of aliases expanded exponentially ("billion laughs").
+    # Found by tests/unit/test_fuzz_config.py: a key's control characters went out raw, breaking the one line.
+    ('"a\\rb\\nc": 1\n', "a\\rb\\nc: unknown field"),
     ("metrics: &x {a: *x}\n", "metrics.a: contains itself (a recursive YAML alias)"),
     ("profiles: &p [*p]\n", "profiles[0]: contains itself"),
     ("metrics:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n"
