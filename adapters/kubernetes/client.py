@@ -355,6 +355,7 @@ class WatchStream:
         self._timeouts = timeouts
         self._failures = failures
         self._aborted = False
+        self.malformed = 0  # lines that were not a JSON object: skipped (the reflector counts them)
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Yields watch events until the server ends the stream; returns quietly after abort().
@@ -375,11 +376,11 @@ class WatchStream:
                 if rest:
                     pending.append(rest)
                 for line in lines:
-                    if line.strip():
-                        yield self._event(line)
+                    if line.strip() and (event := self._event(line)) is not None:
+                        yield event
             tail = b"".join(pending)
-            if tail.strip():
-                yield self._event(tail)
+            if tail.strip() and (event := self._event(tail)) is not None:
+                yield event
         except self._timeouts as exc:
             if not self._aborted:
                 raise WatchTimeout(None, f"WATCH {self._path}: no data within the read timeout") from exc
@@ -387,13 +388,17 @@ class WatchStream:
             if not self._aborted:
                 raise ApiError(None, f"WATCH {self._path}: {type(exc).__name__}: {exc}") from exc
 
-    def _event(self, line: bytes) -> dict[str, Any]:
+    def _event(self, line: bytes) -> dict[str, Any] | None:
+        """The line's event, or None (counted, logged) when it is not a JSON object: one bad line must not
+        end the watch, whose next lines are fine."""
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError:
-            raise ApiError(None, f"WATCH {self._path}: malformed event line") from None
+            event = None
         if not isinstance(event, dict):
-            raise ApiError(None, f"WATCH {self._path}: event is not an object")
+            self.malformed += 1
+            log.warning("WATCH %s: dropping a malformed event line (%d bytes)", self._path, len(line))
+            return None
         return event
 
     def abort(self) -> None:

@@ -367,6 +367,10 @@ def _check_shape(path: Path) -> Mapping[str, Any]:
     except yaml.YAMLError:
         # The YAML error quotes the offending text, which may be a credential.
         raise KubeConfigError(f"kubeconfig {path} is not valid YAML") from None
+    except (ValueError, RecursionError) as exc:
+        # Valid YAML that PyYAML cannot build (a date like 2024-13-45, an integer past Python's 4300 digits,
+        # nesting deeper than the recursion limit): the library would raise the same, as a traceback.
+        raise KubeConfigError(f"kubeconfig {path} cannot be read as YAML: {type(exc).__name__}") from None
     if not isinstance(doc, Mapping):
         raise KubeConfigError(f"kubeconfig {path} is not a mapping")
     for section in ("clusters", "contexts", "users"):

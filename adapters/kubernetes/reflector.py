@@ -53,6 +53,7 @@ class ReflectorStats:
     bookmarks: int = 0
     errors: int = 0
     handler_errors: int = 0
+    dropped_events: int = 0  # watch lines that were not a well-formed event: skipped, the watch went on
     resource_version: str = ""
     synced: bool = False
 
@@ -215,13 +216,17 @@ class Reflector:
                     if self._stopping.is_set():
                         return True
                     self._stream = stream
+                counted = 0  # of the stream's malformed lines, those already in the stats
                 try:
                     for event in stream.events():
                         if self._stopping.is_set():
                             break
                         received += 1
+                        self._stats.dropped_events += stream.malformed - counted
+                        counted = stream.malformed
                         self._handle(event)
                 finally:
+                    self._stats.dropped_events += stream.malformed - counted
                     with self._lock:
                         self._stream = None
         except WatchTimeout:
@@ -237,14 +242,19 @@ class Reflector:
     def _handle(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         obj = event.get("object")
-        if not isinstance(obj, dict):
-            raise ApiError(None, f"WATCH {self.path}: {kind} event without an object")
+        if kind == "ERROR" and isinstance(obj, dict):
+            raise _status_error(self.path, obj)
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata") or {}, dict):
+            # One bad event must not end the watch (restarting it would only fetch the same event again,
+            # with a backoff): it is dropped, counted, and the events after it are read.
+            self._stats.dropped_events += 1
+            log.warning("%s: dropping a malformed %r watch event (no object, or metadata not a mapping)",
+                        self.resource, str(kind)[:40])
+            return
         if kind == "BOOKMARK":
             self._stats.bookmarks += 1
             self._set_resource_version(str((obj.get("metadata") or {}).get("resourceVersion", "")))
             return
-        if kind == "ERROR":
-            raise _status_error(self.path, obj)
         if kind == "DELETED":
             deltas = self._known.delete(self._trim(obj))
         elif kind in ("ADDED", "MODIFIED"):

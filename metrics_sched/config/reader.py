@@ -70,20 +70,45 @@ def check_keys(spec: Mapping[str, Any], known: Collection[str], where: str) -> N
                               f"unknown field (expected one of: {', '.join(sorted(known))})")
 
 
+# A config holds hundreds of values; YAML aliases can make a short file expand to billions ("billion laughs"),
+# which the walk below, the config hash (json.dumps) and every reader would expand in full.
+MAX_EXPANDED_VALUES = 100_000
+
+
 def check_json_shaped(data: Mapping[str, Any]) -> None:
     """Refuses, naming the path, a mapping key anywhere in `data` that is not a string. A config is JSON-shaped
     (KubeSchedulerConfiguration is JSON): YAML's `1:`, `on:` or `~:` keys mean nothing in it, and parts read
-    later (a source's spec, plugin args) must not break the config's hash (sorted keys) before they are."""
-    stack: list[tuple[str, object]] = [("", data)]
+    later (a source's spec, plugin args) must not break the config's hash (sorted keys) before they are.
+    Refuses too what YAML aliases can build and JSON cannot: a value that contains itself (`a: &x [*x]`,
+    on which every walk would loop forever), or more than MAX_EXPANDED_VALUES values once aliases expand."""
+    expanded: dict[int, int] = {}  # a container's id -> its values counted with aliases expanded (checked once)
+    on_path: set[int] = set()  # containers being checked: meeting one again inside itself is a cycle
+    stack: list[tuple[str, object, bool]] = [("", data, False)]
     while stack:  # a loop, not recursion: YAML nests deeper than Python recurses
-        where, value = stack.pop()
+        where, value, finished = stack.pop()
+        if not isinstance(value, Mapping | list):
+            continue
+        key = id(value)
+        items = list(value.values()) if isinstance(value, Mapping) else value
+        if finished:
+            on_path.discard(key)
+            expanded[key] = 1 + sum(expanded.get(id(item), 1) for item in items)
+            if expanded[key] > MAX_EXPANDED_VALUES:
+                raise ConfigError(where, f"expands to more than {MAX_EXPANDED_VALUES} values (YAML aliases?)")
+            continue
+        if key in expanded:
+            continue  # an alias of a value already checked
+        if key in on_path:
+            raise ConfigError(where, "contains itself (a recursive YAML alias)")
+        on_path.add(key)
+        stack.append((where, value, True))
         if isinstance(value, Mapping):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise ConfigError(where, f"keys must be strings, got {key!r}")
-                stack.append((field_name(where, key), item))
-        elif isinstance(value, list):
-            stack.extend((field_name(where, i), item) for i, item in enumerate(value))
+            for name, item in value.items():
+                if not isinstance(name, str):
+                    raise ConfigError(where, f"keys must be strings, got {name!r}")
+                stack.append((field_name(where, name), item, False))
+        else:
+            stack.extend((field_name(where, i), item, False) for i, item in enumerate(value))
 
 
 def _value(spec: Mapping[str, Any], key: str, where: str, default: object) -> object:

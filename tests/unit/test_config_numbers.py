@@ -195,6 +195,15 @@ def _check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
      + "}}\n",
      "profiles[0].pluginConfig[0].args.minCandidateNodesAbsolute: must be within a 64-bit integer's range"),
     ("profiles: " + "[" * 5000 + "]" * 5000 + "\n", "cannot be read as YAML: RecursionError"),
+    # Found by tests/unit/test_fuzz_config.py: a recursive alias made check_json_shaped loop forever (the
+    # command hung, its memory growing), and aliases of aliases expanded exponentially ("billion laughs").
+    # Found by tests/unit/test_fuzz_config.py: a key's control characters went out raw, breaking the one line.
+    ('"a\\rb\\nc": 1\n', "a\\rb\\nc: unknown field"),
+    ("metrics: &x {a: *x}\n", "metrics.a: contains itself (a recursive YAML alias)"),
+    ("profiles: &p [*p]\n", "profiles[0]: contains itself"),
+    ("metrics:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+     + "".join(f"  {n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef", strict=True)),
+     "expands to more than 100000 values (YAML aliases?)"),
 ])
 def test_check_config_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
                                                 expected: str) -> None:

@@ -128,6 +128,19 @@ def test_invalid_yaml_does_not_quote_its_content(tmp_path: Path) -> None:
     assert SECRET not in str(info.value)
 
 
+@pytest.mark.parametrize("text", [
+    "current-context: 2024-13-45\n",  # a date PyYAML parses but cannot build: ValueError
+    "clusters: " + "9" * 5000 + "\n",  # an integer past Python's 4300-digit limit: ValueError
+    "[" * 3000 + "]" * 3000 + "\n",  # nesting past the recursion limit: RecursionError
+])
+def test_yaml_that_cannot_be_built_is_a_kube_config_error(tmp_path: Path, text: str) -> None:
+    # Found by tests/unit/test_fuzz_kubeconfig.py: these escaped as tracebacks, not the CLI's exit-2 line.
+    path = tmp_path / "kc"
+    path.write_text(text)
+    with pytest.raises(KubeConfigError, match="cannot be read as YAML"):
+        load(path)
+
+
 def test_token_never_appears_in_reprs(tmp_path: Path) -> None:
     config = load(write_kubeconfig(tmp_path / "kc", {"server": "https://k"}, {"token": SECRET}))
     assert SECRET not in repr(config)

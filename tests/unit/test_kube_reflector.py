@@ -267,6 +267,25 @@ def test_watch_events_are_delivered_and_the_resource_version_follows(
     assert reflector.stats().events == 4
 
 
+def test_a_malformed_watch_event_is_dropped_and_counted_and_the_watch_goes_on(
+    server: FakeApiServer, sink: RecordingSink, start_pods: Callable[..., Reflector]
+) -> None:
+    # Found by tests/unit/test_fuzz_watch_events.py: {"type": "ADDED"} (no object) ended the watch as an
+    # error, a line that was not JSON too, and metadata that was not a mapping raised AttributeError in the
+    # loop (a traceback); each time the next watch started from the same resourceVersion, after a backoff.
+    def bad_then_good(request: httpx.Request) -> httpx.Response:
+        response = server.stream([{"type": "ADDED"}, {"type": "MODIFIED", "object": {"metadata": "x"}},
+                                  {"type": "ADDED", "object": server.add("b")}], "hang")
+        server.streams[-1].lines.insert(1, b"not json\n")
+        return response
+
+    server.watch_script[PODS].append(bad_then_good)
+    reflector = start_pods()
+    wait_for(lambda: ("ADDED", "ns/b") in sink.kinds(), "the event after the bad ones")
+    stats = reflector.stats()
+    assert (stats.dropped_events, stats.errors, stats.watches) == (3, 0, 1)
+
+
 def test_bookmarks_only_advance_the_resource_version(
     server: FakeApiServer, sink: RecordingSink, start_pods: Callable[..., Reflector]
 ) -> None:
