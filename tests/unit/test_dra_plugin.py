@@ -563,3 +563,19 @@ def test_a_leftover_extended_resource_claim_is_refused_then_deleted_and_the_pod_
     assert rig.api.binds == [("default/x", "n1")]
     [created] = [body for verb, body in rig.claims.writes if verb == "create"]
     assert created["metadata"]["name"].startswith("x-extended-resources-")
+
+
+def test_malformed_dra_objects_are_dropped_or_refused_never_a_crash() -> None:
+    """Bad input (issue 44): an object not shaped like one is dropped by the index (counted); a claim whose fields
+    have the wrong types gives the pod an Error naming it, not an exception out of the cycle."""
+    rig = Rig(("n1",))
+    rig.add(CLASSES, device_class())
+    for bad in ({"metadata": None}, {"metadata": ["x"]}, {"metadata": {"name": "s"}, "spec": "nope"}, {}):
+        rig.add(SLICES, bad)
+    assert rig.index.dropped == 4
+    broken = claim("c")
+    broken["spec"]["devices"]["requests"] = [True]
+    rig.claims.put(broken)
+    outcome = rig.schedule(claim_pod("p", "c"))
+    assert outcome is not None and outcome.status.code == Code.ERROR
+    assert "malformed DRA object" in outcome.status.reason

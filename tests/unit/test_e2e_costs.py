@@ -22,7 +22,6 @@ from metrics_sched.app.cli.run_cmd import GC_THRESHOLDS, tune_gc
 from metrics_sched.audit import build_record
 from metrics_sched.audit.record import _finite_rows, _top_positions
 from metrics_sched.model.podinfo import parse_pod
-from metrics_sched.ports import ApiError
 from metrics_sched.scheduler.reporting import PodReporter
 from tests.unit.fakes import FakeAPI, pod
 from tests.unit.test_bounded_memory import realistic_results
@@ -58,9 +57,11 @@ def test_watch_lines_split_anywhere_across_chunks_decode_to_the_same_events() ->
 
 
 @pytest.mark.parametrize("line", [b"{not json", b"[1, 2]"])
-def test_a_malformed_watch_line_is_an_api_error(line: bytes) -> None:
-    with pytest.raises(ApiError, match="WATCH /api/v1/pods"):
-        watch_events([b'{"type":"ADDED","object":{}}\n', line + b"\n"])
+def test_a_malformed_watch_line_is_dropped_and_the_watch_goes_on(line: bytes) -> None:
+    """Issue 44 (bad input): a line that is not a JSON object is skipped (the stream counts it, the reflector adds it
+    to dropped_events) and the events after it still arrive; it used to end the watch with an ApiError."""
+    assert watch_events([b'{"type":"ADDED","object":{}}\n', line + b"\n", b'{"type":"DELETED","object":{}}\n']) == [
+        {"type": "ADDED", "object": {}}, {"type": "DELETED", "object": {}}]
 
 
 def test_top_positions_are_what_a_stable_argsort_begins_with() -> None:

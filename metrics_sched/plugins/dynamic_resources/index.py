@@ -10,6 +10,7 @@ Two layers above the watched claims keep two pods from getting one device:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,8 @@ from metrics_sched.framework import ApiKind, ClusterEvent, ClusterIndex, IndexCh
 
 from .allocator import AllocatedState
 from .tracker import AllocatedTracker, allocation_node
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CLAIMS", "CLASSES", "SLICES", "TAINT_RULES", "ClaimChange", "ClaimKey", "DraIndex", "NodeChanges",
            "claim_key_of", "resource_version"]
@@ -94,6 +97,7 @@ class DraIndex(ClusterIndex):
         self._waiting: dict[ClaimKey, set[str]] = {}
         self._waiter_of: dict[str, ClaimKey] = {}  # pod uid -> the claim it waits for (to forget a deleted pod)
         self._taint_rules: set[str] = set()
+        self.dropped = 0  # malformed objects the watch delivered
         # The scheduler-made extended-resource claims (annotated), by the uid of the pod that controls each.
         self._extended_of: dict[str, ClaimKey] = {}
         # Generations: any change of the layer; the snapshots below are rebuilt only when one moved.
@@ -111,7 +115,13 @@ class DraIndex(ClusterIndex):
 
     # -- watch events ------------------------------------------------------------------------------
     def on_event(self, kind: ApiKind, event: str, obj: KubeObject) -> IndexChange | None:
-        meta = obj.get("metadata") or {}
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        if not isinstance(meta, Mapping) or not meta.get("name") or not isinstance(obj.get("spec", {}), Mapping):
+            # The API server validates these objects; one that is not even shaped like one is dropped (counted),
+            # never let into the allocator's inputs.
+            self.dropped += 1
+            log.warning("dropping a malformed %s event (no name, or metadata or spec not a mapping)", kind.name)
+            return None
         name = str(meta.get("name", ""))
         with self._cond:
             if kind.resource == "resourceslices":

@@ -285,6 +285,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
     # -- PreFilter -----------------------------------------------------------------------------------
     def pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
+        try:
+            return self._pre_filter(cycle, pod)
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            # A claim or class the API server would never store (wrong types where objects belong): an Error for
+            # this pod naming the problem, never the scheduling loop's catch-all.
+            return Status.error(f"malformed DRA object for pod {pod.key}: {type(exc).__name__}: {exc}")
+
+    def _pre_filter(self, cycle: CycleState, pod: PodInfo) -> Status:
         found = resolve_claims(pod, self.index)
         if isinstance(found, ClaimMissing):
             return Status(Code.UNRESOLVABLE, found.reason)
