@@ -174,6 +174,7 @@ class _RowCache:
         self.ok = np.zeros(size, dtype=bool)
         self.results: list[list[dict[str, Any]] | None] = [None] * size
         self.values = np.full(size, np.nan)  # the worst device metric value of the row's allocation (NaN: none)
+        self.scores = np.zeros(size)  # the row's firstAvailable score (computeScore), made with its allocation
 
 
 def _shape(claims: Sequence[KubeObject]) -> str:
@@ -424,6 +425,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                             continue  # not kept: the next pod searches this node again
                         cache.ok[row], cache.results[row] = ok, results
                         cache.values[row] = self._set_value(table, row, cache.results[row])
+                        cache.scores[row] = _first_available_score(claims, results)
                         cache.valid[row] = True
                 except AllocationError as exc:
                     return Filtered(np.zeros(size, dtype=bool), {}, str(exc))
@@ -672,20 +674,16 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         return SUCCESS
 
     def score(self, cycle: CycleState, pod: PodInfo, table: NodeTable, rows: IntArray) -> FloatArray:
+        # Each row's score was made with its allocation (in Filter, once per allocation kept): a gather per group.
         state = cycle.read(_STATE)
         scores = np.zeros(rows.size, dtype=np.float64)
-        for position, row in enumerate(rows.tolist()):
-            claims, results = state.allocation(table, table.name(int(row)))
-            if not results:
-                continue
-            total = 0
-            for claim, result in zip(claims, results, strict=True):
-                # computeScore: each subrequest chosen counts once, however many devices it got.
-                chosen = {str(d.get("request", "")) for d in (result.get("devices") or {}).get("results") or ()}
-                for request, names in _first_available(claim).items():
-                    total += sum(_FIRST_AVAILABLE_MAX - i for i, sub in enumerate(names)
-                                 if f"{request}/{sub}" in chosen)
-            scores[position] = total
+        if state.row_group is None:
+            return scores
+        groups = state.row_group[rows]
+        for g, group in enumerate(state.groups):
+            at = np.flatnonzero(groups == g)
+            if at.size and group.claims:
+                scores[at] = group.cache.scores[rows[at]]
         return scores
 
     def normalize(self, scores: FloatArray) -> FloatArray:
@@ -889,6 +887,17 @@ def _claim_names(pod: PodInfo) -> set[str]:
     names |= {str(s.get("resourceClaimName")) for s in (pod.raw.get("status") or {}).get("resourceClaimStatuses")
               or () if s.get("resourceClaimName")}
     return names
+
+
+def _first_available_score(claims: Sequence[KubeObject], results: Sequence[KubeObject] | None) -> float:
+    """computeScore: over the claims' firstAvailable requests, 8 - the index of each subrequest chosen (each counts
+    once, however many devices it got)."""
+    total = 0
+    for claim, result in zip(claims, results or (), strict=False):
+        chosen = {str(d.get("request", "")) for d in (result.get("devices") or {}).get("results") or ()}
+        for request, names in _first_available(claim).items():
+            total += sum(_FIRST_AVAILABLE_MAX - i for i, sub in enumerate(names) if f"{request}/{sub}" in chosen)
+    return float(total)
 
 
 def _first_available(claim: Mapping[str, Any]) -> dict[str, list[str]]:
