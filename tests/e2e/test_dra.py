@@ -155,9 +155,14 @@ def test_a_four_gpu_claim_lands_where_four_cool_gpus_are(
     pod = _bound(api, namespace, "four")
     assert pod["spec"]["nodeName"] == nodes["four-cool"].name
     assert _gpus(api, namespace, pod) == [1, 3, 5, 7]
-    # /decisions says which devices, with each one's own temperature.
-    [record] = [d for d in decisions(scheduler[1], f"{namespace}/four") if d.get("node")]
-    [note] = [n for n in record["notes"] if "devices" in n]
+    # /decisions says which devices, with each one's own temperature (the record may reach the ring after the bind
+    # the API shows: wait for exactly the note asserted on).
+    def devices_note() -> str | None:
+        found = [n for d in decisions(scheduler[1], f"{namespace}/four") if d.get("node")
+                 for n in d.get("notes") or () if "devices" in n]
+        return found[0] if len(found) == 1 else None
+
+    note = kube.poll(devices_note, 20, "the placement's decision record with its devices")
     assert all(f"(gpu_temperature {t:g})" in note for t in (50.0, 51.0, 52.0, 53.0)), note
 
 
