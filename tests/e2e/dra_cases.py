@@ -423,6 +423,12 @@ def generate(seed: int, number: int) -> dict[str, Any]:
             extended = {"resource": EXTENDED, "count": rng.choice([1, 1, 2])}
         else:
             extended = {"resource": f"{IMPLICIT_PREFIX}%C{k}%", "count": rng.choice([1, 1, 2])}
+        # An init container asking for it too (its request reused from the main container's, or its own), or a
+        # sidecar (restartPolicy Always: long-lived, its own request): upstream's createRequestsAndMappings. From a
+        # stream of its own, so the other draws of a case are what they were before it existed.
+        init = random.Random(f"{seed}:{number}:dra-init")
+        if init.random() < 0.5:
+            extended["init"] = {"count": init.choice([1, 2, 3]), "sidecar": init.random() < 0.4}
     p0: list[dict[str, str]] = []
     for i in range(rng.choices([0, 1, 2], weights=[3, 4, 3])[0] if extended else
                    rng.choices([1, 2], weights=[7, 3])[0]):
@@ -513,6 +519,8 @@ def features(case: dict[str, Any]) -> set[str]:
         "extended resource (extendedResourceName)": (case["extended"] or {}).get("resource") == EXTENDED,
         "extended resource (implicit class name)": (case["extended"] or {}).get("resource", EXTENDED) != EXTENDED,
         "pod with an extended resource and no claim": bool(case["extended"]) and not case["pods"][0],
+        "extended resource in an init container too": bool((case["extended"] or {}).get("init")),
+        "extended resource in a sidecar too": bool(((case["extended"] or {}).get("init") or {}).get("sidecar")),
     }
     out.update(name for name, used in checks.items() if used)
     return out
@@ -651,6 +659,14 @@ class DraCopy:
             if k == 0 and self.case["extended"]:
                 name, count = self.render(self.case["extended"]["resource"]), str(self.case["extended"]["count"])
                 resources["requests"][name] = resources["limits"][name] = count
+                init = self.case["extended"].get("init")
+                if init:
+                    container: dict[str, Any] = {
+                        "name": "init", "image": body["spec"]["containers"][0]["image"],
+                        "resources": {"requests": {name: str(init["count"])}, "limits": {name: str(init["count"])}}}
+                    if init["sidecar"]:
+                        container["restartPolicy"] = "Always"
+                    body["spec"]["initContainers"] = [container]
             body["metadata"].update(namespace=self.namespace,
                                     labels={"diff": "probe", "diff-run": self.run, "diff-pod": f"p{k}"})
             out.append(body)
