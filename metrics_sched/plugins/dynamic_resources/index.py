@@ -187,10 +187,6 @@ class DraIndex(ClusterIndex):
         with self._cond:
             return self._assumed.get(key) or self._claims.get(key)
 
-    def watched_claim(self, namespace: str, name: str) -> KubeObject | None:
-        with self._cond:
-            return self._claims.get((namespace, name))
-
     def extended_claim_of(self, pod_uid: str) -> KubeObject | None:
         """The extended-resource claim a scheduler made for the pod (an earlier attempt's), if the watch has one."""
         with self._cond:

@@ -2,7 +2,7 @@
 (k8s.io/dynamic-resource-allocation/structured/internal/incubating, kube-scheduler 1.36 with default gates).
 See docs/design/dra.md §3 for the rules it follows and allocator.py for the entry point."""
 
-from metrics_sched.plugins.dynamic_resources.allocator.allocator import SHARED_SLICE_CACHE, Allocator, SliceSet
+from metrics_sched.plugins.dynamic_resources.allocator.allocator import Allocator, SliceSet
 from metrics_sched.plugins.dynamic_resources.allocator.devices import SliceCache
 from metrics_sched.plugins.dynamic_resources.allocator.errors import (
     AllocationError,
@@ -19,7 +19,6 @@ from metrics_sched.plugins.dynamic_resources.allocator.state import (
 )
 
 __all__ = [
-    "SHARED_SLICE_CACHE",
     "AllocatedState",
     "AllocationError",
     "AllocationTimeout",

@@ -21,10 +21,7 @@ from metrics_sched.plugins.dynamic_resources.allocator.search import Rank, Searc
 from metrics_sched.plugins.dynamic_resources.allocator.state import AllocatedState
 from metrics_sched.plugins.dynamic_resources.cel import SelectorCache
 
-__all__ = ["SHARED_SLICE_CACHE", "Allocator", "SliceSet"]
-
-# Parsed slices for every Allocator that is not given its own cache: a slice version is parsed once per process.
-SHARED_SLICE_CACHE = SliceCache()
+__all__ = ["Allocator", "SliceSet"]
 
 
 class SliceSet:
@@ -34,7 +31,9 @@ class SliceSet:
 
     def __init__(self, slices: Sequence[Mapping[str, Any]], slice_cache: SliceCache | None = None) -> None:
         self.slices = slices
-        self._cache = slice_cache if slice_cache is not None else SHARED_SLICE_CACHE
+        # No process-wide default: a cache outlives its scheduler, and a slice's name and version are unique per
+        # API server only (one shared across tests served one test's slices to another).
+        self._cache = slice_cache if slice_cache is not None else SliceCache()
         self._parsed: list[SliceInfo | None] = [None] * len(slices)
         self._by_pool: dict[tuple[str, str], list[int]] | None = None
         self.on_node: dict[str, list[int]] = {}
