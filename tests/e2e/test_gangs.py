@@ -176,3 +176,24 @@ def test_a_gang_lands_entirely_in_the_cold_zone(cluster: DevCluster, api: KubeAP
             out = subprocess.run([sys.executable, "-m", "metrics_sched.app.cli", "explain", f"{namespace}/w0",
                                   "--url", proc.url], capture_output=True, text=True, timeout=30)
             assert out.returncode == 0 and note in out.stdout, out.stdout + out.stderr
+
+
+def test_a_gang_that_asked_for_no_topology_binds_whole_across_two_zones(cluster: DevCluster, api: KubeAPI,
+                                                                       namespace: str) -> None:
+    # Issue 47: 4 nodes in two zones, one member's room each; no zone holds the gang of 4, both together do. A zone
+    # the group did not ask for is a preference: it binds whole across both, as Coscheduling and GangScheduling do.
+    with node_pool(cluster, 4, cpu="2", memory="8Gi", own_zones=2) as (pool, specs), \
+            schedulers(cluster, extra={"profile": gang_profile()}) as (name, procs):
+        api.post(f"{CRD_API}/namespaces/{namespace}/podgroups", {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "spread", "namespace": namespace}, "spec": {"minMember": 4}})
+        names = [f"s{i}" for i in range(4)]
+        create_members(api, namespace, names, name, labels={"scheduling.x-k8s.io/pod-group": "spread"}, cpu="2",
+                       memory="100Mi", **in_pool(pool))
+        placed = kube.poll(lambda: (b := bound(api, namespace)) and len(b) == 4 and b, 60, "the gang bound")
+        assert sorted(placed.values()) == sorted(s.name for s in specs)
+        # One attempt placed them all, and the gang's decision says why it is not in one zone.
+        assert metric(procs[0], "metrics_sched_gang_wait_duration_seconds_count", 'outcome="scheduled"') == 1
+        notes = {n for d in decisions(procs[0], f"{namespace}/s0") for n in d.get("notes", ())
+                 if n.startswith(f"gang {namespace}/spread")}
+        assert any("no topology.kubernetes.io/zone domain can hold the 4 members" in n for n in notes), notes

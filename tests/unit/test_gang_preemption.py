@@ -31,8 +31,11 @@ def full_nodes(scheduler: Scheduler, api: FakeAPI, count: int, victims: int = 4)
             api.add_pod(bound(f"train-{i}-{j}", f"n{i}"))
 
 
-def group(name: str, min_member: int) -> dict[str, Any]:
-    return {"metadata": {"namespace": "default", "name": name, "uid": f"uid-{name}",
+def group(name: str, min_member: int, topology_key: str | None = None) -> dict[str, Any]:
+    """A PodGroup; with `topology_key`, one that requires a domain of it (the metrics-sched.io/topology-key
+    annotation: without it, a domain is only a preference)."""
+    annotations = {"metrics-sched.io/topology-key": topology_key} if topology_key else {}
+    return {"metadata": {"namespace": "default", "name": name, "uid": f"uid-{name}", "annotations": annotations,
                          "creationTimestamp": "2026-12-01T10:00:00Z"},
             "spec": {"minMember": min_member}}
 
@@ -97,8 +100,8 @@ def test_a_gang_that_preemption_cannot_make_room_for_whole_preempts_nothing() ->
 
 def test_a_gang_placed_in_one_zone_preempts_in_the_one_zone_that_holds_it_whole() -> None:
     """Zone a's victims are cheaper by upstream's criteria (priority -10), but its 2 nodes hold only 2 members;
-    member by member, preemption would evict in both zones and the gang then fits no single zone (Coscheduling
-    places it in one: gangPlacement Domain, the default). The plan tries zone a, then zone b, which holds all."""
+    member by member, preemption would evict in both zones and the gang then fits no single zone (the group
+    requires one zone: its topology-key annotation). The plan tries zone a, then zone b, which holds all."""
     scheduler, api, preemptor = make()
     zone = "topology.kubernetes.io/zone"
     for name, zone_name, priority in (("a-0", "a", -10), ("a-1", "a", -10), ("b-0", "b", 0), ("b-1", "b", 0),
@@ -106,7 +109,7 @@ def test_a_gang_placed_in_one_zone_preempts_in_the_one_zone_that_holds_it_whole(
         scheduler.handlers.on_node_event("ADDED", node(name, cpu="4", memory="16Gi", labels={zone: zone_name}))
         for j in range(4):
             api.add_pod(bound(f"train-{name}-{j}", name, priority=priority))
-    scheduler.handlers.on_object_event(KIND, "ADDED", group("pg", 3))
+    scheduler.handlers.on_object_event(KIND, "ADDED", group("pg", 3, topology_key=zone))
     for i in range(3):
         api.add_pod(gang_member(f"m{i}", "pg"))
     run_until(scheduler, lambda: len(members(api, ["m0", "m1", "m2"])) == 3, timeout=60)

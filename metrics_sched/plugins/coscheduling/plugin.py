@@ -13,8 +13,10 @@ After scheduler-plugins' Coscheduling (pkg/coscheduling) and kube-scheduler's Ga
   (the Workload API's topologyConstraints, the PodGroup annotation `metrics-sched.io/topology-key`, or this
   plugin's `topologyKey`) that holds every member still to place and scores best on the profile's weighted
   objective (placement.py, beside it); Filter then keeps every member in that domain. No domain holds
-  them all: the attempt fails, unless `fallbackToMemberByMember` (and the group did not ask for the key
-  itself). Every member's decision record carries the gang decision.
+  them all: the gang is placed across domains, member by member, as Coscheduling and kube-scheduler's
+  GangScheduling place it (a domain nobody asked for is a preference, not a requirement); the attempt fails
+  only when the group named the key itself (the Workload API's topologyConstraints, the annotation) or with
+  `fallbackToMemberByMember: false`. Every member's decision record carries the gang decision.
 - Reserve / Permit: a member waits at Permit until minMember members hold a node, then all are allowed
   at once; the wait is the group's scheduleTimeoutSeconds (or `permitWaitingTimeSeconds`).
 - Preemption (DefaultPreemption, the PostFilter before this one) makes room for the whole gang at once or for
@@ -111,8 +113,10 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
         # Domain: a gang goes to the one domain that holds it and scores best; MemberByMember: each member where
         # it scores best (as Coscheduling does), unless its group names a topology key itself.
         gang_placement: Literal["Domain", "MemberByMember"] = "Domain"
-        # No domain holds the whole gang: place it member by member (across domains) instead of failing.
-        fallback_to_member_by_member: bool = False
+        # No domain holds the whole gang: place it member by member (across domains) instead of failing, unless
+        # the group named the key itself. On by default: a gang that asked for no topology must not stay Pending
+        # for want of a zone that holds it all while the cluster has room (Coscheduling would place it).
+        fallback_to_member_by_member: bool = True
 
         def validate(self) -> None:
             if not 0 < self.permit_waiting_time_seconds <= 900:
@@ -264,7 +268,7 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
                                         f"no feasible node carries {gang.topology_key}: placed by score alone")
             elif self.args.fallback_to_member_by_member and not gang.required:
                 decision = GangDecision(key, gang.topology_key, None, pod.key,
-                                        f"{choice.explain()}; fallbackToMemberByMember places it across domains")
+                                        f"{choice.explain()}; placed across domains (the group did not require one)")
             else:
                 self._fail(key, FailureReason.NO_DOMAIN, pod.uid, choice.explain())
                 return None, Status(Code.UNSCHEDULABLE, f"pod group {key}: {choice.explain()}")
