@@ -59,7 +59,7 @@ lint: deps-python
 	@$(BIN)/lint-imports
 	@$(PY) grafana/build_configmap.py --check
 
-demo: deps control-plane
+demo: deps
 	@$(BIN)/metrics-sched demo
 
 bench-quick: deps control-plane

@@ -8,6 +8,12 @@ Binaries land in <cache>/bin/<name>-v<version>/; a finished build leaves a stamp
 with everything present only checks files. kube-controller-manager is built in the kubernetes wrapper
 module (one module graph, one `go mod tidy`) but lands in a bin dir of its own, so a cache that already
 holds kube-apiserver and kube-scheduler only has to compile it.
+
+A caller names the binaries it needs (`ensure_built(need=...)`): the dev cluster builds what it starts (the demo
+needs neither kube-scheduler nor helm, which took minutes of a cold first run), `make control-plane` builds
+everything. Wrapper modules build side by side, two at a time on a machine with two cores or more: `go build`
+compiles a module's packages in parallel already, but each binary's link is one long single-threaded step that
+the other build's compiling overlaps. Progress lines count the packages still to compile and the time left.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcluster.paths import cache_dir, repo_root
-from devcluster.progress import Progress
+from devcluster.progress import Progress, format_seconds
 from devcluster.versions import Versions, load_versions
 
 STAMP = ".complete"
@@ -66,10 +73,16 @@ class Component:
     def binary(self, name: str) -> Path:
         return self.bin_dir / name
 
-    def is_built(self) -> bool:
-        return (self.bin_dir / STAMP).is_file() and all(
-            os.access(self.bin_dir / binary, os.X_OK) for _, binary in self.tools
-        )
+    def is_built(self, need: Collection[str] | None = None) -> bool:
+        """Whether the binaries in `need` (default: all of its tools) are built."""
+        return not self.missing(need)
+
+    def missing(self, need: Collection[str] | None = None) -> list[tuple[str, str]]:
+        """Its tools (package, binary) in `need` (default: all) that a finished build has not left in bin_dir."""
+        wanted = [(package, binary) for package, binary in self.tools if need is None or binary in need]
+        if not (self.bin_dir / STAMP).is_file():
+            return wanted
+        return [(package, binary) for package, binary in wanted if not os.access(self.bin_dir / binary, os.X_OK)]
 
     def go_mod(self) -> str:
         lines = [f"module metrics-sched.local/{self.module or self.name}", "", "go 1.26.0", ""]
@@ -217,7 +230,10 @@ def _helm_kube_ldflags(component: Component, build_dir: Path, env: dict[str, str
                  for part, value in (("Major", major), ("Minor", minor)))
 
 
-def _build_component(component: Component, versions: Versions, progress: Callable[[str], None]) -> None:
+def _build_component(component: Component, versions: Versions, progress: Callable[[str], None],
+                     tools: Sequence[tuple[str, str]] | None = None) -> None:
+    """Builds `tools` (default: all of the component's) into its bin dir, keeping the binaries already there."""
+    tools = list(component.tools if tools is None else tools)
     env = _go_env(versions)
     build_dir = component.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -232,16 +248,22 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
     out_dir = component.bin_dir.with_name(component.bin_dir.name + ".partial")
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    names = ", ".join(binary for _, binary in component.tools)
+    building = {binary for _, binary in tools}
+    if (component.bin_dir / STAMP).is_file():  # an earlier build's other binaries stay
+        for _, binary in component.tools:
+            if binary not in building and (component.bin_dir / binary).is_file():
+                shutil.copy2(component.bin_dir / binary, out_dir / binary)
+    names = ", ".join(binary for _, binary in tools)
     progress(f"{component.name} v{component.version}: compiling {names} (go build, cached packages reused)")
     ldflags = component.ldflags
     if component.name == "helm":
         ldflags += _helm_kube_ldflags(component, build_dir, env)
-    for package, binary in component.tools:
+    for package, binary in tools:
         # One binary at a time, named explicitly: go would call go.etcd.io/etcd/server/v3 "server".
         cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *ldflags)),
                "-o", str(out_dir / binary), package]
-        _stream_build(cmd, build_dir, env, component, progress)
+        _stream_build(cmd, build_dir, env, f"{component.name}: {binary}", _stale(package, build_dir, env),
+                      progress)
 
     if component.name == "kwok":
         _write_kwok_stages(build_dir, env, out_dir)
@@ -250,17 +272,38 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
     out_dir.rename(component.bin_dir)
 
 
-def _stream_build(
-    cmd: list[str], cwd: Path, env: dict[str, str], component: Component, progress: Callable[[str], None]
-) -> None:
-    """Runs go build -v, reporting every 15 s how many packages it has compiled."""
+def _stale(package: str, cwd: Path, env: dict[str, str]) -> int | None:
+    """How many packages `go build` of `package` will compile (those the build cache does not hold), or None when
+    go cannot say: the denominator of the progress lines."""
+    proc = subprocess.run([_go(), "list", "-deps", "-f", "{{if .Stale}}{{.ImportPath}}{{end}}", package], cwd=cwd,
+                          env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    return sum(1 for line in proc.stdout.splitlines() if line.strip())
+
+
+def remaining(done: int, total: int | None, elapsed: float) -> str:
+    """"120 of 1,843 packages, ~6m10s left" (the rate so far), or "120 packages so far" without a total."""
+    if not total:
+        return f"{done} packages so far"
+    done = min(done, total)
+    if done == 0 or elapsed <= 0:
+        return f"{done} of {total:,} packages"
+    left = (total - done) * elapsed / done
+    return f"{done:,} of {total:,} packages, ~{format_seconds(left)} left"
+
+
+def _stream_build(cmd: list[str], cwd: Path, env: dict[str, str], what: str, total: int | None,
+                  progress: Callable[[str], None]) -> None:
+    """Runs go build -v, reporting every 15 s how many of its packages it has compiled and the time left."""
+    started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     done = threading.Event()
 
     def report() -> None:
         while not done.wait(15):
-            progress(f"{component.name}: still compiling, {len(lines)} packages so far")
+            progress(f"{what}: compiling, {remaining(len(lines), total, time.monotonic() - started)}")
 
     reporter = threading.Thread(target=report, daemon=True)
     reporter.start()
@@ -271,7 +314,7 @@ def _stream_build(
     done.set()
     if code != 0:
         errors = [line for line in lines if not re.fullmatch(r"[\w./~-]+", line)]
-        raise BuildError(f"go build of {component.name} failed (exit {code}):\n" + "\n".join(errors[-60:]))
+        raise BuildError(f"go build of {what} failed (exit {code}):\n" + "\n".join(errors[-60:]))
 
 
 def _write_kwok_stages(build_dir: Path, env: dict[str, str], out_dir: Path) -> None:
@@ -304,8 +347,10 @@ def helm_binary(versions: Versions | None = None) -> Path:
     return found[0].binary("helm")
 
 
-def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | None = None) -> ControlPlaneBinaries:
-    """Builds whatever is missing; with everything present it only checks a few files.
+def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | None = None,
+                 need: Collection[str] | None = None) -> ControlPlaneBinaries:
+    """Builds whatever is missing of `need` (binary names; default: every binary, helm included); with them
+    present it only checks a few files.
 
     `kubernetes` picks one of the versions deploy/local/versions.toml lists (default: $METRICS_SCHED_KUBERNETES,
     else its `kubernetes`); each version has its own wrapper module and bin dir, so switching rebuilds nothing.
@@ -315,15 +360,20 @@ def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | 
         versions = load_versions(kubernetes=kubernetes)
     except ValueError as exc:
         raise BuildError(str(exc)) from None
-    if not force and all(c.is_built() for c in components(versions, with_staging=False)):
-        progress(f"all present in {cache_dir() / 'bin'} (kubernetes v{versions.kubernetes}, "
-                 f"etcd v{versions.etcd}, kwok v{versions.kwok}, helm v{versions.helm})")
+    if not force and all(c.is_built(need) for c in components(versions, with_staging=False)):
+        if need is None:
+            progress(f"all present in {cache_dir() / 'bin'} (kubernetes v{versions.kubernetes}, "
+                     f"etcd v{versions.etcd}, kwok v{versions.kwok}, helm v{versions.helm})")
         return binaries(versions)
     # Two builds at once (`make test` beside an e2e run of another checkout, both sharing this cache) would
     # rename each other's `.partial` dirs away: one builds, the other waits and then finds it all built.
     with _build_lock(progress):
-        _build_missing(versions, force, progress)
+        _build_missing(versions, force, progress, need)
     return binaries(versions)
+
+
+# What the dev cluster starts without kube-scheduler (the demo's and most tests' clusters).
+CLUSTER_BINARIES = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kwok"})
 
 
 @contextlib.contextmanager
@@ -342,17 +392,30 @@ def _build_lock(progress: Callable[[str], None]) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _build_missing(versions: Versions, force: bool, progress: Callable[[str], None]) -> None:
-    missing = [c for c in components(versions, with_staging=False) if force or not c.is_built()]
-    if not missing:
+def _build_missing(versions: Versions, force: bool, progress: Callable[[str], None],
+                   need: Collection[str] | None = None) -> None:
+    plan = [(c, list(c.tools) if force else c.missing(need)) for c in components(versions, with_staging=False)]
+    needed = {c.name: tools for c, tools in plan if tools}
+    if not needed:
         return
     _go()
-    needed = {c.name for c in missing}
-    with_staging = any(c.upstream == "k8s.io/kubernetes" for c in missing)
+    with_staging = any(c.upstream == "k8s.io/kubernetes" for c, tools in plan if tools)
+    # Components sharing a wrapper module build one after the other (one go.mod, one tidy); modules in parallel.
+    by_module: dict[Path, list[Component]] = {}
     for component in components(versions, with_staging=with_staging):
         if component.name in needed:
-            _build_component(component, versions, progress)
+            by_module.setdefault(component.build_dir, []).append(component)
+
+    def build(group: list[Component]) -> None:
+        for component in group:
+            _build_component(component, versions, progress, needed[component.name])
             progress(f"{component.name} v{component.version}: ready in {component.bin_dir}")
 
+    groups = sorted(by_module.values(), key=lambda g: -sum(len(needed[c.name]) for c in g))
+    with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1, len(groups)))) as pool:
+        for future in [pool.submit(build, group) for group in groups]:
+            future.result()  # the first failure raises (the other build still finishes first)
 
-__all__ = ["BuildError", "ControlPlaneBinaries", "binaries", "ensure_built", "helm_binary", "repo_root"]
+
+__all__ = ["CLUSTER_BINARIES", "BuildError", "ControlPlaneBinaries", "binaries", "ensure_built", "helm_binary",
+           "remaining", "repo_root"]

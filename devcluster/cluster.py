@@ -25,7 +25,7 @@ import httpx
 import yaml
 
 from devcluster import custom_metrics_api, dra, pod_group_crd, prometheus
-from devcluster.build import ControlPlaneBinaries, ensure_built
+from devcluster.build import CLUSTER_BINARIES, ControlPlaneBinaries, ensure_built
 from devcluster.certs import ClusterPKI, generate_pki
 from devcluster.heartbeats import NodeHeartbeats
 from devcluster.kubeapi import Credentials, KubeAPI, KubeAPIError, tls_context
@@ -206,7 +206,12 @@ class DevCluster:
         raise AssertionError("unreachable")
 
     def _start(self) -> Endpoints:
-        self._bins = ensure_built(quiet=self.quiet, kubernetes=self.kubernetes)
+        # Only what this cluster starts: a demo needs neither kube-scheduler nor helm (start_kube_scheduler
+        # builds it when a test asks for it).
+        need = set(CLUSTER_BINARIES) | ({"kube-scheduler"} if self.with_kube_scheduler else set())
+        if not self.with_controller_manager:
+            need.discard("kube-controller-manager")
+        self._bins = ensure_built(quiet=self.quiet, kubernetes=self.kubernetes, need=need)
         # The emulator serves metrics.k8s.io and the Custom Metrics APIs with the same certificate, under its
         # Service's name.
         self._pki = pki = generate_pki(self.run_dir / "pki",
@@ -476,6 +481,7 @@ class DevCluster:
         `feature_gates` are turned on (a flag only: KubeSchedulerConfiguration has no field for them).
         `leader_election`: its leaderElection section (default: none, it schedules at once)."""
         assert self.endpoints is not None and self._bins is not None and self._pki is not None
+        ensure_built(quiet=self.quiet, kubernetes=self.kubernetes, need={"kube-scheduler"})  # a file check once built
         port = free_port()
         config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
