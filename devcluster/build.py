@@ -262,8 +262,7 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
         # One binary at a time, named explicitly: go would call go.etcd.io/etcd/server/v3 "server".
         cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *ldflags)),
                "-o", str(out_dir / binary), package]
-        _stream_build(cmd, build_dir, env, f"{component.name}: {binary}", _stale(package, build_dir, env),
-                      progress)
+        _stream_build(cmd, build_dir, env, binary, _stale(package, build_dir, env), progress)
 
     if component.name == "kwok":
         _write_kwok_stages(build_dir, env, out_dir)
@@ -275,8 +274,9 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
 def _stale(package: str, cwd: Path, env: dict[str, str]) -> int | None:
     """How many packages `go build` of `package` will compile (those the build cache does not hold), or None when
     go cannot say: the denominator of the progress lines."""
-    proc = subprocess.run([_go(), "list", "-deps", "-f", "{{if .Stale}}{{.ImportPath}}{{end}}", package], cwd=cwd,
-                          env=env, capture_output=True, text=True)
+    # -trimpath as the build has it: the cache keys differ with it, and go list would call every package stale.
+    proc = subprocess.run([_go(), "list", "-trimpath", "-deps", "-f", "{{if .Stale}}{{.ImportPath}}{{end}}",
+                           package], cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         return None
     return sum(1 for line in proc.stdout.splitlines() if line.strip())
