@@ -31,7 +31,7 @@ _GROUP_AT_LEAST = 3
 class Field:
     """One row: a dotted path (`[]` steps into a list's items, `<name>` into a map's values), its schema."""
 
-    __slots__ = ("path", "schema", "keys")
+    __slots__ = ("keys", "path", "schema")
 
     def __init__(self, path: str, schema: Schema, keys: tuple[str, ...] = ()) -> None:
         self.path = path
@@ -146,7 +146,7 @@ def _type_cell(schema: Schema) -> str:
     text = " or ".join("list" if k == "array" else k for k in kinds) or "any"
     low, high = schema.get("minimum"), schema.get("maximum")
     if low is not None and high is not None:
-        text += f", {low}–{high}"
+        text += f", {low}\N{EN DASH}{high}"
     elif low is not None:
         text += f", ≥ {low}"
     if schema.get("maxItems") == 0:
