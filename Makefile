@@ -58,6 +58,7 @@ lint: deps-python
 	@$(BIN)/mypy --strict metrics_sched adapters devcluster
 	@$(BIN)/lint-imports
 	@$(PY) grafana/build_configmap.py --check
+	@$(PY) -m metrics_sched.config.reference --check docs/configuration.md
 
 demo: deps control-plane
 	@$(BIN)/metrics-sched demo
