@@ -200,8 +200,8 @@ _UPSTREAM_ONLY = "Accepted for KubeSchedulerConfiguration compatibility."
 _TOP: Schema = _obj({
     "apiVersion": _str("Either; the rest of the file is read the same way.", "metrics-sched.io/v1alpha1",
                        enum=("metrics-sched.io/v1alpha1", "kubescheduler.config.k8s.io/v1")),
-    "kind": _str("Either; the rest of the file is read the same way.", "MetricsSchedulerConfiguration", enum=("MetricsSchedulerConfiguration",
-                                                            "KubeSchedulerConfiguration")),
+    "kind": _str("Either; the rest of the file is read the same way.", "MetricsSchedulerConfiguration",
+                 enum=("MetricsSchedulerConfiguration", "KubeSchedulerConfiguration")),
     "parallelism": _int("Bind workers (upstream: parallelism of the scheduling algorithm). Same as bindWorkers.",
                         64, minimum=1, maximum=128),
     "bindWorkers": _int("Concurrent bind calls, and as many Scheduled/FailedScheduling event writes.", 64, minimum=1,
