@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.bounded_answer import DEFAULT_MAX_RESPONSE_BYTES
 from metrics_sched.app.cli import build_parser
 from metrics_sched.config import DEFAULT_PLUGINS
 from metrics_sched.config.durations import parse_duration
@@ -202,6 +203,8 @@ def field_lookup() -> dict[str, object]:
     for name, values in by_arg.items():
         if len(values) == 1 and name not in out and name not in by_leaf:
             out[name] = next(iter(values))
+    # The one source field every adapter shares with the same default (adapters/bounded_answer.py).
+    out["maxResponseBytes"] = DEFAULT_MAX_RESPONSE_BYTES
     return out
 
 
@@ -225,7 +228,7 @@ def plugin_defaults() -> dict[str, dict[str, object]]:
     return out
 
 
-_BYTES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+_BYTES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
 def same_value(stated: str, default: object) -> bool | None:
@@ -237,14 +240,15 @@ def same_value(stated: str, default: object) -> bool | None:
         words = {"true": True, "on": True, "false": False, "off": False}
         return None if text.lower() not in words else words[text.lower()] is default
     if isinstance(default, int | float):
-        match = re.fullmatch(r"([\d,_]+(?:\.\d+)?)\s*(Ki|Mi|Gi)?", text)
+        match = re.fullmatch(r"([\d,_]+(?:\.\d+)?)\s*(KiB|MiB|GiB|Ki|Mi|Gi)?", text)
         if not match:
             return None
         number = float(match.group(1).replace(",", "").replace("_", "")) * _BYTES.get(match.group(2) or "", 1)
         return number == float(default)
     if isinstance(default, str) and re.fullmatch(r"[\d.]+(ns|us|µs|ms|s|m|h)", default):
         try:
-            return parse_duration(text.replace(" ", ""), "stated") == parse_duration(default, "default")
+            seconds = parse_duration(text.replace(" ", "").replace("min", "m"), "stated")
+            return seconds == parse_duration(default, "default")
         except ConfigError:
             try:
                 return float(text.rstrip("s ")) == parse_duration(default, "default")
@@ -257,7 +261,7 @@ def same_value(stated: str, default: object) -> bool | None:
 
 # A backticked field, then within the same clause "default", "defaults to", "default:" and the value.
 _STATED = re.compile(r"`([A-Za-z][\w.<>\[\]]*)`([^`.;|\n]{0,80}?)\bdefaults?\b(?:\s+(?:is|of|to|here))?\s*[:=]?\s*"
-                     r"\(?(`[^`]+`|[^\s,;)]+)")
+                     r"\(?(`[^`]+`|\d[\d.,]*(?:\s?(?:KiB|MiB|GiB|Ki|Mi|Gi|ms|s|min|m|h)\b)?|[^\s,;)]+)")
 
 
 # A backticked field with its value in parentheses right after it: "`leaseDuration` (15 s)".
@@ -316,6 +320,12 @@ def test_the_default_finder_reads_the_phrasings_the_docs_use(tmp_path: Path) -> 
     assert same_value(stated["audit.ringSize"], lookup["audit.ringSize"]) is False
     assert same_value("5m", lookup["cacheCompareInterval"]) is True
     assert same_value("100Mi", lookup["audit.file.maxBytes"]) is True
+    page.write_text("`maxResponseBytes` (default 64 MiB, after decompression); "
+                    "`cacheCompareInterval` defaults to 5 min.")
+    stated = dict(default_statements(page))
+    assert stated == {"maxResponseBytes": "64 MiB", "cacheCompareInterval": "5 min"}
+    assert same_value(stated["maxResponseBytes"], lookup["maxResponseBytes"]) is True
+    assert same_value(stated["cacheCompareInterval"], lookup["cacheCompareInterval"]) is True
 
 
 def test_the_default_plugins_listed_are_the_loaders() -> None:
