@@ -5,6 +5,8 @@ specifier allows, every locked version carries hashes, and the base image is pin
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -121,3 +123,23 @@ def test_the_containerfile_pins_its_base_and_installs_only_hashed_packages() -> 
             # Either from a lock with hashes, or the project's own wheel without resolving anything.
             assert "--require-hashes" in command or ("--no-deps" in command and ".whl" in command), command
     assert "requirements.lock" in text and "build-requirements.lock" in text
+
+
+def _tools_only(tmp_path: Path, names: tuple[str, ...]) -> str:
+    """A PATH holding only these commands (no container engine)."""
+    for name in names:
+        found = shutil.which(name)
+        assert found, name
+        (tmp_path / name).symlink_to(found)
+    return str(tmp_path)
+
+
+def test_make_image_without_a_container_engine_says_so_and_exits_2(tmp_path: Path) -> None:
+    path = _tools_only(tmp_path, ("bash", "sed", "head", "dirname"))
+    done = subprocess.run(["bash", str(IMAGE / "build.sh")], env={"PATH": path}, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 2
+    assert "no container engine" in done.stderr and "podman" in done.stderr
+    forced = subprocess.run(["bash", str(IMAGE / "build.sh")], env={"PATH": path, "ENGINE": "podman"},
+                            capture_output=True, text=True, timeout=30)
+    assert forced.returncode == 2 and "ENGINE=podman cannot build here" in forced.stderr
