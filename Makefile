@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # cluster, while the other takes the unit tier. 0: one process, no xdist.
 TEST_WORKERS ?= 2
 
-.PHONY: deps deps-system deps-python control-plane test test-unit test-e2e test-matrix lint demo bench bench-quick clean
+.PHONY: deps deps-system deps-python control-plane test test-unit test-e2e test-matrix lint demo bench bench-quick image clean
 
 deps: deps-system deps-python
 
@@ -58,6 +58,7 @@ lint: deps-python
 	@$(BIN)/mypy --strict metrics_sched adapters devcluster
 	@$(BIN)/lint-imports
 	@$(PY) grafana/build_configmap.py --check
+	@$(PY) -m metrics_sched.config.reference --check docs/configuration.md
 
 demo: deps
 	@$(BIN)/metrics-sched demo
@@ -67,6 +68,11 @@ bench-quick: deps control-plane
 
 bench: deps control-plane
 	@$(PY) -m bench.run
+
+# The scheduler's image from deploy/Containerfile (base pinned by digest, dependencies from deploy/image/*.lock
+# with hashes), with podman, buildah or docker where one can build; else a message and exit 2. IMAGE=name:tag.
+image:
+	@deploy/image/build.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,7 @@ up to 95 °C. Telemetry (the scenario's other values, unchanged) is fed fresh at
 
 Contenders, on the same timeline:
 - without the rebalancer: the pods stay where they were placed;
-- with the rebalancer (REBALANCE, the README's example rule and limits), at the default margin (10 points) and
+- with the rebalancer (REBALANCE, docs/rebalancing.md's example rule and limits), at the default margin (10 points) and
   at 5: a tick per step through the real Rebalancer and RebalanceRunner; an eviction deletes the pod, its owner
   re-creates it at once and metrics-sched places the replacement (the same profile, so a hot node is filtered
   for it).

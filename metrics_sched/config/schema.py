@@ -105,9 +105,10 @@ _PLUGIN_CONFIG = _obj({
              "description": "The plugin's args; upstream's apiVersion/kind wrapper is accepted and stripped. Args of "
                             "upstream plugins metrics-sched lacks are ignored with a warning."},
 }, required=("name",), nullable=False)
-_PERCENTAGE = _int("Share of feasible nodes to score. Accepted; metrics-sched scores every feasible node (100) "
-                   "because sampling loses telemetry-driven quality: values below 100 are warned as having no "
-                   "effect yet. 0 means the default.", 0, minimum=0, maximum=100)
+_PERCENTAGE = _int("Share of the feasible nodes scored (at least 100 nodes, taken round-robin as kube-scheduler "
+                   "samples); below 100 is warned, as telemetry-driven scores lose much of their value on a sample. "
+                   "0 (upstream's adaptive default) means 100: every feasible node is scored.", 0, minimum=0,
+                   maximum=100)
 _PROFILE = _obj({
     "schedulerName": _str("Pods with this spec.schedulerName are scheduled by this profile.", "metrics-sched"),
     "percentageOfNodesToScore": _PERCENTAGE,
@@ -148,7 +149,8 @@ _SERVER = _obj({
 }, "The HTTPS endpoint (/healthz /readyz /livez /metrics /decisions /sources /values /status /debug).")
 
 _CLIENT_CONNECTION = _obj({
-    "kubeconfig": _str("kubeconfig file (the --kubeconfig flag wins); empty: the in-cluster service account.", ""),
+    "kubeconfig": _str("kubeconfig file (the --kubeconfig flag wins); empty: the in-cluster service account in a pod, "
+                       "else $KUBECONFIG, else ~/.kube/config.", ""),
     "qps": _num("Client-side request rate limit; 0: none.", 0, minimum=0),
     "burst": _int("Client-side burst; 0: none.", 0, minimum=0),
     "contentType": _str("Only application/json is spoken; protobuf is accepted with a warning and JSON used.",
@@ -181,10 +183,11 @@ _REBALANCE = _obj({
         "cooldown": _duration("A pod's owner is not evicted again meanwhile.", "1800s"),
     }),
     "podSelector": _obj({
-        "matchLabels": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        "matchLabels": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
+                        "description": "Labels a pod must carry (ANDed with matchExpressions)."},
         "matchExpressions": _list(_obj({
             "key": _str("A label key."),
-            "operator": _str("", enum=("In", "NotIn", "Exists", "DoesNotExist")),
+            "operator": _str("How the label's value is matched.", enum=("In", "NotIn", "Exists", "DoesNotExist")),
             "values": _list(_str(""), "Some for In/NotIn, none for Exists/DoesNotExist."),
         }, required=("key", "operator"), nullable=False), "Requirements, ANDed with matchLabels."),
     }, "A LabelSelector: pods it matches are movable besides those this scheduler placed."),
@@ -195,17 +198,18 @@ _REBALANCE = _obj({
 _UPSTREAM_ONLY = "Accepted for KubeSchedulerConfiguration compatibility."
 
 _TOP: Schema = _obj({
-    "apiVersion": _str("", "metrics-sched.io/v1alpha1",
+    "apiVersion": _str("Either; the rest of the file is read the same way.", "metrics-sched.io/v1alpha1",
                        enum=("metrics-sched.io/v1alpha1", "kubescheduler.config.k8s.io/v1")),
-    "kind": _str("", "MetricsSchedulerConfiguration", enum=("MetricsSchedulerConfiguration",
-                                                            "KubeSchedulerConfiguration")),
+    "kind": _str("Either; the rest of the file is read the same way.", "MetricsSchedulerConfiguration",
+                 enum=("MetricsSchedulerConfiguration", "KubeSchedulerConfiguration")),
     "parallelism": _int("Bind workers (upstream: parallelism of the scheduling algorithm). Same as bindWorkers.",
                         64, minimum=1, maximum=128),
-    "bindWorkers": _int("Concurrent binds.", 64, minimum=1, maximum=128),
+    "bindWorkers": _int("Concurrent bind calls, and as many Scheduled/FailedScheduling event writes.", 64, minimum=1,
+                        maximum=128),
     "leaderElection": _LEADER_ELECTION,
     "clientConnection": _CLIENT_CONNECTION,
-    "enableProfiling": _bool("Serve /debug/pprof and /debug/threads. Off by default here (upstream: on) until the "
-                             "metrics endpoint is authenticated.", False),
+    "enableProfiling": _bool("Serve /debug/pprof and /debug/threads (authenticated and authorized as every path but "
+                             "the probes). Off by default here (upstream: on): a profile costs CPU.", False),
     "enableContentionProfiling": _bool(f"{_UPSTREAM_ONLY} No effect (warned when true).", False),
     "cpuAffinity": _str("one: the process keeps to one of the CPUs it may use (Python runs one thread at a time; "
                         "without the GIL changing CPU the core decides ~20% faster and a pod costs less CPU end "
@@ -214,32 +218,38 @@ _TOP: Schema = _obj({
     "podInitialBackoffSeconds": _duration("First retry delay of an unschedulable pod (upstream: integer seconds).",
                                           "1s"),
     "podMaxBackoffSeconds": _duration("Longest retry delay (upstream: integer seconds).", "10s"),
-    "podMaxInUnschedulablePodsDuration": _duration("Parked pods are retried after this long.", "300s"),
+    "podMaxInUnschedulablePodsDuration": _duration("Parked pods are retried at least this often.", "300s"),
     "profiles": _list(_PROFILE, "Scheduling profiles; none: one default profile."),
     "extenders": {"type": ["array", "null"], "maxItems": 0,
                   "description": "Scheduler extenders are not supported; only an empty list is accepted."},
     "delayCacheUntilActive": _bool(f"{_UPSTREAM_ONLY} No effect (warned when true): the cache fills at start.",
                                    False),
-    "replacesDefaultScheduler": _bool("Allow a profile named default-scheduler (no kube-scheduler runs).", False),
+    "replacesDefaultScheduler": _bool("Must be true for a profile named default-scheduler (no kube-scheduler may run: "
+                                      "two schedulers would race for the same pods).", False),
     "server": _SERVER,
     "audit": _obj({
-        "ringSize": _int("Decisions kept.", 10_000, minimum=1, maximum=50_000),
+        "ringSize": _int("Decisions kept for /decisions and explain (under 2 KB each).", 10_000, minimum=1,
+                         maximum=50_000),
         "topCandidates": _int("Candidates per decision record.", 5, minimum=1, maximum=20),
-        "annotatePods": _bool("Annotate placed pods with their decision.", True),
-        "logDecisions": _bool("Log each decision.", True),
+        "annotatePods": _bool("Annotate placed pods with their decision (metrics-sched.io/decision, carried by the "
+                              "Binding: no extra write).", True),
+        "logDecisions": _bool("Log each decision, and its bind's end (a failed bind is logged regardless).", True),
         "file": _obj({
-            "path": _str("Every decision record as a JSON line in this file."),
+            "path": _str("Every decision record as a JSON line in this file (relative to the config file's "
+                         "directory)."),
             "maxBytes": _int("Rotated past this size.", 100 * 2**20, minimum=4096),
             "backups": _int("Rotated files kept.", 3, minimum=0, maximum=100),
         }, "A rotating JSONL sink of decisions (for `metrics-sched replay`).", required=("path",)),
     }, "The decision audit."),
-    "cacheCompareInterval": _duration("The cache comparer's period; 0: only on SIGUSR2.", "300s"),
+    "cacheCompareInterval": _duration("The cache comparer's period (at least 5s); 0: only on SIGUSR2.", "300s"),
     "metrics": {"type": ["object", "null"], "additionalProperties": _CONTRACT,
                 "description": "Freshness contract per telemetry metric."},
     "sources": _list({"type": "object", "required": ["name", "type"],
-                      "properties": {"name": {"type": "string"}, "type": {"type": "string"}},
+                      "properties": {"name": _str("The source's name (in /sources and metric labels)."),
+                                     "type": _str("prometheus, metrics-server, cmdb, custom-metrics or another "
+                                                  "registered type (entry points metrics_sched.sources).")},
                       "description": "A telemetry source; its other fields are its type's."},
-                     "Telemetry sources."),
+                     "Telemetry sources; each item's other fields are its type's (adapters/<type>/config.py)."),
     "rebalance": _REBALANCE,
 }, "metrics-sched configuration: KubeSchedulerConfiguration v1 plus metrics-sched's sections.", nullable=False)
 

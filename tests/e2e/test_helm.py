@@ -221,7 +221,7 @@ def test_full_render_has_the_optional_objects_of_deploy(helm: Path, tmp_path: Pa
     # Runbook links rebased; the CMDB token mounted where its source reads it; replicas, image, placement.
     rule = one(chart, "PrometheusRule")
     urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
-    assert urls and all(u.startswith("https://docs.example.com/metrics-sched/README.md#") for u in urls)
+    assert urls and all(u.startswith("https://docs.example.com/metrics-sched/runbooks.md#") for u in urls)
     deployment = one(chart, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == 3 and "priorityClassName" not in pod

@@ -28,9 +28,9 @@ SECRET_EXAMPLE = "secret-cmdb-token.example.yaml"
 SERVING_CERT_EXAMPLE = "serving-cert.example.yaml"  # needs cert-manager: applied by hand
 REBALANCE_RBAC = "rbac-rebalance.yaml"  # applied on its own, only when the rebalancer is enabled
 TOKEN_FILE = "/var/run/secrets/metrics-sched/cmdb/token"
-README = DEPLOY.parent / "README.md"
-# Where the alerts' runbook_url point: README.md's Runbooks section, one `### <alert>` entry per alert.
-RUNBOOK_BASE = "https://github.com/metrics-sched/metrics-sched/blob/main/README.md"
+RUNBOOKS = DEPLOY.parent / "docs" / "runbooks.md"
+# Where the alerts' runbook_url point: docs/runbooks.md, one `## <alert>` entry per alert.
+RUNBOOK_BASE = "https://github.com/metrics-sched/metrics-sched/blob/main/docs/runbooks.md"
 
 
 
@@ -169,8 +169,11 @@ def test_the_containerfile_builds_a_non_root_image_of_the_package() -> None:
     text = (DEPLOY / "Containerfile").read_text()
     instructions = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     froms = [line.split()[1] for line in instructions if line.startswith("FROM ")]
-    assert froms and all(f == "python:3.11-slim" for f in froms)
-    assert re.search(r"pip install \.", text)
+    assert froms and all(f == "${BASE}" for f in froms)
+    assert re.search(r"^ARG BASE=docker.io/library/python:3\.11\.\d+-slim@sha256:", text, re.M)
+    # The package's own wheel (its dependencies come from the hashed lock: tests/unit/test_image_lock.py).
+    assert re.search(r"pip wheel --no-deps --no-build-isolation --wheel-dir /wheels \.", text)
+    assert re.search(r"pip install --no-deps /wheels/metrics_sched-\*\.whl", text)
     users = [line.split()[1] for line in instructions if line.startswith("USER ")]
     assert users, "the image must not run as root"
     uid = users[-1].split(":")[0]
@@ -442,21 +445,21 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_every_alert_links_its_runbook_entry_in_the_readme() -> None:
+def test_every_alert_links_its_runbook_entry() -> None:
     rule = one("PrometheusRule")
     alerts = [r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r]
-    readme = README.read_text()
-    assert "## Runbooks\n" in readme
-    section = readme.split("## Runbooks\n", 1)[1].split("\n## ", 1)[0]
-    entries = dict(re.findall(r"^### ([^\n]+)\n(.*?)(?=^### |\Z)", section, flags=re.M | re.S))
-    assert set(entries) == {a["alert"] for a in alerts}, "one Runbooks entry per alert, and no other"
+    page = RUNBOOKS.read_text()
+    entries = dict(re.findall(r"^## ([^\n]+)\n(.*?)(?=^## |\Z)", page, flags=re.M | re.S))
+    assert set(entries) == {a["alert"] for a in alerts}, "one runbook entry per alert, and no other"
     for alert in alerts:
         url = alert["annotations"]["runbook_url"]
         assert url == f"{RUNBOOK_BASE}#{github_anchor(alert['alert'])}", alert["alert"]
         body = entries[alert["alert"]]
         for part in ("**Means**", "**Check**", "**Do**"):
             assert part in body, f"{alert['alert']}'s runbook lacks {part}"
-    assert github_anchor("Runbooks") in readme.split("## Runbooks", 1)[0]  # the deploy section links it
+    # The deploying and observability pages link the runbooks.
+    for linking in ("deploying.md", "observability.md"):
+        assert "(runbooks.md" in (RUNBOOKS.parent / linking).read_text(), linking
 
 
 def test_the_network_policy_opens_only_the_metrics_port_and_the_needed_egress() -> None:

@@ -1,5 +1,6 @@
-"""The README's third-party plugin with its own index of a CRD (tests/plugin_dist/msched_testplugins/reserved.py),
-found through its entry point and driven through a Scheduler by fake API events: the README shows that very file."""
+"""The plugin guide's third-party plugin (docs/plugins.md) with its own index of a CRD
+(tests/plugin_dist/msched_testplugins/reserved.py), found through its entry point and driven through a Scheduler by
+fake API events: the guide shows that very file."""
 
 from __future__ import annotations
 
