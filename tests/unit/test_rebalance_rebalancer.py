@@ -308,11 +308,15 @@ class _PdbEvictor:
     def __init__(self, rig: Rig, protected: set[str]) -> None:
         self.rig, self.protected = rig, protected
         self.evicted: list[str] = []
+        self.dry_runs: list[str] = []
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         key = f"{namespace}/{name}"
         if key in self.protected:
             raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+        if dry_run:
+            self.dry_runs.append(key)
+            return
         self.evicted.append(key)
         terminate(self.rig, key)
 
