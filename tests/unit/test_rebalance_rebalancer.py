@@ -81,7 +81,7 @@ class Rig:
 def rebalancer_for(config: RebalanceConfig, scheduler: Scheduler, api: FakeAPI, cache: MetricCache,
                    clock: Clock) -> Rebalancer:
     return Rebalancer(config, scheduler.frameworks["metrics-sched"], scheduler.state, cache,
-                      frozenset({"metrics-sched"}), clock, pods=api)
+                      frozenset({"metrics-sched"}), clock, pods=api, members=api)
 
 
 def terminate(rig: Rig, key: str) -> None:
