@@ -24,7 +24,7 @@ domains of the first member's best targets are tried in turn (at most MAX_DOMAIN
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -128,7 +128,7 @@ def domain_rule(framework: Framework, key: GroupKey) -> DomainRule | None:
 
 
 def place_gang(framework: Framework, cluster: ClusterState, key: GroupKey, members: list[Member],
-               bad: Container[str], projection: Projection, metrics: MetricReader,
+               bad: Collection[str], projection: Projection, metrics: MetricReader,
                domain: DomainRule | None) -> GangMove | str:
     """Every member's target, placed one after the other in the state without the gang, or why the gang has
     none. `bad`: the nodes found bad at this tick (never a target)."""
@@ -157,7 +157,7 @@ def place_gang(framework: Framework, cluster: ClusterState, key: GroupKey, membe
         return f"no {domain.topology_key} domain holds the whole gang ({'; '.join(refused)})"
 
 
-def _domains(framework: Framework, cluster: ClusterState, member: Member, info: PodInfo, bad: Container[str],
+def _domains(framework: Framework, cluster: ClusterState, member: Member, info: PodInfo, bad: Collection[str],
              domain: DomainRule) -> list[str] | str:
     """The domains to try, best first: those of the first member's feasible targets, by their best score.
     Empty: no feasible target carries the key (and the group did not name it)."""
@@ -183,12 +183,13 @@ def _domains(framework: Framework, cluster: ClusterState, member: Member, info: 
     return values
 
 
-def _rows_of(index: Mapping[str, int], names: Container[str]) -> np.ndarray:
-    return np.array([row for name, row in index.items() if name in names], dtype=np.int64)
+def _rows_of(index: Mapping[str, int], names: Collection[str]) -> np.ndarray:
+    """The rows of the bad nodes (a few names: no pass over every node)."""
+    return np.array([index[name] for name in names if name in index], dtype=np.int64)
 
 
 def _place_all(framework: Framework, cluster: ClusterState, key: GroupKey, members: list[Member],
-               infos: list[PodInfo], bad: Container[str], projection: Projection, metrics: MetricReader,
+               infos: list[PodInfo], bad: Collection[str], projection: Projection, metrics: MetricReader,
                within: np.ndarray | None) -> GangMove | str:
     """One attempt: the members in turn, each counted on its target for the next (hold the cluster lock, inside
     the simulation without the gang)."""

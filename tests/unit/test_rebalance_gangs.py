@@ -18,7 +18,17 @@ from metrics_sched.rebalance import EvictionLimits, EvictionVerdict, RebalanceCo
 from metrics_sched.rebalance.runner import RebalanceRunner
 from tests.unit.fakes import node
 from tests.unit.test_gang_scheduling import CRD, KIND, WORKLOAD, crd_group
-from tests.unit.test_rebalance_rebalancer import HOT, INTERVAL, NOW, Rig, planned, skipped, terminate
+from tests.unit.test_rebalance_rebalancer import (
+    HOT,
+    INTERVAL,
+    NOW,
+    SLIGHTLY_BETTER,
+    WARM,
+    Rig,
+    planned,
+    skipped,
+    terminate,
+)
 from tests.unit.test_rebalance_runner import FakeRebalancer
 
 pytestmark = pytest.mark.unit
@@ -180,6 +190,21 @@ def test_a_gang_placed_in_one_zone_moves_to_one_zone() -> None:
     verdicts = rig.hot_for(300, {"a": 91.0, "b": 30.0, "c": 50.0, "d": 55.0})
     assert sorted(planned(verdicts)) == ["default/m0", "default/m1"], [v.reason for v in verdicts]
     assert {v.target for v in verdicts} <= {"c", "d"}
+
+
+def test_a_gang_whose_move_gains_less_than_the_margin_stays() -> None:
+    # A rule stricter than the GPU filter: `a` is bad but still admits the members; b is only a little better, and
+    # stays below the rule with both members' share (79 + 2 * 1.9 °C).
+    rig = gang_rig(RebalanceConfig(rules=(WARM,), interval_seconds=INTERVAL, limits=ROOMY, gangs="whole"))
+    crd_gang(rig, "g", 2)
+    member(rig, "m0", "a", "g")
+    member(rig, "m1", "a", "g")
+    verdicts = rig.hot_for(300, {**SLIGHTLY_BETTER, "b": 79.0})
+    assert planned(verdicts) == []
+    reasons = skipped(verdicts)
+    assert set(reasons) == {"default/m0", "default/m1"}
+    assert all("gang default/g moves whole or not at all: its members' mean gain +" in r and
+               r.endswith("is below the margin 10") for r in reasons.values()), reasons
 
 
 def test_a_gang_whose_group_is_missing_stays() -> None:
