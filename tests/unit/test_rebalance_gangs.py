@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from metrics_sched.audit import DecisionRing, EvictionRecord
+from metrics_sched.model.group_membership import GroupApi, GroupKey
+from metrics_sched.plugins.coscheduling.tracker import GangDecision
 from metrics_sched.ports import ApiError
 from metrics_sched.rebalance import EvictionLimits, EvictionVerdict, RebalanceConfig, Verdict
 from metrics_sched.rebalance.runner import RebalanceRunner
 from tests.unit.fakes import node
-from tests.unit.test_gang_scheduling import CRD, KIND, WORKLOAD, crd_group
+from tests.unit.test_gang_scheduling import CRD, KIND, WORKLOAD, crd_group, gang_plugin
 from tests.unit.test_rebalance_rebalancer import (
     HOT,
     INTERVAL,
@@ -190,6 +192,27 @@ def test_a_gang_placed_in_one_zone_moves_to_one_zone() -> None:
     verdicts = rig.hot_for(300, {"a": 91.0, "b": 30.0, "c": 50.0, "d": 55.0})
     assert sorted(planned(verdicts)) == ["default/m0", "default/m1"], [v.reason for v in verdicts]
     assert {v.target for v in verdicts} <= {"c", "d"}
+
+
+def test_a_gang_leaves_the_zone_its_last_attempt_chose() -> None:
+    # The attempt that placed the gang chose zone z1 (Coscheduling keeps it, for late members); the replacement
+    # gang is a new run that chooses afresh, and so does the simulation of it: z2.
+    rig = gang_rig(nodes={"a": 8, "c": 8, "d": 8})
+    for name, zone in (("a", "z1"), ("c", "z2"), ("d", "z2")):
+        rig.scheduler.handlers.on_node_event("MODIFIED", node(name, cpu="64", memory="512Gi", gpus=8,
+                                                              labels={ZONE: zone}))
+    crd_gang(rig, "g", 2)
+    uids = [member(rig, f"m{i}", "a", "g")["metadata"]["uid"] for i in range(2)]
+    plugin = gang_plugin(rig.scheduler)
+    key = GroupKey(GroupApi.COSCHEDULING, "default", "g")
+    for uid in uids:
+        plugin.tracker.reserve(key, uid, "a", set(uids))
+    plugin.tracker.decide(key, GangDecision(key, ZONE, "z1", "default/m0", "the first run's choice"), None)
+    plugin.tracker.complete(key)
+    verdicts = rig.hot_for(300, {"a": 91.0, "c": 50.0, "d": 55.0})
+    assert sorted(planned(verdicts)) == ["default/m0", "default/m1"], [v.reason for v in verdicts]
+    assert {v.target for v in verdicts} <= {"c", "d"}
+    assert plugin.tracker.decision(key) is not None  # the live gang's attempt is left as it was
 
 
 def test_a_gang_whose_move_gains_less_than_the_margin_stays() -> None:
