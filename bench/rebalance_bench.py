@@ -133,13 +133,15 @@ class Cluster:
         return self.pods.get(f"{namespace}/{name}")
 
     # Evictor: the pod goes, and its owner makes a new one at once
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         key = f"{namespace}/{name}"
         body = self.pods.get(key)
         if body is None:
             raise ApiError(404, f"pods {name!r} not found")
         if body["metadata"]["uid"] != uid:
             raise ApiError(409, "uid precondition failed")
+        if dry_run:  # checked, nothing changed
+            return
         del self.pods[key]
         spec = self.specs.pop(key)
         self.harness.scheduler.handlers.on_pod_event("DELETED", body)

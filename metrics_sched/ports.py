@@ -99,6 +99,10 @@ class ClusterLister(Protocol):
 
     def list_pods(self) -> Iterator[KubeObject]: ...
 
+    def namespace_pods(self, namespace: str, label_selector: str | None = None) -> Iterator[KubeObject]:
+        """One namespace's pods (those `label_selector` matches): the rebalancer's read of a gang's members."""
+        ...
+
 
 @dataclass(frozen=True)
 class SchedulingEvent:
@@ -211,9 +215,10 @@ class ResourceClaimWriter(Protocol):
 class Evictor(Protocol):
     """The Eviction API (policy/v1 pods/eviction): the API server honours PodDisruptionBudgets."""
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         """Evicts the pod (preconditioned on its uid). Raises ApiError: 429 when a PodDisruptionBudget forbids it
-        now, 404 when the pod is gone, 409 when the uid no longer matches."""
+        now, 404 when the pod is gone, 409 when the uid no longer matches. `dry_run`: the API server checks all
+        that (the PodDisruptionBudget included) and changes nothing (deleteOptions.dryRun: ["All"])."""
         ...
 
 

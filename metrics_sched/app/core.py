@@ -163,7 +163,8 @@ def build_rebalancer(config: SchedulerConfig, core: Core, ring: DecisionRing, me
     frameworks = {name: scheduler.frameworks[name] for name in placing}
     names = frozenset(p.scheduler_name for p in config.profiles if not p.shadow)
     rebalancer = Rebalancer(config.rebalance, frameworks[placing[0]], scheduler.state, scheduler.metrics, names,
-                            pods=core.writer, frameworks=frameworks, clock=scheduler.metrics.clock)
+                            pods=core.writer, frameworks=frameworks, clock=scheduler.metrics.clock,
+                            members=core.lister)
     return RebalanceRunner(rebalancer, core.evictor, ring, dry_run=dry_run, writer=core.writer, metrics=metrics,
                            controller=placing[0], instance=core.identity,
                            rules=tuple(r.name for r in config.rebalance.rules))

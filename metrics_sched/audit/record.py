@@ -508,17 +508,19 @@ class EvictionRecord:
     reason: str
     target: str | None  # where the simulation would place it
     gain: float | None  # the target's total score minus the current node's
+    gang: str | None = None  # namespace/name of the gang moved whole with the pod (rebalance.gangs: whole)
     kind: ClassVar[Kind] = "eviction"
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "time": self.time, "pod": self.pod, "uid": self.uid,
                 "owner": self.owner, "node": self.node, "rule": self.rule, "verdict": self.verdict,
-                "reason": self.reason, "target": self.target, "gain": self.gain}
+                "reason": self.reason, "target": self.target, "gain": self.gain, "gang": self.gang}
 
 
 def new_eviction_record(*, pod: str, uid: str, owner: str | None, node: str, rule: str, verdict: str, reason: str,
-                        target: str | None, gain: float | None, now: float | None = None) -> EvictionRecord:
+                        target: str | None, gain: float | None, now: float | None = None,
+                        gang: str | None = None) -> EvictionRecord:
     """An EvictionRecord with the next id of the audit's sequence."""
     return EvictionRecord(id=next(_ids), time=time.time() if now is None else now, pod=pod, uid=uid, owner=owner,
                           node=node, rule=rule, verdict=verdict, reason=reason, target=target,
-                          gain=None if gain is None else round(float(gain), 4))
+                          gain=None if gain is None else round(float(gain), 4), gang=gang)

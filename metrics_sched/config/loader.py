@@ -26,6 +26,7 @@ from metrics_sched.config.model import (
     DEFAULT_CPU_AFFINITY,
     DEFAULT_SCHEDULER_NAME,
     EXTENSION_POINT_NAMES,
+    GANG_MOVES,
     LEASE_NAMESPACE_UNSET,
     AuditConfig,
     AuditFileConfig,
@@ -539,6 +540,7 @@ def parse_rebalance(data: Any) -> RebalanceConfig:
         pod_selector_expressions=_match_expressions(data.get("podSelector"), f"{where}.podSelector"),
         max_priority=max_priority,
         evict_local_storage_pods=read_bool(data, "evictLocalStoragePods", where, defaults.evict_local_storage_pods),
+        gangs=read_choice(data, "gangs", where, GANG_MOVES, defaults.gangs),
     )
 
 

@@ -11,6 +11,8 @@ from metrics_sched.config.upstream_fields import ConfigWarning
 
 DEFAULT_SCHEDULER_NAME = "metrics-sched"
 DEFAULT_CPU_AFFINITY: Literal["one", "all"] = "one"  # SchedulerConfig.cpu_affinity (why: there)
+GangMoves = Literal["never", "whole"]  # RebalanceConfig.gangs (why: there)
+GANG_MOVES: tuple[GangMoves, ...] = ("never", "whole")
 EXTENSION_POINT_NAMES = (
     "preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score", "reserve", "permit",
     "preBind", "bind", "postBind",
@@ -160,6 +162,9 @@ class RebalanceConfig:
     # Pods with local storage (an emptyDir that is not memory-backed: its data dies with the pod) are left alone
     # unless this is set or the pod opts in (the Descheduler's evictLocalStoragePods and annotation).
     evict_local_storage_pods: bool = False
+    # A member of a gang (PodGroup or Workload scheduling group): "never" moved (the gang stays), or the "whole"
+    # gang moved together: every member simulated, evicted all or none, within the limits.
+    gangs: GangMoves = "never"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from metrics_sched.config.durations import MAX_DURATION_SECONDS
-from metrics_sched.config.model import DEFAULT_CPU_AFFINITY, EXTENSION_POINT_NAMES
+from metrics_sched.config.model import DEFAULT_CPU_AFFINITY, EXTENSION_POINT_NAMES, GANG_MOVES
 from metrics_sched.config.upstream_fields import NO_EFFECT_POINTS
 
 SCHEMA_ID = "https://metrics-sched.io/schemas/metrics-sched-config.schema.json"
@@ -194,6 +194,8 @@ _REBALANCE = _obj({
     "maxPriority": {"type": ["integer", "null"], "description": "Pods above this priority are never evicted."},
     "evictLocalStoragePods": _bool("Move pods with an emptyDir that is not memory-backed (their data is lost).",
                                    False),
+    "gangs": _str("A gang member on a bad node: never moved (the gang stays), or the whole gang moved together "
+                  "(all members or none).", "never", enum=GANG_MOVES),
 }, "The rebalancer.")
 _UPSTREAM_ONLY = "Accepted for KubeSchedulerConfiguration compatibility."
 

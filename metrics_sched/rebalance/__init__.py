@@ -6,6 +6,7 @@ pods worth moving off them by simulating the scheduler's own choice, and returns
     victims.py     which pods may be moved at all
     simulation.py  the what-if: where would the scheduler put it, how much better
     projection.py  what a target would read with the pod's share of the rules' metrics moved onto it
+    gang.py        a gang moved whole (gangs: whole): its members read, its placement simulated as one
     limits.py      per-tick budgets, cooldowns and back-offs
     rebalancer.py  one tick, and what the caller's evictions did
 """

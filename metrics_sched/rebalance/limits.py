@@ -2,7 +2,8 @@
 
 Budgets count the evictions planned in one tick (the rebalancer ticks once per interval, so "per interval"):
 per node, per namespace, cluster-wide, and one pod per owner (two replicas of one controller would break its
-cooldown within the tick). Between ticks it remembers only
+cooldown within the tick). A gang moved whole counts every member against the budgets together (all fit or
+none is planned), and each of its owners once. Between ticks it remembers only
   - cooldowns: an owner (the pod's own key when it has none) evicted less than `cooldown_seconds` ago;
   - back-offs: a pod whose eviction was refused (429: a PodDisruptionBudget) or failed is not tried again
     for 2 intervals, doubling on each refusal in a row, at most max(cooldown, interval); any other outcome
@@ -20,7 +21,7 @@ that merely scaled up or rolled waits too, during that first cooldown only.)
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass
 
 from metrics_sched.rebalance.model import EvictionLimits
@@ -51,6 +52,30 @@ class Budget:
         if owner in self._owners:
             return f"limit: one pod of {owner} per cooldown"
         return None
+
+    def refusal_all(self, places: Sequence[tuple[str, str]], owners: Collection[str]) -> str | None:
+        """Why evicting a whole gang, its members at `places` ((node, namespace) each) and of `owners`, is over
+        the limits, or None: all its members count together, each owner once."""
+        limits = self.limits
+        if self._total + len(places) > limits.cluster:
+            return f"limit: {limits.cluster} per interval cluster-wide ({len(places)} members)"
+        for node, count in Counter(node for node, _ in places).items():
+            if self._nodes[node] + count > limits.per_node:
+                return f"limit: {limits.per_node} per node per interval ({count} members on {node})"
+        for namespace, count in Counter(namespace for _, namespace in places).items():
+            if self._namespaces[namespace] + count > limits.per_namespace:
+                return f"limit: {limits.per_namespace} per namespace per interval ({count} members in {namespace})"
+        for owner in sorted(owners):
+            if owner in self._owners:
+                return f"limit: one pod of {owner} per cooldown"
+        return None
+
+    def take_all(self, places: Sequence[tuple[str, str]], owners: Collection[str]) -> None:
+        for node, namespace in places:
+            self._total += 1
+            self._nodes[node] += 1
+            self._namespaces[namespace] += 1
+        self._owners.update(owners)
 
     def take(self, node: str, namespace: str, owner: str) -> None:
         self._total += 1

@@ -49,3 +49,6 @@ class EvictionVerdict:
     target: str | None = None  # the node the simulation would place it on
     gain: float | None = None  # target's total minus the current node's
     priority: int = 0
+    # The gang (namespace/name) moved whole with this pod (rebalance.gangs: whole): the runner evicts its members
+    # together, all or none.
+    gang: str | None = None

@@ -53,9 +53,11 @@ class Projection:
     limits: Mapping[str, float]  # rule name -> the value above which it flags a node now
     estimates: Mapping[str, tuple[str, float]]
 
-    def refusal(self, pod: PodInfo, table: NodeTable, metrics: MetricReader, here: int, target: int) -> str | None:
+    def refusal(self, pod: PodInfo, table: NodeTable, metrics: MetricReader, here: int, target: int,
+                already: Mapping[str, float] | None = None) -> str | None:
         """Why the rules would flag `target` with the pod on it ("overloaded node_load_per_cpu 0.3 -> 2.1 > 1.5"),
-        or None (hold the cluster lock)."""
+        or None (hold the cluster lock). `already`: metric -> what other pods of the same move (a gang's members
+        placed before this one) bring to `target` on top of what it reads."""
         for rule in self.rules:
             limit = self.limits.get(rule.name)
             if limit is None:
@@ -64,10 +66,20 @@ class Projection:
             if not column.fresh[target]:
                 continue  # a node without a fresh value is never flagged
             now = float(column.values[target])
-            after = now + self._share(rule.metric, pod, table, column.values, bool(column.fresh[here]), here, target)
+            after = (now + (already or {}).get(rule.metric, 0.0)
+                     + self._share(rule.metric, pod, table, column.values, bool(column.fresh[here]), here, target))
             if after > limit:
                 return f"{rule.name} {rule.metric} {number(now)} -> {number(after)} > {number(limit)}"
         return None
+
+    def shares(self, pod: PodInfo, table: NodeTable, metrics: MetricReader, here: int, target: int
+               ) -> dict[str, float]:
+        """metric -> what the pod brings to `target` of each rule's metric (for `refusal`'s `already`)."""
+        out: dict[str, float] = {}
+        for metric in {rule.metric for rule in self.rules}:
+            column = metrics.column(metric, table)
+            out[metric] = self._share(metric, pod, table, column.values, bool(column.fresh[here]), here, target)
+        return out
 
     def _share(self, metric: str, pod: PodInfo, table: NodeTable, values: np.ndarray, fresh_here: bool, here: int,
                target: int) -> float:

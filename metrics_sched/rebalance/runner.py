@@ -11,6 +11,14 @@ A verdict repeated unchanged tick after tick (a pod skipped for want of a better
 a PodDisruptionBudget still blocking) is recorded and reported once, when it starts: the ring keeps
 placements too, and an Event per pod every interval would be noise. The metrics count every verdict.
 
+A gang moved whole (its PLANNED verdicts carry its name) is evicted all or none: first an Eviction dry run of
+every member (the API server checks each one's PodDisruptionBudget and changes nothing), and only when every
+one passes, the real evictions. A member refused in the dry run keeps the whole gang: nothing is evicted, the
+refused member gets its outcome (BLOCKED for a 429) and the others BLOCKED with it, or SKIPPED when it is gone
+or failed otherwise. A real eviction that fails after the dry runs passed (a race: a budget spent meanwhile, or
+one budget over several members, which each dry run alone cannot see) does not stop the others: a gang with a
+member gone cannot run anyway, so the rest are evicted too and the verdicts say the gang was split.
+
 In the scheduler process `serve` runs the ticks every `interval` on the leader only, supervised as the
 other workers; `metrics-sched rebalance` calls `tick` itself.
 """
@@ -95,20 +103,78 @@ class RebalanceRunner:
             # placed while the call returns (or while the tick's next evictions run), and explain finds it as
             # the owner's first placement since the eviction's record.
             at = self.clock()
+            carried = [verdict]
             if verdict.verdict == Verdict.PLANNED:
-                verdict, instead = self._carry_out(verdict)
+                if verdict.gang is not None:  # the gang's members, together
+                    gang = [verdict, *(v for v in queue if v.gang == verdict.gang and v.verdict == Verdict.PLANNED)]
+                    queue = deque(v for v in queue if v not in gang[1:])
+                    carried, instead = self._carry_out_gang(gang)
+                else:
+                    carried[0], instead = self._carry_out(verdict)
                 if instead:  # planned in its place: carried out next, instead of their SKIPPED verdicts
                     uids = {v.uid for v in instead}
                     queue = deque([*instead, *(v for v in queue if v.uid not in uids)])
-            done.append(verdict)
-            if self.metrics is not None:
-                self.metrics.on_verdict(verdict.rule, verdict.verdict.value)
-            key = (verdict.verdict, verdict.rule, verdict.target)
-            self._last[verdict.uid] = key
-            if last.get(verdict.uid) == key:
-                continue  # unchanged since the last tick: recorded and reported then
-            self._record(verdict, at)
+            for verdict in carried:
+                done.append(verdict)
+                if self.metrics is not None:
+                    self.metrics.on_verdict(verdict.rule, verdict.verdict.value)
+                key = (verdict.verdict, verdict.rule, verdict.target)
+                self._last[verdict.uid] = key
+                if last.get(verdict.uid) == key:
+                    continue  # unchanged since the last tick: recorded and reported then
+                self._record(verdict, at)
         return done
+
+    def _carry_out_gang(self, gang: list[EvictionVerdict]) -> tuple[list[EvictionVerdict], list[EvictionVerdict]]:
+        """A gang's PLANNED verdicts: dry runs of every member's eviction, then (all passed) the evictions."""
+        if self.dry_run:
+            return [self._carry_out(v)[0] for v in gang], []
+        name = gang[0].gang
+        outcomes: list[tuple[EvictionVerdict, Verdict, str]] = []
+        refused: tuple[EvictionVerdict, Verdict, str] | None = None
+        for verdict in gang:
+            namespace, _, pod = verdict.pod.partition("/")
+            try:
+                self.evictor.evict(namespace, pod, verdict.uid, dry_run=True)
+            except ApiError as exc:
+                outcome, why = _failed(exc)
+                refused = (verdict, outcome, f"{why} (eviction dry run); gang {name} stays whole, nothing evicted")
+                break
+        if refused is not None:
+            member, outcome, why = refused
+            for verdict in gang:
+                if verdict is member:
+                    outcomes.append((verdict, outcome, why))
+                else:
+                    # Blocked with it (backed off like it) when a budget refused; else the gang is judged afresh
+                    # next tick.
+                    others = Verdict.BLOCKED if outcome == Verdict.BLOCKED else Verdict.SKIPPED
+                    outcomes.append((verdict, others, f"gang {name} stays whole: the eviction dry run of "
+                                                      f"{member.pod} answered {why.split(' (eviction dry run)')[0]}"))
+        else:
+            failed: list[str] = []
+            for verdict in gang:
+                namespace, _, pod = verdict.pod.partition("/")
+                try:
+                    self.evictor.evict(namespace, pod, verdict.uid)
+                    outcomes.append((verdict, Verdict.EVICTED, ""))
+                except ApiError as exc:
+                    outcome, why = _failed(exc)
+                    failed.append(verdict.pod)
+                    outcomes.append((verdict, outcome, f"{why} after its eviction dry run passed"))
+            if failed:  # a gang with a member left cannot run: said on every member's verdict
+                split = f"gang {name} split: {', '.join(failed)} not evicted, the other members were"
+                outcomes = [(v, o, f"{why}; {split}" if why else split) for v, o, why in outcomes]
+        done: list[EvictionVerdict] = []
+        instead: list[EvictionVerdict] = []
+        for verdict, outcome, why in outcomes:
+            try:
+                instead.extend(self.rebalancer.record_outcome(verdict, outcome))
+            except Exception:  # the eviction happened: it must still be recorded
+                log.exception("rebalancer.record_outcome failed for %s (%s)", verdict.pod, outcome.value)
+            reason = f"{why}; {verdict.reason}" if why else verdict.reason
+            done.append(dataclasses.replace(verdict, verdict=outcome, reason=reason))
+        return done, instead
 
     def _carry_out(self, verdict: EvictionVerdict) -> tuple[EvictionVerdict, list[EvictionVerdict]]:
         outcome, reason = Verdict.PLANNED, verdict.reason
@@ -132,7 +198,7 @@ class RebalanceRunner:
     def _record(self, v: EvictionVerdict, at: float) -> None:
         self.ring.add_eviction(new_eviction_record(
             pod=v.pod, uid=v.uid, owner=v.owner, node=v.node, rule=v.rule, verdict=v.verdict.value, reason=v.reason,
-            target=v.target, gain=v.gain, now=at))
+            target=v.target, gain=v.gain, now=at, gang=v.gang))
         (log.info if v.verdict in _LOUD else log.debug)("%s %s on %s (%s): %s", v.pod, v.verdict.value, v.node, v.rule,
                                                         v.reason, extra={
             "pod": v.pod, "verdict": v.verdict.value, "node": v.node, "rule": v.rule, "target": v.target,

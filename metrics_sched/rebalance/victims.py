@@ -8,7 +8,8 @@ or not yet bound (only assumed by us).
 
 What the state does not keep is judged on the pod as read again before the simulation (`kept`): the
 annotation Cluster Autoscaler honours (`cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`), a gang
-(PodGroup or Workload scheduling group: never split, so a member is not moved alone), and local storage (an
+(PodGroup or Workload scheduling group: never split, so a member is not moved alone, unless `gangs: whole`
+moves it with its whole gang), and local storage (an
 emptyDir that is not memory-backed: its data dies with the pod), unless `evictLocalStoragePods` or the pod opts
 in as the Descheduler and Cluster Autoscaler read it (`descheduler.alpha.kubernetes.io/evict` present,
 `safe-to-evict: "true"`).
@@ -48,8 +49,9 @@ def refusal(facts: Disruption, priority: int, max_priority: int | None) -> str |
     return None
 
 
-def kept(pod: Mapping[str, Any], evict_local_storage: bool) -> str | None:
-    """Why the pod as read again stays where it is (an annotation, a gang, local storage), or None."""
+def kept(pod: Mapping[str, Any], evict_local_storage: bool, *, whole_gangs: bool = False) -> str | None:
+    """Why the pod as read again stays where it is (an annotation, a gang, local storage), or None. `whole_gangs`
+    (rebalance.gangs: whole): a gang member is not kept for being one (its gang moves whole, gang.py)."""
     metadata: Mapping[str, Any] = pod.get("metadata") or {}
     spec: Mapping[str, Any] = pod.get("spec") or {}
     annotations: Mapping[str, Any] = metadata.get("annotations") or {}
@@ -60,7 +62,7 @@ def kept(pod: Mapping[str, Any], evict_local_storage: bool) -> str | None:
         group = group_of_raw(str(metadata.get("namespace") or ""), metadata.get("labels") or {}, spec)
     except GroupRefError as exc:  # a gang reference the scheduler cannot honour is still a gang
         return f"a member of a gang ({exc}): a gang is never split"
-    if group is not None:
+    if group is not None and not whole_gangs:
         return f"a member of gang {group} ({group.api.value} PodGroup): a gang is never split"
     if evict_local_storage or DESCHEDULER_EVICT_ANNOTATION in annotations or safe_to_evict == "true":
         return None
@@ -96,6 +98,16 @@ class VictimPolicy:
             return False
         facts = Disruption(pod.controller, pod.mirror, pod.evictable)
         return refusal(facts, pod.priority, self.max_priority) is None
+
+    def refusal(self, pod: PodRecord) -> str | None:
+        """Why the pod is not movable, in words (a gang member's, which keeps its whole gang), or None."""
+        if pod.assumed:
+            return "not yet bound"
+        if pod.terminating:
+            return "already terminating"
+        if not self.ours(pod):
+            return f"placed by {pod.scheduler_name or 'another scheduler'} and not matched by rebalance.podSelector"
+        return refusal(Disruption(pod.controller, pod.mirror, pod.evictable), pod.priority, self.max_priority)
 
     def on(self, pods: Iterable[PodRecord], nodes: Mapping[str, object]) -> list[PodRecord]:
         """The movable pods placed on `nodes` (hold the cluster lock: one pass over the placed pods)."""

@@ -416,3 +416,50 @@ def test_a_gang_and_a_safe_to_evict_false_pod_stay_on_a_hot_node(cluster: DevClu
                   if p["spec"].get("nodeName") == nodes["hot"].name}
         assert on_hot == kept, on_hot
 
+
+
+def test_with_gangs_whole_a_gang_moves_whole_in_one_tick_and_a_budget_on_one_member_keeps_it_all(
+        cluster: DevCluster, api: KubeAPI, namespace: str) -> None:
+    """Issue 44, `rebalance.gangs: whole`: a PodGroup of 3 (a Deployment's pods) on a hot node. While a
+    PodDisruptionBudget protects one member, the Eviction dry run of that member is refused and no member is
+    evicted (all 3 blocked); once the budget is gone, all 3 are evicted in one tick and the gang is placed again."""
+    config = rebalance_config(cluster, limits={"perNode": 10})
+    config["rebalance"]["gangs"] = "whole"
+    with gpu_pool(cluster) as (pool, nodes), schedulers(cluster, extra=config, leader_elect=False) as (name, [proc]):
+        wait_for_values(proc, {n.name: {} for n in nodes.values()})
+        api.post(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups", {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": namespace}, "spec": {"minMember": 3}})
+        gang = deployment("train", name, pool, replicas=3)
+        gang["spec"]["template"]["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = "train"
+        placed = place_on_hot(api, namespace, nodes, [gang], 3)
+        members = {f"{namespace}/{p['metadata']['name']}": p["metadata"]["uid"] for p in placed}
+        guarded = placed[1]["metadata"]["name"]
+        api.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{guarded}", {"metadata": {"labels": {"guard": "yes"}}})
+        pdb = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+        api.post(pdb, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep"},
+                       "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"guard": "yes"}}}})
+
+        heat(cluster, proc, nodes["hot"])
+        blocked = kube.poll(lambda: verdicts(proc, "blocked", 3), 4 * INTERVAL + 10, "the gang's 3 members blocked")
+        assert {e["pod"] for e in blocked} == set(members) and {e["gang"] for e in blocked} == {f"{namespace}/train"}
+        [refused] = [e for e in blocked if e["pod"] == f"{namespace}/{guarded}"]
+        assert "429" in refused["reason"] and "gang " + f"{namespace}/train stays whole, nothing evicted" in \
+            refused["reason"], refused
+        assert all(f"the eviction dry run of {namespace}/{guarded} answered" in e["reason"]
+                   for e in blocked if e is not refused), blocked
+        assert counted(proc, "evicted") == 0
+        assert {f"{namespace}/{p['metadata']['name']}": p["metadata"]["uid"] for p in live_pods(api, namespace)
+                if p["spec"].get("nodeName") == nodes["hot"].name} == members
+
+        api.delete(f"{pdb}/keep")
+        evicted = kube.poll(lambda: verdicts(proc, "evicted", 3), 4 * INTERVAL + 10, "the gang's 3 members evicted")
+        assert {e["uid"] for e in evicted} == set(members.values())
+        assert len(by_tick(evicted)) == 1, evicted  # one tick: all of them together
+        for record in evicted:
+            assert record["gang"] == f"{namespace}/train" and record["node"] == nodes["hot"].name, record
+            assert record["target"] in (nodes["cool"].name, nodes["warm"].name), record
+            assert "gang " + f"{namespace}/train moves whole (3 members" in record["reason"], record
+        # The ReplicaSet's replacements are placed as a gang again, off the hot node.
+        pods = kube.poll(lambda: replaced(api, namespace, 3, set(members.values())), 30, "3 replacements bound")
+        assert all(p["spec"]["nodeName"] != nodes["hot"].name for p in pods), [p["spec"]["nodeName"] for p in pods]

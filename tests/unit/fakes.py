@@ -33,6 +33,7 @@ class FakeAPI:
         self.lease_store = MemoryLeaseStore()
         self._rv = 0
         self.watchers: list[Any] = []
+        self.namespace_lists: list[tuple[str, str | None]] = []  # namespace_pods calls
 
     # PodWriter
     def bind(self, namespace: str, name: str, uid: str, node: str,
@@ -65,6 +66,14 @@ class FakeAPI:
         with self.lock:
             pod = self.pods.get(f"{namespace}/{name}")
             return copy.deepcopy(pod) if pod else None
+
+    # ClusterLister.namespace_pods (the rebalancer's read of a gang's members); selectors of the form k=v,k2=v2
+    def namespace_pods(self, namespace: str, label_selector: str | None = None) -> list[KubeObject]:
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",")) if label_selector else {}
+        with self.lock:
+            self.namespace_lists.append((namespace, label_selector))
+            return [copy.deepcopy(p) for p in self.pods.values() if p["metadata"].get("namespace") == namespace
+                    and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
 
     def record_event(self, event: SchedulingEvent, series: EventSeries | None = None) -> str:
         if self.before_write:

@@ -52,6 +52,10 @@ class FakeLister:
         self.before_list(self.lists)
         yield from copy.deepcopy(self.pods)
 
+    def namespace_pods(self, namespace: str, label_selector: str | None = None) -> Iterator[KubeObject]:
+        # The comparer never reads one namespace; the port's other reader (the rebalancer) has its own tests.
+        yield from (copy.deepcopy(p) for p in self.pods if p["metadata"].get("namespace") == namespace)
+
 
 def cluster(nodes: list[Obj], pods: list[Obj]) -> ClusterState:
     """A cache that agrees with the API: every node, and every bound pod."""

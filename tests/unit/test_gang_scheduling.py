@@ -246,3 +246,23 @@ def test_gang_metrics_count_failed_attempts_pending_gangs_and_waits() -> None:
     run(scheduler, lambda: len(api.binds) == 5, 30, "all five bound")
     assert metric_line(metrics, 'metrics_sched_gang_wait_duration_seconds_count{outcome="scheduled"}') == 1
     assert metric_line(metrics, "metrics_sched_gang_groups_pending") == 0
+
+
+def test_a_gang_placed_again_after_its_members_are_gone_chooses_its_domain_afresh() -> None:
+    """Issue 44 (`rebalance.gangs: whole` evicts a gang together): the attempt that placed the gang's first run
+    must not keep its replacements in that run's zone. Zone a is full by the time they come: they go to b."""
+    scheduler, api, _ = make()
+    nodes(scheduler, "a", 1)
+    nodes(scheduler, "b", 1)
+    api.add_pod(pod("busy", cpu="1", memory="1Gi", node_name="b-0"))  # a scores better for the first run
+    scheduler.handlers.on_object_event(KIND[CRD], "ADDED", crd_group("pg", 1))
+    api.add_pod(member("m0", "pg"))
+    run(scheduler, lambda: len(api.binds) == 1, 10, "the first run bound")
+    assert api.binds == [("default/m0", "a-0")]
+    # The member is evicted; zone a fills up meanwhile; the replacement comes.
+    api.delete_pod("default/m0")
+    api.delete_pod("default/busy")
+    api.add_pod(pod("filler", cpu="2", memory="1Gi", node_name="a-0"))
+    api.add_pod(member("m1", "pg"))
+    run(scheduler, lambda: len(api.binds) == 2, 10, "the replacement bound")
+    assert api.binds[-1] == ("default/m1", "b-0")

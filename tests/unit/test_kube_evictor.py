@@ -1,4 +1,5 @@
-"""KubeEvictor: the policy/v1 Eviction it POSTs and the statuses it keeps, over httpx.MockTransport."""
+"""KubeEvictor: the policy/v1 Eviction it POSTs (a dry run too) and the statuses it keeps; and the namespace LIST
+the rebalancer reads a gang's members with; over httpx.MockTransport."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import httpx
 import pytest
 
 from adapters.kubernetes import KubeEvictor
+from adapters.kubernetes.lister import KubeClusterLister
 from metrics_sched.ports import ApiError, Evictor
 from tests.unit.test_kube_pod_writer import Recorder, make_client, status
 
@@ -41,3 +43,32 @@ def test_evict_failures_keep_the_status(reply: httpx.Response, expected: int) ->
         KubeEvictor(make_client(Recorder(lambda r: reply))).evict("ns", "p", "u")
     assert info.value.status == expected
     assert reply.json()["message"] in info.value.message
+
+
+def test_a_dry_run_eviction_asks_the_api_server_to_check_and_change_nothing() -> None:
+    # deleteOptions.dryRun ["All"]: the API server checks the PodDisruptionBudget and deletes nothing
+    # (pkg/registry/core/pod/storage/eviction.go); a refusal is the same 429 as for a real eviction.
+    recorder = Recorder()
+    KubeEvictor(make_client(recorder)).evict("team-a", "web-0", "1234-uid", dry_run=True)
+    assert recorder.body()["deleteOptions"] == {"preconditions": {"uid": "1234-uid"}, "dryRun": ["All"]}
+    refused = status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+    with pytest.raises(ApiError) as info:
+        KubeEvictor(make_client(Recorder(lambda r: refused))).evict("ns", "p", "u", dry_run=True)
+    assert info.value.status == 429
+
+
+def test_one_namespaces_pods_are_listed_page_by_page_with_the_label_selector() -> None:
+    pages = [{"items": [{"metadata": {"name": "m0"}}], "metadata": {"continue": "next"}},
+             {"items": [{"metadata": {"name": "m1"}}], "metadata": {}}]
+    recorder = Recorder(lambda r: httpx.Response(200, json=pages[len(recorder.requests) - 1]))
+    lister = KubeClusterLister(make_client(recorder), page_size=1)
+    found = list(lister.namespace_pods("ml", "scheduling.x-k8s.io/pod-group=g"))
+    assert [p["metadata"]["name"] for p in found] == ["m0", "m1"]
+    assert [r.url.path for r in recorder.requests] == ["/api/v1/namespaces/ml/pods"] * 2
+    assert [dict(r.url.params) for r in recorder.requests] == [
+        {"limit": "1", "labelSelector": "scheduling.x-k8s.io/pod-group=g"},
+        {"limit": "1", "labelSelector": "scheduling.x-k8s.io/pod-group=g", "continue": "next"}]
+    recorder.requests.clear()
+    pages[0] = {"items": [], "metadata": {}}
+    assert list(lister.namespace_pods("ml")) == []
+    assert dict(recorder.requests[0].url.params) == {"limit": "1"}  # no selector: the whole namespace

@@ -29,6 +29,7 @@ def test_absent_means_disabled_with_the_defaults() -> None:
     assert parse_config({}, CATALOG).rebalance == RebalanceConfig()
     assert parse(None).rebalance == RebalanceConfig()
     assert RebalanceConfig().enabled is False and RebalanceConfig().dry_run is True
+    assert RebalanceConfig().gangs == "never"  # issue 44: a gang stays unless asked
 
 
 def test_every_field() -> None:
@@ -39,7 +40,7 @@ def test_every_field() -> None:
         "podSelector": {"matchLabels": {"team": "ml", "rebalance": "yes"},
                         "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web", "db"]},
                                              {"key": "pinned", "operator": "DoesNotExist"}]},
-        "evictLocalStoragePods": True,
+        "evictLocalStoragePods": True, "gangs": "whole",
     }).rebalance
     assert config == RebalanceConfig(
         enabled=True, interval_seconds=90.0, dry_run=False, margin=12.5, max_priority=1000,
@@ -51,7 +52,7 @@ def test_every_field() -> None:
         pod_selector={"team": "ml", "rebalance": "yes"},
         pod_selector_expressions=(SelectorExpression("tier", "NotIn", ("db", "web")),
                                   SelectorExpression("pinned", "DoesNotExist")),
-        evict_local_storage_pods=True,
+        evict_local_storage_pods=True, gangs="whole",
     )
 
 
@@ -117,6 +118,8 @@ def test_defaults_of_a_rule_and_of_the_limits() -> None:
     ({"podSelector": {"matchExpressions": [{"key": "t", "operator": "Exists", "value": "a"}]}},
      "rebalance.podSelector.matchExpressions[0].value"),
     ({"evictLocalStoragePods": "yes"}, "rebalance.evictLocalStoragePods"),
+    ({"gangs": "half"}, "rebalance.gangs"),
+    ({"gangs": True}, "rebalance.gangs"),
     ({"podSelector": {"matchLabels": ["a"]}}, "rebalance.podSelector.matchLabels"),
     ({"podSelector": {"matchLabels": {"team": 7}}}, "rebalance.podSelector.matchLabels.team"),
 ])

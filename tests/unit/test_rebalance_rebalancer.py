@@ -81,7 +81,7 @@ class Rig:
 def rebalancer_for(config: RebalanceConfig, scheduler: Scheduler, api: FakeAPI, cache: MetricCache,
                    clock: Clock) -> Rebalancer:
     return Rebalancer(config, scheduler.frameworks["metrics-sched"], scheduler.state, cache,
-                      frozenset({"metrics-sched"}), clock, pods=api)
+                      frozenset({"metrics-sched"}), clock, pods=api, members=api)
 
 
 def terminate(rig: Rig, key: str) -> None:
@@ -308,11 +308,15 @@ class _PdbEvictor:
     def __init__(self, rig: Rig, protected: set[str]) -> None:
         self.rig, self.protected = rig, protected
         self.evicted: list[str] = []
+        self.dry_runs: list[str] = []
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         key = f"{namespace}/{name}"
         if key in self.protected:
             raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+        if dry_run:
+            self.dry_runs.append(key)
+            return
         self.evicted.append(key)
         terminate(self.rig, key)
 

@@ -56,7 +56,7 @@ class FakeEvictor:
         self.errors = list(errors)
         self.evicted: list[tuple[str, str, str]] = []
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         self.evicted.append((namespace, name, uid))
         error = self.errors.pop(0) if self.errors else None
         if error is not None:
@@ -109,7 +109,7 @@ def test_an_eviction_is_carried_out_recorded_reported_and_counted() -> None:
     assert evicted.as_dict() == {
         "kind": "eviction", "id": evicted.id, "time": 1000.0, "pod": "ml/train-1", "uid": "u1",
         "owner": "ReplicaSet/ml/train", "node": "gpu-1", "rule": "hot-gpu", "verdict": "evicted",
-        "reason": HOT.reason, "target": "gpu-3", "gain": 32.0}
+        "reason": HOT.reason, "target": "gpu-3", "gain": 32.0, "gang": None}
     assert [(e.pod_name, e.type, e.reason, e.action) for e in api.events] == [
         ("train-1", "Normal", "Evicted", "Rebalance"), ("train-2", "Normal", "EvictionSkipped", "Rebalance")]
     assert "rule hot-gpu on node gpu-1" in api.events[0].note and "gpu-3 (+32.0)" in api.events[0].note
@@ -220,7 +220,7 @@ def test_an_eviction_is_recorded_as_of_before_its_call_and_before_the_next_one()
     recorded_before_call: list[int] = []
 
     class SlowEvictor(FakeEvictor):
-        def evict(self, namespace: str, name: str, uid: str) -> None:
+        def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
             recorded_before_call.append(len(evictions(ring)))
             super().evict(namespace, name, uid)
             now[0] += 1.0

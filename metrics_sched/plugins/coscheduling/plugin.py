@@ -12,11 +12,13 @@ After scheduler-plugins' Coscheduling (pkg/coscheduling) and kube-scheduler's Ga
 - Placement (after Score, for the first member of an attempt): the domain of the group's topology key
   (the Workload API's topologyConstraints, the PodGroup annotation `metrics-sched.io/topology-key`, or this
   plugin's `topologyKey`) that holds every member still to place and scores best on the profile's weighted
-  objective (placement.py, beside it); Filter then keeps every member in that domain. No domain holds
-  them all: the gang is placed across domains, member by member, as Coscheduling and kube-scheduler's
-  GangScheduling place it (a domain nobody asked for is a preference, not a requirement); the attempt fails
-  only when the group named the key itself (the Workload API's topologyConstraints, the annotation) or with
-  `fallbackToMemberByMember: false`. Every member's decision record carries the gang decision.
+  objective (placement.py, beside it); Filter then keeps every member in that domain (late members of a placed
+  gang too, but not a new run of it: once none of the members that attempt placed is left, its replacements
+  choose afresh). No domain holds them all: the gang is placed across domains, member by member, as
+  Coscheduling and kube-scheduler's GangScheduling place it (a domain nobody asked for is a preference, not a
+  requirement); the attempt fails only when the group named the key itself (the Workload API's
+  topologyConstraints, the annotation) or with `fallbackToMemberByMember: false`. Every member's decision record
+  carries the gang decision.
 - Reserve / Permit: a member waits at Permit until minMember members hold a node, then all are allowed
   at once; the wait is the group's scheduleTimeoutSeconds (or `permitWaitingTimeSeconds`).
 - Preemption (DefaultPreemption, the PostFilter before this one) makes room for the whole gang at once or for
@@ -198,7 +200,7 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
                                               f"minResources ({short})")
         required = group.topology_key is not None
         topology_key = group.topology_key or self.args.topology_key
-        decision = self.tracker.decision(key)
+        decision = self._standing_decision(key, pod)
         if decision is not None:
             explain(cycle, decision.note())
         cycle.write(_GANG, GangCycle(key, group, topology_key, required, decision))
@@ -209,6 +211,22 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, FilterPlugin, PlacementPlug
         cycle.write(PREEMPT_TOGETHER, PreemptTogether(f"{key}", lambda: self._still_to_place(key, group, pod),
                                                       topology_key if in_domain else None))
         return SUCCESS
+
+    def _standing_decision(self, key: GroupKey, pod: PodInfo) -> GangDecision | None:
+        """The domain the gang's attempt chose, which keeps `pod` in it; None when none binds it. A complete attempt
+        binds only the run of the gang it placed: once none of its members is left (deleted, or evicted together
+        by the rebalancer's `gangs: whole`) it is dropped and the replacements choose afresh; and it binds none of
+        its own members (only a what-if re-places one: the rebalancer's simulation of the gang's replacement)."""
+        attempt = self.tracker.attempt(key)
+        if attempt is None:
+            return None
+        if attempt.complete:
+            if pod.uid in attempt.reserved:
+                return None
+            members = self.store.members(key)
+            if self.tracker.retire(key, set(members.pending) | members.bound):
+                return None
+        return attempt.decision
 
     def _still_to_place(self, key: GroupKey, group: PodGroup, pod: PodInfo) -> list[PodInfo]:
         """The gang's other members a preemption for `pod` must make room for too: as many as the quorum still

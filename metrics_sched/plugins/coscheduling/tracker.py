@@ -103,6 +103,17 @@ class GangTracker:
                 found = self._attempts[key] = Attempt(self._clock())
             found.reserved[uid] = node
 
+    def retire(self, key: GroupKey, live: set[str] | frozenset[str]) -> bool:
+        """Drops a complete attempt none of whose members is among `live` (the group's members now): it placed an
+        earlier run of the gang (its pods were deleted, or evicted together), and its domain binds no replacement.
+        True if it was dropped."""
+        with self._lock:
+            found = self._attempts.get(key)
+            if found is None or not found.complete or any(u in live for u in found.reserved):
+                return False
+            del self._attempts[key]
+            return True
+
     def reserved(self, key: GroupKey) -> dict[str, str]:
         with self._lock:
             found = self._attempts.get(key)
