@@ -90,6 +90,9 @@ class DomainRule:
 
     topology_key: str
     required: bool
+    # No domain holds the gang: placed across domains, as Coscheduling falls back (a domain the group did not ask
+    # for is a preference); False: the gang stays.
+    fallback: bool = False
 
 
 def members_of(lister: MemberLister, key: GroupKey) -> list[KubeObject]:
@@ -114,7 +117,8 @@ def members_of(lister: MemberLister, key: GroupKey) -> list[KubeObject]:
 def domain_rule(framework: Framework, key: GroupKey) -> DomainRule | None:
     """The topology domain the profile's Coscheduling would keep the gang's replacement in (as its PreFilter and
     placement decide), or None: placed member by member (no Coscheduling, a Workload group that is no gang, the
-    MemberByMember placement or its fallback)."""
+    MemberByMember placement). A domain the group did not name is a preference when Coscheduling falls back
+    across domains (`fallback`)."""
     plugin = next((p for p in framework.instances.values() if isinstance(p, Coscheduling)), None)
     if plugin is None:
         return None
@@ -122,9 +126,10 @@ def domain_rule(framework: Framework, key: GroupKey) -> DomainRule | None:
     if group is None or not group.gang:
         return None  # a missing group fails the what-if's PreFilter, which says why
     required = group.topology_key is not None
-    if not required and (plugin.args.gang_placement != "Domain" or plugin.args.fallback_to_member_by_member):
+    if not required and plugin.args.gang_placement != "Domain":
         return None
-    return DomainRule(group.topology_key or plugin.args.topology_key, required)
+    return DomainRule(group.topology_key or plugin.args.topology_key, required,
+                      fallback=not required and plugin.args.fallback_to_member_by_member)
 
 
 def place_gang(framework: Framework, cluster: ClusterState, key: GroupKey, members: list[Member],
@@ -154,6 +159,8 @@ def place_gang(framework: Framework, cluster: ClusterState, key: GroupKey, membe
             if isinstance(placed, GangMove):
                 return placed
             refused.append(f"{domain.topology_key}={value}: {placed}")
+        if domain.fallback:
+            return _place_all(framework, cluster, key, members, infos, bad, projection, metrics, None)
         return f"no {domain.topology_key} domain holds the whole gang ({'; '.join(refused)})"
 
 

@@ -194,6 +194,21 @@ def test_a_gang_placed_in_one_zone_moves_to_one_zone() -> None:
     assert {v.target for v in verdicts} <= {"c", "d"}
 
 
+def test_a_gang_no_one_zone_holds_moves_across_zones_as_coscheduling_would_place_it() -> None:
+    # No zone holds both members (b and c take one each): the zone nobody asked for is a preference, so the
+    # simulation falls back across zones as Coscheduling does, and the gang moves whole.
+    rig = gang_rig(nodes={"a": 8, "b": 4, "c": 4})
+    for name, zone, gpus in (("a", "z1", 8), ("b", "z1", 4), ("c", "z2", 4)):
+        rig.scheduler.handlers.on_node_event("MODIFIED", node(name, cpu="64", memory="512Gi", gpus=gpus,
+                                                              labels={ZONE: zone}))
+    crd_gang(rig, "g", 2)
+    member(rig, "m0", "a", "g", gpus=4)
+    member(rig, "m1", "a", "g", gpus=4)
+    verdicts = rig.hot_for(300, {"a": 91.0, "b": 30.0, "c": 50.0})
+    assert sorted(planned(verdicts)) == ["default/m0", "default/m1"], [v.reason for v in verdicts]
+    assert {v.target for v in verdicts} == {"b", "c"}
+
+
 def test_a_gang_leaves_the_zone_its_last_attempt_chose() -> None:
     # The attempt that placed the gang chose zone z1 (Coscheduling keeps it, for late members); the replacement
     # gang is a new run that chooses afresh, and so does the simulation of it: z2.
