@@ -26,6 +26,7 @@ from tests.grafana_queries import (
     dashboard_queries,
     iter_panels,
     load_dashboards,
+    variable_queries,
 )
 
 pytestmark = pytest.mark.unit
@@ -36,6 +37,9 @@ EXPORTER_DIR = GRAFANA.parent / "metrics_sched" / "observability"  # where the /
 PLUGIN_METRIC = "PluginMetric("
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 JOB_MATCHER = 'job=~"$job"'
+# The series the $job variable lists jobs from: one only metrics-sched exports (kube-scheduler has scheduler_* too,
+# and a job variable built on those lists its job as well), and every replica exports from start, leader or not.
+JOB_SERIES = "metrics_sched_leader"
 RATE_WINDOW = "$__rate_interval"
 EXPECTED_FILES = {"metrics-sched-decisions.json", "metrics-sched-sources.json", "metrics-sched-scheduler.json"}
 
@@ -383,8 +387,11 @@ def test_datasource_and_job_variables(dashboard: dict[str, Any]) -> None:
     job = _variable(dashboard, "job")
     assert job["type"] == "query"
     assert job["datasource"] == DATASOURCE
-    assert _variable_query(job) == "label_values(scheduler_schedule_attempts_total, job)"
+    assert _variable_query(job) == f"label_values({JOB_SERIES}, job)"
     assert job["includeAll"] is True
+    # "All" = the listed (metrics-sched) jobs, as Grafana joins them; an allValue such as ".*" would match every job,
+    # kube-scheduler's included, wherever both are scraped.
+    assert job.get("allValue") in (None, "")
     assert job["current"]["value"] in ("$__all", ["$__all"])
     names = [v["name"] for v in dashboard["templating"]["list"]]
     assert len(names) == len(set(names))
@@ -608,6 +615,19 @@ def test_dashboard_queries_substitutes_every_variable() -> None:
     # a job regex with PromQL string metacharacters stays one string literal
     [(_, _, escaped)] = [q for q in dashboard_queries(r'a"b\c') if q[2].startswith("sum by (queue)")]
     assert r'job=~"a\"b\\c"' in escaped
+
+
+def test_variable_queries_list_metrics_sched_jobs_only() -> None:
+    """What tests/e2e/test_audit.py runs for the variables: the job variable reads a series kube-scheduler does not
+    export (its metrics are scheduler_*, apiserver_*, rest_client_*, workqueue_*, process_* and go_*)."""
+    queries = variable_queries("metrics-sched")
+    assert {uid for uid, name, _ in queries if name == "job"} == {d["uid"] for d in DASHBOARDS}
+    for uid, name, expr in queries:
+        assert "$" not in expr, (uid, name, expr)
+        parse_promql(expr)
+        if name == "job":
+            assert expr == f"group by (job) ({JOB_SERIES})"
+    assert JOB_SERIES.startswith("metrics_sched_") and JOB_SERIES in KNOWN_METRICS
 
 
 # ---------------------------------------------------------------------------------------------
