@@ -590,3 +590,20 @@ def test_self_signed_render_starts_without_any_secret(helm: Path, api: KubeAPI, 
             cluster.group.stop(name)
     finally:
         release.uninstall()
+
+
+def test_packaged_chart_renders_as_the_checkout_with_deploys_alerts(helm: Path, tmp_path: Path) -> None:
+    """`helm package` (docs/deploying.md, "Package and publish the chart"): a self-contained archive, its links to
+    deploy/ and grafana/ resolved, rendering what the checkout renders; its PrometheusRule is deploy/'s alerts."""
+    proc = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    [archive] = tmp_path.glob("metrics-sched-*.tgz")
+    args = ("--values", str(FULL_VALUES), "--values", str(SELF_SIGNED_VALUES), "--set", "serving.certManager=false",
+            *OPERATOR_APIS)
+    packaged = run_helm(helm, "template", "r", str(archive), "--namespace", "ns", "--values", api_server_values(),
+                        *args)
+    assert packaged.returncode == 0, packaged.stderr
+    assert [d for d in yaml.safe_load_all(packaged.stdout) if d] == render(helm, "r", "ns", *args)
+    deployed = next(o for o in kustomization_objects() if o["kind"] == "PrometheusRule")
+    rule = one(render(helm, "r", "ns", *OPERATOR_APIS), "PrometheusRule", "r-metrics-sched")
+    assert rule["spec"] == deployed["spec"], "the chart's alerts drifted from deploy/prometheusrule.yaml"
