@@ -255,6 +255,10 @@ def test_full_render_has_the_optional_objects_of_deploy(helm: Path, tmp_path: Pa
     assert dashboards["data"] == dashboards_configmap()["data"]
     assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's label
     assert dashboards["metadata"]["namespace"] == "monitoring"  # dashboards.namespace: where the sidecar looks
+    generated = dashboards_configmap(namespace="monitoring")["metadata"]  # grafana/build_configmap.py --namespace
+    assert generated["labels"].items() <= dashboards["metadata"]["labels"].items()
+    assert (generated["namespace"], generated["annotations"]) == (dashboards["metadata"]["namespace"],
+                                                                  dashboards["metadata"]["annotations"])
     # Runbook links rebased; the CMDB token mounted where its source reads it; replicas, image, placement.
     rule = one(chart, "PrometheusRule")
     urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]

@@ -663,6 +663,22 @@ def test_configmap_check_mode(tmp_path: Path) -> None:
     assert builder.main(["--check", "--output", str(stale)]) == 0
 
 
+
+def test_configmap_for_the_sidecars_namespace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--namespace: the same ConfigMap (label, folder, dashboards) where Grafana's sidecar looks, as the chart's
+    dashboards.namespace renders it."""
+    builder = _load_builder()
+    assert builder.main(["--namespace", "monitoring", "--output", "-"]) == 0
+    moved = yaml.safe_load(capsys.readouterr().out)
+    committed = yaml.safe_load((GRAFANA / "configmap.yaml").read_text())
+    assert moved["metadata"]["namespace"] == "monitoring"
+    assert {**moved, "metadata": {**moved["metadata"], "namespace": "metrics-sched"}} == committed
+    path = tmp_path / "configmap.yaml"
+    assert builder.main(["--namespace", "monitoring", "--output", str(path)]) == 0
+    assert builder.main(["--namespace", "monitoring", "--check", "--output", str(path)]) == 0
+    assert builder.main(["--check", "--output", str(path)]) == 1  # another namespace is another file
+
+
 def test_dashboard_provider_yaml() -> None:
     config = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "metrics-sched.yaml").read_text())
     assert config["apiVersion"] == 1
