@@ -406,7 +406,9 @@ def release(helm: Path, api: KubeAPI, cluster: DevCluster, crds: list[str]) -> I
 def test_full_render_applies_and_its_toggles_grant_their_rules(helm: Path, api: KubeAPI, cluster: DevCluster,
                                                                crds: list[str]) -> None:
     namespace = f"helm-full-{secrets.token_hex(2)}"
-    objects = render(helm, "helm-full", namespace, "--values", str(FULL_VALUES))
+    # full-values puts the dashboards where the sidecar looks (monitoring): here, into the release's own namespace.
+    objects = render(helm, "helm-full", namespace, "--values", str(FULL_VALUES),
+                     "--set", f"dashboards.namespace={namespace}")
     applied = [o for o in objects if o["kind"] not in CERT_MANAGER_KINDS]
     assert {o["kind"] for o in applied} >= {"Deployment", "ConfigMap", "ServiceMonitor", "PrometheusRule",
                                             "NetworkPolicy", "PodDisruptionBudget", "FlowSchema", "ClusterRole"}
