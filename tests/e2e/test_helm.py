@@ -352,6 +352,15 @@ def test_notes_give_the_verify_steps(helm: Path, cluster: DevCluster) -> None:
                  "metrics-sched explain default/cuda-smoke --service metrics-sched/metrics-sched",
                  "Secret metrics-sched-serving-cert"):
         assert step in notes, f"NOTES.txt lacks {step!r}:\n{notes}"
+    # serving.selfSigned: no Secret to create or read the CA from; the CA is in the pod's certDir.
+    self_signed = subprocess.run([str(helm), "install", "metrics-sched", str(CHART), "--namespace", "metrics-sched",
+                                  "--dry-run=client", "--kubeconfig", str(cluster.kubeconfig),
+                                  "--values", api_server_values(), "--values", str(SELF_SIGNED_VALUES)],
+                                 capture_output=True, text=True, timeout=120)
+    assert self_signed.returncode == 0, self_signed.stderr
+    notes = self_signed.stdout.split("NOTES:", 1)[1]
+    assert "no Secret is needed" in notes and "/var/run/metrics-sched/serving/ca.crt" in notes, notes
+    assert "get secret" not in notes and "Secret metrics-sched-serving-cert" not in notes, notes
 
 
 # -- on the dev API server ------------------------------------------------------------------------------------------
