@@ -7,6 +7,9 @@ any dashboard edit:
 
     python grafana/build_configmap.py          # rewrite grafana/configmap.yaml
     python grafana/build_configmap.py --check  # exit 1 if it is out of date (CI)
+    python grafana/build_configmap.py --namespace monitoring --output -  # for the sidecar's namespace, to stdout
+
+The Helm chart renders the same ConfigMap (dashboards.enabled; dashboards.namespace, dashboards.labels).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def configmap(directory: Path = DASHBOARD_DIR) -> dict[str, Any]:
+def configmap(directory: Path = DASHBOARD_DIR, namespace: str = NAMESPACE) -> dict[str, Any]:
     data: dict[str, str] = {}
     for path in sorted(directory.glob("*.json")):
         text = path.read_text(encoding="utf-8")
@@ -54,7 +57,7 @@ def configmap(directory: Path = DASHBOARD_DIR) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": {
             "name": NAME,
-            "namespace": NAMESPACE,
+            "namespace": namespace,  # where Grafana's sidecar looks (its searchNamespace)
             "labels": {"app.kubernetes.io/name": "metrics-sched", "grafana_dashboard": "1"},
             "annotations": {"grafana_folder": FOLDER},
         },
@@ -62,9 +65,9 @@ def configmap(directory: Path = DASHBOARD_DIR) -> dict[str, Any]:
     }
 
 
-def render(directory: Path = DASHBOARD_DIR) -> str:
+def render(directory: Path = DASHBOARD_DIR, namespace: str = NAMESPACE) -> str:
     """The ConfigMap YAML text, deterministic for a given set of dashboard files."""
-    body = yaml.dump(configmap(directory), Dumper=_Dumper, sort_keys=False, width=10_000,
+    body = yaml.dump(configmap(directory, namespace), Dumper=_Dumper, sort_keys=False, width=10_000,
                      allow_unicode=True, default_flow_style=False)
     return HEADER + body
 
@@ -72,9 +75,13 @@ def render(directory: Path = DASHBOARD_DIR) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if configmap.yaml is out of date")
-    parser.add_argument("--output", type=Path, default=CONFIGMAP)
+    parser.add_argument("--output", type=Path, default=CONFIGMAP, help="the file to write, or - for stdout")
+    parser.add_argument("--namespace", default=NAMESPACE, help=f"the ConfigMap's namespace (default {NAMESPACE})")
     args = parser.parse_args(argv)
-    text = render()
+    text = render(namespace=args.namespace)
+    if str(args.output) == "-":
+        sys.stdout.write(text)
+        return 0
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
         if current != text:

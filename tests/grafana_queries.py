@@ -6,6 +6,9 @@ query over a short range: `$job` by the given job regex, `$metric` (the per-metr
 variable) by `.*` (every value of the label, i.e. Grafana's "All"), `$__rate_interval` by 30s,
 `$__interval` by 15s, `$__range` by 5m. Unknown variables raise, so a dashboard that gains one fails
 loudly here.
+
+`variable_queries(job)` does the same for the dashboards' query variables: `label_values(series, label)` as the
+PromQL `group by (label) (series)`, whose result lists the values Grafana would offer.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ BUILTINS = {"__rate_interval": "30s", "__interval": "15s", "__range": "5m"}
 
 # Dashboard template variables other than $job and $datasource, with the regex that stands for "All".
 TEMPLATE_VARIABLES = {"metric": ".*"}
+
+# Grafana's `label_values(series, label)`, series with or without a {matcher} part.
+_LABEL_VALUES = re.compile(r"^label_values\(\s*(.+?)\s*,\s*(\w+)\s*\)$", re.S)
 
 # $name, ${name} and ${name:format}.
 _VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
@@ -68,4 +74,21 @@ def dashboard_queries(job: str) -> list[tuple[str, str, str]]:
                 expr = target.get("expr")
                 if expr:
                     queries.append((dashboard["uid"], panel["title"], substitute(expr, job)))
+    return queries
+
+
+def variable_queries(job: str) -> list[tuple[str, str, str]]:
+    """(dashboard uid, variable name, PromQL listing its values) for every query variable, variables substituted."""
+    queries: list[tuple[str, str, str]] = []
+    for dashboard in load_dashboards():
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            query = variable["query"]
+            text = query["query"] if isinstance(query, dict) else str(query)
+            match = _LABEL_VALUES.match(text.strip())
+            if not match:
+                raise ValueError(f"{dashboard['uid']} / ${variable['name']}: not label_values(series, label): {text!r}")
+            queries.append((dashboard["uid"], variable["name"],
+                            f"group by ({match[2]}) ({substitute(match[1], job)})"))
     return queries

@@ -15,7 +15,7 @@ from tests.e2e.pools import in_pool, node_pool
 from tests.e2e.scheduler_proc import schedulers
 from tests.e2e.telemetry_setup import telemetry_config, wait_for_values
 from tests.e2e.test_scheduler_core import create_pods
-from tests.grafana_queries import dashboard_queries
+from tests.grafana_queries import dashboard_queries, variable_queries
 
 JOB = "metrics-sched"
 
@@ -97,5 +97,11 @@ def test_every_dashboard_query_returns_series_and_explain_matches_the_emulator(
                     kube.poll(every_query_answers, 30, "every dashboard query to return a series", interval=0.5)
                 except AssertionError as exc:
                     raise AssertionError(f"{exc}; dashboard queries without a series:\n" + "\n".join(empty)) from None
+                # The variables offer values too; $job offers this scheduler's job (from a metrics-sched-only series).
+                for uid, variable, expr in variable_queries(JOB):
+                    offered = {r["metric"].get(variable) for r in prom.query(prometheus, expr)}
+                    assert offered - {None}, f"{uid} / ${variable} offers nothing: {expr}"
+                    if variable == "job":
+                        assert JOB in offered, f"{uid} / $job: {offered}"
             finally:
                 cluster.remove_scrape_target(name)

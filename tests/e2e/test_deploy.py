@@ -135,8 +135,19 @@ def apply(api: KubeAPI, obj: dict[str, Any], *, dry_run: bool, namespace: str | 
 def install_crds(api: KubeAPI) -> list[str]:
     names = []
     for crd in operator_crds():
+        name = crd["metadata"]["name"]
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+        def not_terminating(path: str = path) -> bool:
+            # An earlier module's teardown deleted it: until its objects are gone it still answers (a 409 here),
+            # then vanishes under this module's feet. Wait for it to be gone, then create it anew.
+            existing = api.request("GET", path, ok=(404,))
+            return existing.get("kind") != "CustomResourceDefinition" or not existing["metadata"].get(
+                "deletionTimestamp")
+
+        kube.poll(not_terminating, 60, f"CRD {name} of an earlier module to finish deleting")
         api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, ok=(409,))
-        names.append(crd["metadata"]["name"])
+        names.append(name)
     plurals = {crd["spec"]["names"]["plural"] for crd in operator_crds()}
 
     def served() -> bool:

@@ -9,13 +9,18 @@ rendered config and a TokenRequest token of the chart's ServiceAccount, as tests
 
 from __future__ import annotations
 
+import copy
+import functools
 import secrets
+import ssl
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -23,6 +28,7 @@ from adapters.prometheus.rules_manifest import manifest_text
 from devcluster import DevCluster
 from devcluster.build import BuildError, helm_binary
 from devcluster.kubeapi import KubeAPI
+from devcluster.ports import free_port
 from grafana.build_configmap import configmap as dashboards_configmap
 from tests.deploy_rbac import CLUSTER_RULES, LEASE, LEASE_RULES, REBALANCE_RULES, Rule
 from tests.e2e import kube
@@ -41,6 +47,10 @@ pytestmark = pytest.mark.e2e
 CHART = DEPLOY / "helm" / "metrics-sched"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
 PROMETHEUS_ONLY_VALUES = CHART / "ci" / "prometheus-only-values.yaml"
+SELF_SIGNED_VALUES = CHART / "ci" / "self-signed-values.yaml"
+# The API server's addresses for the NetworkPolicy: `helm install` reads them from the cluster, `helm template` cannot
+# (the chart then refuses to render rather than open 0.0.0.0/0). Given first, so any later --values may override.
+API_SERVER_CIDR = "10.0.0.2/32"
 # What a cluster with the Prometheus Operator reports (`helm template` has no cluster to ask).
 OPERATOR_APIS = ("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
                  "--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
@@ -70,8 +80,16 @@ def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
 
 
+@functools.cache
+def api_server_values() -> str:
+    path = Path(tempfile.mkdtemp(prefix="helm-e2e-")) / "api-server-values.yaml"
+    path.write_text(yaml.safe_dump({"networkPolicy": {"apiServer": {"cidrs": [API_SERVER_CIDR]}}}))
+    return str(path)
+
+
 def render(helm: Path, release: str, namespace: str, *args: str) -> list[dict[str, Any]]:
-    proc = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *args)
+    proc = run_helm(helm, "template", release, str(CHART), "--namespace", namespace,
+                    "--values", api_server_values(), *args)
     assert proc.returncode == 0, f"helm template {' '.join(args)}:\n{proc.stderr}"
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
@@ -101,7 +119,9 @@ def check_config(config: dict[str, Any], tmp_path: Path) -> subprocess.Completed
 
 # -- lint, schema, render -------------------------------------------------------------------------------------------
 def test_helm_lint_strict_with_default_and_full_values(helm: Path) -> None:
-    for args in ([], ["--values", str(FULL_VALUES)], ["--values", str(PROMETHEUS_ONLY_VALUES)]):
+    ci = sorted((CHART / "ci").glob("*.yaml"))
+    assert {FULL_VALUES, PROMETHEUS_ONLY_VALUES, SELF_SIGNED_VALUES} <= set(ci)
+    for args in ([], *(["--values", str(path)] for path in ci)):
         proc = run_helm(helm, "lint", "--strict", str(CHART), *args)
         assert proc.returncode == 0, f"helm lint --strict {' '.join(args)}:\n{proc.stdout}{proc.stderr}"
         assert "0 chart(s) failed" in proc.stdout
@@ -125,6 +145,13 @@ SCHEMA_REFUSALS: list[tuple[dict[str, Any], str]] = [
 TEMPLATE_REFUSALS: list[tuple[dict[str, Any], str]] = [
     ({"config": {"rebalance": {"enabled": True}}}, "config.rebalance.enabled needs rbac.rebalance: true"),
     ({"rbac": {"customMetrics": {"enabled": True}}}, "rbac.customMetrics.enabled: name the metrics"),
+    ({"serving": {"selfSigned": True, "certManager": True}}, "serving.selfSigned: the scheduler signs its own pair"),
+    ({"serving": {"selfSigned": True, "certSecret": "mine"}}, "unset serving.certManager, serving.certSecret"),
+    ({"networkPolicy": {"apiServer": {"cidrs": []}}}, "networkPolicy.apiServer.cidrs: name the API server"),
+    ({"sources": {"cmdb": {"enabled": True, "url": "https://netbox.example.com/api/dcim/devices/"}}},
+     "networkPolicy.cmdb.cidrs: the CMDB's addresses"),
+    ({"serviceMonitor": {"enabled": True}, "rbac": {"readers": {"create": False}}},
+     "serviceMonitor.tokenSecret.name: name the Secret"),
 ]
 
 
@@ -136,7 +163,8 @@ def test_bad_values_are_refused_naming_the_field(helm: Path, tmp_path: Path, val
     path = tmp_path / "bad-values.yaml"
     path.write_text(yaml.safe_dump(values))
     for command in commands:
-        proc = run_helm(helm, command, *(("x",) if command == "template" else ()), str(CHART), "--values", str(path))
+        proc = run_helm(helm, command, *(("x",) if command == "template" else ()), str(CHART),
+                        "--values", api_server_values(), "--values", str(path))
         assert proc.returncode != 0, f"helm {command} accepted {values}"
         assert refusal in proc.stdout + proc.stderr, f"helm {command} {values}: {proc.stdout}{proc.stderr}"
 
@@ -191,12 +219,20 @@ def test_default_render_is_deploy(helm: Path, tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stderr
 
     # With deploy/'s CMDB source configured, the config and the NetworkPolicy are deploy/'s, field for field.
+    # deploy/ opens 0.0.0.0/0 (a kustomize base cannot know the addresses); the chart names them instead.
     cmdb = {s["name"]: s for s in deployed_config["sources"]}["cmdb"]
     with_cmdb = render(helm, "metrics-sched", "metrics-sched", "--set", "sources.cmdb.enabled=true",
-                       "--set", f"sources.cmdb.url={cmdb['url']}")
+                       "--set", f"sources.cmdb.url={cmdb['url']}", "--set", "networkPolicy.cmdb.cidrs={192.0.2.10/32}")
     assert config_of(with_cmdb, "metrics-sched") == deployed_config
-    policy, deployed_policy = one(with_cmdb, "NetworkPolicy")["spec"], one(deployed, "NetworkPolicy")["spec"]
+    policy = one(with_cmdb, "NetworkPolicy")["spec"]
+    deployed_policy = copy.deepcopy(one(deployed, "NetworkPolicy")["spec"])
+    named = {443: "192.0.2.10/32", 6443: API_SERVER_CIDR}  # the CMDB's rule is on 443 only, the API server's on both
+    for rule in deployed_policy["egress"]:
+        if any("ipBlock" in peer for peer in rule["to"]):
+            assert rule["to"][0]["ipBlock"]["cidr"] == "0.0.0.0/0"
+            rule["to"] = [{"ipBlock": {"cidr": named[max(p["port"] for p in rule["ports"])]}}]
     assert {**policy, "podSelector": deployed_policy["podSelector"]} == deployed_policy
+    assert "0.0.0.0/0" not in yaml.safe_dump(policy)
 
 
 def test_full_render_has_the_optional_objects_of_deploy(helm: Path, tmp_path: Path) -> None:
@@ -217,7 +253,12 @@ def test_full_render_has_the_optional_objects_of_deploy(helm: Path, tmp_path: Pa
     # The dashboards are grafana/dashboards' files, byte for byte (what grafana/build_configmap.py embeds).
     dashboards = one(chart, "ConfigMap", "metrics-sched-grafana-dashboards")
     assert dashboards["data"] == dashboards_configmap()["data"]
-    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's label
+    assert dashboards["metadata"]["namespace"] == "monitoring"  # dashboards.namespace: where the sidecar looks
+    generated = dashboards_configmap(namespace="monitoring")["metadata"]  # grafana/build_configmap.py --namespace
+    assert generated["labels"].items() <= dashboards["metadata"]["labels"].items()
+    assert (generated["namespace"], generated["annotations"]) == (dashboards["metadata"]["namespace"],
+                                                                  dashboards["metadata"]["annotations"])
     # Runbook links rebased; the CMDB token mounted where its source reads it; replicas, image, placement.
     rule = one(chart, "PrometheusRule")
     urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
@@ -232,6 +273,29 @@ def test_full_render_has_the_optional_objects_of_deploy(helm: Path, tmp_path: Pa
     assert cmdb["auth"]["tokenFile"] == f"{mounts['cmdb-token']}/token"
     assert [s["type"] for s in config["sources"]] == ["prometheus", "cmdb", "metrics-server", "custom-metrics"]
     assert config["percentageOfNodesToScore"] == 50 and config["rebalance"]["enabled"] is True
+    # The container knobs: logLevel, extraArgs after the chart's, env, extra volumes and mounts, spread constraints
+    # (an absent labelSelector filled with the pods' own selector).
+    container = pod["containers"][0]
+    assert container["args"] == ["run", "--config", "/etc/metrics-sched/config.yaml", "--log-level", "debug",
+                                 "--log-format", "text"]
+    assert [e["name"] for e in container["env"]] == ["HTTPS_PROXY", "NODE_NAME"]
+    assert {"name": "cmdb-ca", "configMap": {"name": "cmdb-ca-bundle"}} in pod["volumes"]
+    assert mounts["cmdb-ca"] == "/etc/metrics-sched-extra/ca"
+    zone, host = pod["topologySpreadConstraints"]
+    assert zone["labelSelector"] == deployment["spec"]["selector"]
+    assert host["labelSelector"] == {"matchLabels": {"app.kubernetes.io/name": "metrics-sched"}}
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["example.com/team"] == "platform"
+    # The NetworkPolicy's egress: the named API server and CMDB addresses, and the extra rule; never 0.0.0.0/0.
+    egress = one(chart, "NetworkPolicy")["spec"]["egress"]
+    blocks = [([p["ipBlock"]["cidr"] for p in r["to"] if "ipBlock" in p], [p["port"] for p in r["ports"]])
+              for r in egress]
+    assert [b for b in blocks if b[0]] == [(["10.0.0.2/32", "10.0.0.3/32"], [6443]), (["192.0.2.10/32"], [443]),
+                                           (["198.51.100.7/32"], [9090])]
+    # Prometheus scrapes with the chart's scraper token (`authorization`), verifying the cert-manager certificate.
+    [endpoint] = one(chart, "ServiceMonitor")["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+    assert endpoint["authorization"]["credentials"] == {"name": "metrics-sched-metrics-scraper-token", "key": "token"}
+    assert endpoint["tlsConfig"]["ca"]["secret"]["name"] == "metrics-sched-serving-cert"
     # Valid as rendered, once the token file it names exists (check-config reads it).
     token = tmp_path / "token"
     token.write_text("t")
@@ -277,7 +341,8 @@ def test_recording_rules_are_deploys_and_switch_the_source(helm: Path, tmp_path:
 def test_notes_give_the_verify_steps(helm: Path, cluster: DevCluster) -> None:
     """NOTES.txt, as `helm install` prints it (a client-side dry run: helm only asks the API server its version)."""
     proc = subprocess.run([str(helm), "install", "metrics-sched", str(CHART), "--namespace", "metrics-sched",
-                           "--dry-run=client", "--kubeconfig", str(cluster.kubeconfig)],
+                           "--dry-run=client", "--kubeconfig", str(cluster.kubeconfig),
+                           "--values", api_server_values()],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     notes = proc.stdout.split("NOTES:", 1)[1]
@@ -287,6 +352,15 @@ def test_notes_give_the_verify_steps(helm: Path, cluster: DevCluster) -> None:
                  "metrics-sched explain default/cuda-smoke --service metrics-sched/metrics-sched",
                  "Secret metrics-sched-serving-cert"):
         assert step in notes, f"NOTES.txt lacks {step!r}:\n{notes}"
+    # serving.selfSigned: no Secret to create or read the CA from; the CA is in the pod's certDir.
+    self_signed = subprocess.run([str(helm), "install", "metrics-sched", str(CHART), "--namespace", "metrics-sched",
+                                  "--dry-run=client", "--kubeconfig", str(cluster.kubeconfig),
+                                  "--values", api_server_values(), "--values", str(SELF_SIGNED_VALUES)],
+                                 capture_output=True, text=True, timeout=120)
+    assert self_signed.returncode == 0, self_signed.stderr
+    notes = self_signed.stdout.split("NOTES:", 1)[1]
+    assert "no Secret is needed" in notes and "/var/run/metrics-sched/serving/ca.crt" in notes, notes
+    assert "get secret" not in notes and "Secret metrics-sched-serving-cert" not in notes, notes
 
 
 # -- on the dev API server ------------------------------------------------------------------------------------------
@@ -341,7 +415,9 @@ def release(helm: Path, api: KubeAPI, cluster: DevCluster, crds: list[str]) -> I
 def test_full_render_applies_and_its_toggles_grant_their_rules(helm: Path, api: KubeAPI, cluster: DevCluster,
                                                                crds: list[str]) -> None:
     namespace = f"helm-full-{secrets.token_hex(2)}"
-    objects = render(helm, "helm-full", namespace, "--values", str(FULL_VALUES))
+    # full-values puts the dashboards where the sidecar looks (monitoring): here, into the release's own namespace.
+    objects = render(helm, "helm-full", namespace, "--values", str(FULL_VALUES),
+                     "--set", f"dashboards.namespace={namespace}")
     applied = [o for o in objects if o["kind"] not in CERT_MANAGER_KINDS]
     assert {o["kind"] for o in applied} >= {"Deployment", "ConfigMap", "ServiceMonitor", "PrometheusRule",
                                             "NetworkPolicy", "PodDisruptionBudget", "FlowSchema", "ClusterRole"}
@@ -440,3 +516,109 @@ def test_helm_install_schedules_the_example_gpu_pod(release: Release, cluster: D
 def lease_holder(api: KubeAPI, lease_path: str) -> str | None:
     lease = api.request("GET", lease_path, ok=(404,))
     return (lease.get("spec") or {}).get("holderIdentity") if lease.get("kind") == "Lease" else None
+
+
+def secret_references(pod: dict[str, Any]) -> list[str]:
+    """Every Secret a pod spec would need: volumes (secret, projected), env and envFrom, image pull secrets."""
+    found = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+    found += [s["secret"]["name"] for v in pod["volumes"] for s in v.get("projected", {}).get("sources", [])
+              if "secret" in s]
+    for c in [*pod["containers"], *pod.get("initContainers", [])]:
+        found += [e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", [])
+                  if "secretKeyRef" in e.get("valueFrom", {})]
+        found += [e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e]
+    return found + [s["name"] for s in pod.get("imagePullSecrets", [])]
+
+
+def test_self_signed_render_starts_without_any_secret(helm: Path, api: KubeAPI, cluster: DevCluster,
+                                                      crds: list[str], tmp_path: Path) -> None:
+    """serving.selfSigned: the pod needs no Secret (none mounted, none rendered but the scraper's token, which only
+    Prometheus reads) and no cert-manager; applied to the API server in a namespace holding no Secret, the rendered
+    config starts the scheduler, which signs its own pair into the certDir the pod's emptyDir holds and serves HTTPS
+    verified with that pair's CA; the scraper's token reads /metrics."""
+    endpoints = cluster.endpoints
+    assert endpoints is not None and endpoints.prometheus
+    # Without the Prometheus Operator: not one Secret in the render.
+    assert not [o for o in render(helm, "ss", "ns", "--values", str(SELF_SIGNED_VALUES)) if o["kind"] == "Secret"]
+
+    namespace = f"helm-ss-{secrets.token_hex(2)}"
+    objects = render(helm, "helm-ss", namespace, *OPERATOR_APIS, "--values", str(SELF_SIGNED_VALUES),
+                     "--set", f"sources.prometheus.url={endpoints.prometheus}")
+    assert not {o["kind"] for o in objects} & CERT_MANAGER_KINDS
+    fullname = "helm-ss-metrics-sched"
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert secret_references(pod) == [], "the scheduler's pod needs a Secret"
+    [scraper_token] = [o for o in objects if o["kind"] == "Secret"]
+    assert scraper_token["type"] == "kubernetes.io/service-account-token" and not scraper_token.get("data")
+    config = config_of(objects, fullname)
+    server = config["server"]
+    assert "tlsCertFile" not in server and "tlsPrivateKeyFile" not in server
+    [cert_volume] = [v for v in pod["volumes"]
+                     if any(m["name"] == v["name"] and m["mountPath"] == server["certDir"]
+                            for m in pod["containers"][0]["volumeMounts"])]
+    assert cert_volume["emptyDir"]["medium"] == "Memory"
+    # Prometheus cannot know a CA made in the pod: it skips verification (and still presents its token).
+    [endpoint] = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert endpoint["authorization"]["credentials"]["name"] == scraper_token["metadata"]["name"]
+
+    release = Release(api, objects, namespace, fullname)
+    try:
+        release.install()
+        # The namespace holds the scraper's (unfilled) token Secret only: nothing the scheduler reads.
+        stored = api.get(f"/api/v1/namespaces/{namespace}/secrets")["items"]
+        assert [s["metadata"]["name"] for s in stored] == [scraper_token["metadata"]["name"]]
+        # The rendered config as the pod reads it, but for the pod's own filesystem and network: the emptyDir at
+        # certDir (a directory here) and loopback.
+        pair_dir = tmp_path / "serving-pair"
+        config["server"] = {**server, "certDir": str(pair_dir), "bindAddress": "127.0.0.1"}
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(yaml.safe_dump(config))
+        kubeconfig = kube.token_kubeconfig(endpoints, token_for(api, namespace, fullname), namespace, tmp_path,
+                                           user="self-signed")
+        port, identity = free_port(), f"helm-ss-{secrets.token_hex(3)}"
+        name = f"metrics-sched-ss-{secrets.token_hex(3)}"
+        managed = cluster.group.start(name, [
+            sys.executable, "-m", "metrics_sched.app.cli", "run", "--config", str(config_file),
+            "--kubeconfig", str(kubeconfig), "--port", str(port), "--identity", identity, "--log-format", "text",
+        ])
+        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{fullname}"
+
+        def holder() -> str | None:
+            if not managed.alive():
+                raise AssertionError(managed.describe_exit())
+            return lease_holder(api, lease_path)
+
+        try:
+            assert kube.poll(holder, 60, f"Lease {namespace}/{fullname} held") == identity
+            ca = pair_dir / "ca.crt"
+            assert ca.is_file(), f"no self-signed pair in the certDir: {sorted(pair_dir.iterdir())}"
+            scraper = token_for(api, namespace, f"{fullname}-metrics-scraper")
+            with httpx.Client(verify=ssl.create_default_context(cafile=str(ca)), timeout=10) as http:
+                base = f"https://127.0.0.1:{port}"
+                assert http.get(f"{base}/readyz").status_code == 200
+                metrics = http.get(f"{base}/metrics", headers={"Authorization": f"Bearer {scraper}"})
+                assert metrics.status_code == 200 and "metrics_sched_leader" in metrics.text
+                # /metrics only: the scraper reads no decisions.
+                assert http.get(f"{base}/decisions", headers={"Authorization": f"Bearer {scraper}"}).status_code == 403
+        finally:
+            cluster.group.stop(name)
+    finally:
+        release.uninstall()
+
+
+def test_packaged_chart_renders_as_the_checkout_with_deploys_alerts(helm: Path, tmp_path: Path) -> None:
+    """`helm package` (docs/deploying.md, "Package and publish the chart"): a self-contained archive, its links to
+    deploy/ and grafana/ resolved, rendering what the checkout renders; its PrometheusRule is deploy/'s alerts."""
+    proc = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    [archive] = tmp_path.glob("metrics-sched-*.tgz")
+    args = ("--values", str(FULL_VALUES), "--values", str(SELF_SIGNED_VALUES), "--set", "serving.certManager=false",
+            *OPERATOR_APIS)
+    packaged = run_helm(helm, "template", "r", str(archive), "--namespace", "ns", "--values", api_server_values(),
+                        *args)
+    assert packaged.returncode == 0, packaged.stderr
+    assert [d for d in yaml.safe_load_all(packaged.stdout) if d] == render(helm, "r", "ns", *args)
+    deployed = next(o for o in kustomization_objects() if o["kind"] == "PrometheusRule")
+    rule = one(render(helm, "r", "ns", *OPERATOR_APIS), "PrometheusRule", "r-metrics-sched")
+    assert rule["spec"] == deployed["spec"], "the chart's alerts drifted from deploy/prometheusrule.yaml"

@@ -139,7 +139,9 @@ def test_the_kustomization_lists_every_manifest_and_only_existing_files() -> Non
     kinds = {o["kind"] for o in base_objects()}
     assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
             "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"} <= kinds
-    assert "Secret" not in kinds
+    # No Secret value ships: the only Secret is the scraper's token, which the API server's token controller fills.
+    for secret in (o for o in base_objects() if o["kind"] == "Secret"):
+        assert secret["type"] == "kubernetes.io/service-account-token" and not secret.get("data"), secret
 
 
 def test_namespaced_objects_live_in_the_metrics_sched_namespace() -> None:
@@ -345,8 +347,8 @@ def test_bindings_grant_the_roles_to_the_service_account_only(kind: str, role_ki
     binding = one(kind, role_name)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
-    account = one("ServiceAccount")
-    assert (account["metadata"]["name"], account["metadata"]["namespace"]) == (SERVICE_ACCOUNT, NAMESPACE)
+    account = one("ServiceAccount", SERVICE_ACCOUNT)
+    assert account["metadata"]["namespace"] == NAMESPACE
 
 
 # -- the config, the Service, monitoring, the NetworkPolicy ----------------------------------------------
@@ -386,8 +388,19 @@ def test_the_service_and_service_monitor_reach_the_metrics_port() -> None:
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     [endpoint] = monitor["spec"]["endpoints"]
     assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == ("https", "/metrics", "https")
-    # Prometheus's own token, and the certificate verified for the Service's name with the Secret's CA.
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    # The scraper's token through `authorization` (not the deprecated bearerTokenFile), and the certificate verified
+    # for the Service's name with the Secret's CA.
+    assert "bearerTokenFile" not in endpoint
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {
+        "name": "metrics-sched-metrics-scraper-token", "key": "token"}}
+    token = one("Secret", "metrics-sched-metrics-scraper-token")
+    scraper = one("ServiceAccount", "metrics-sched-metrics-scraper")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == scraper["metadata"]["name"]
+    binding = one("ClusterRoleBinding", "metrics-sched-metrics-scraper")
+    assert binding["roleRef"]["name"] == "metrics-sched-metrics-reader"  # /metrics only
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": scraper["metadata"]["name"],
+                                    "namespace": NAMESPACE}]
     tls = endpoint["tlsConfig"]
     assert "insecureSkipVerify" not in tls and tls["serverName"] == "metrics-sched.metrics-sched.svc"
     assert tls["ca"] == {"secret": {"name": "metrics-sched-serving-cert", "key": "ca.crt"}}

@@ -26,6 +26,7 @@ from tests.grafana_queries import (
     dashboard_queries,
     iter_panels,
     load_dashboards,
+    variable_queries,
 )
 
 pytestmark = pytest.mark.unit
@@ -36,6 +37,9 @@ EXPORTER_DIR = GRAFANA.parent / "metrics_sched" / "observability"  # where the /
 PLUGIN_METRIC = "PluginMetric("
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 JOB_MATCHER = 'job=~"$job"'
+# The series the $job variable lists jobs from: one only metrics-sched exports (kube-scheduler has scheduler_* too,
+# and a job variable built on those lists its job as well), and every replica exports from start, leader or not.
+JOB_SERIES = "metrics_sched_leader"
 RATE_WINDOW = "$__rate_interval"
 EXPECTED_FILES = {"metrics-sched-decisions.json", "metrics-sched-sources.json", "metrics-sched-scheduler.json"}
 
@@ -383,8 +387,11 @@ def test_datasource_and_job_variables(dashboard: dict[str, Any]) -> None:
     job = _variable(dashboard, "job")
     assert job["type"] == "query"
     assert job["datasource"] == DATASOURCE
-    assert _variable_query(job) == "label_values(scheduler_schedule_attempts_total, job)"
+    assert _variable_query(job) == f"label_values({JOB_SERIES}, job)"
     assert job["includeAll"] is True
+    # "All" = the listed (metrics-sched) jobs, as Grafana joins them; an allValue such as ".*" would match every job,
+    # kube-scheduler's included, wherever both are scraped.
+    assert job.get("allValue") in (None, "")
     assert job["current"]["value"] in ("$__all", ["$__all"])
     names = [v["name"] for v in dashboard["templating"]["list"]]
     assert len(names) == len(set(names))
@@ -610,6 +617,19 @@ def test_dashboard_queries_substitutes_every_variable() -> None:
     assert r'job=~"a\"b\\c"' in escaped
 
 
+def test_variable_queries_list_metrics_sched_jobs_only() -> None:
+    """What tests/e2e/test_audit.py runs for the variables: the job variable reads a series kube-scheduler does not
+    export (its metrics are scheduler_*, apiserver_*, rest_client_*, workqueue_*, process_* and go_*)."""
+    queries = variable_queries("metrics-sched")
+    assert {uid for uid, name, _ in queries if name == "job"} == {d["uid"] for d in DASHBOARDS}
+    for uid, name, expr in queries:
+        assert "$" not in expr, (uid, name, expr)
+        parse_promql(expr)
+        if name == "job":
+            assert expr == f"group by (job) ({JOB_SERIES})"
+    assert JOB_SERIES.startswith("metrics_sched_") and JOB_SERIES in KNOWN_METRICS
+
+
 # ---------------------------------------------------------------------------------------------
 # Packaging: ConfigMap and provisioning
 
@@ -641,6 +661,22 @@ def test_configmap_check_mode(tmp_path: Path) -> None:
     assert builder.main(["--check", "--output", str(stale)]) == 1
     assert builder.main(["--output", str(stale)]) == 0
     assert builder.main(["--check", "--output", str(stale)]) == 0
+
+
+
+def test_configmap_for_the_sidecars_namespace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--namespace: the same ConfigMap (label, folder, dashboards) where Grafana's sidecar looks, as the chart's
+    dashboards.namespace renders it."""
+    builder = _load_builder()
+    assert builder.main(["--namespace", "monitoring", "--output", "-"]) == 0
+    moved = yaml.safe_load(capsys.readouterr().out)
+    committed = yaml.safe_load((GRAFANA / "configmap.yaml").read_text())
+    assert moved["metadata"]["namespace"] == "monitoring"
+    assert {**moved, "metadata": {**moved["metadata"], "namespace": "metrics-sched"}} == committed
+    path = tmp_path / "configmap.yaml"
+    assert builder.main(["--namespace", "monitoring", "--output", str(path)]) == 0
+    assert builder.main(["--namespace", "monitoring", "--check", "--output", str(path)]) == 0
+    assert builder.main(["--check", "--output", str(path)]) == 1  # another namespace is another file
 
 
 def test_dashboard_provider_yaml() -> None:

@@ -117,3 +117,75 @@ def test_schema_checks_a_metrics_device_labels() -> None:
     assert not list(validator.iter_errors(with_temperature({"deviceLabels": ["UUID", "gpu"]})))
     for bad in ("UUID", [], ["UUID", "UUID"], ["pci-bus"], [3]):
         assert list(validator.iter_errors(with_temperature({"deviceLabels": bad}))), f"accepted {bad!r}"
+
+
+# Every knob of issue 46's chart work: a value the schema takes, and values it refuses (naming the field).
+NEW_KNOBS: list[tuple[dict[str, Any], list[dict[str, Any]]]] = [
+    ({"serving": {"selfSigned": True}}, [{"serving": {"selfSigned": "yes"}}]),
+    ({"logLevel": "debug"}, [{"logLevel": "verbose"}, {"logLevel": 4}]),
+    ({"extraArgs": ["--log-format", "text"]}, [{"extraArgs": "--log-format text"}, {"extraArgs": [""]}]),
+    ({"env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+              {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]},
+     [{"env": {"HTTPS_PROXY": "x"}}, {"env": [{"value": "x"}]}, {"env": [{"name": "A", "vaule": "x"}]}]),
+    ({"extraVolumes": [{"name": "ca", "configMap": {"name": "ca-bundle"}}],
+      "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ca", "readOnly": True}]},
+     [{"extraVolumes": [{"configMap": {"name": "x"}}]}, {"extraVolumeMounts": [{"name": "ca"}]},
+      {"extraVolumeMounts": [{"name": "ca", "mountPath": "etc/ca"}]}]),
+    ({"podAnnotations": {"example.com/team": "platform"}}, [{"podAnnotations": {"a": 1}}]),
+    ({"priorityClassName": ""}, [{"priorityClassName": None}]),
+    ({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                     "whenUnsatisfiable": "ScheduleAnyway"}]},
+     [{"topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "z", "whenUnsatisfiable": "ScheduleAnyway"}]},
+      {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "Sometimes"}]},
+      {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z"}]}]),
+    ({"serviceMonitor": {"tokenSecret": {"name": "prometheus-scrape-token", "key": "token"}}},
+     [{"serviceMonitor": {"tokenSecret": {"name": "x", "key": ""}}},
+      {"serviceMonitor": {"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}}]),
+    ({"dashboards": {"namespace": "monitoring", "labels": {"grafana_dashboard": "1"}}},
+     [{"dashboards": {"namespace": "Monitoring"}}, {"dashboards": {"labels": {"grafana_dashboard": 1}}},
+      {"dashboards": {"enabled": True, "folder": 3}}]),
+    ({"networkPolicy": {"apiServer": {"cidrs": ["10.0.0.2/32", "fd00::1/128"], "ports": [6443]},
+                        "cmdb": {"cidrs": ["192.0.2.10/32"], "ports": [443]},
+                        "extraEgress": [{"to": [{"ipBlock": {"cidr": "198.51.100.7/32"}}],
+                                         "ports": [{"protocol": "TCP", "port": 9090}]}]}},
+     [{"networkPolicy": {"apiServer": {"cidrs": ["0.0.0.0/0"]}}}, {"networkPolicy": {"cmdb": {"cidrs": ["::/0"]}}},
+      {"networkPolicy": {"apiServer": {"cidrs": ["10.0.0.2"]}}}, {"networkPolicy": {"apiServer": {"ports": []}}},
+      {"networkPolicy": {"extraEgress": [{"to": [{"ipBlock": {"cidr": "198.51.100.7/32"}}]}]}},
+      {"networkPolicy": {"apiServerCidr": "10.0.0.0/24"}}]),
+]
+
+
+@pytest.mark.parametrize(("good", "bad"), NEW_KNOBS, ids=[next(iter(g)) for g, _ in NEW_KNOBS])
+def test_schema_takes_each_new_knob_and_refuses_its_bad_values(good: dict[str, Any],
+                                                               bad: list[dict[str, Any]]) -> None:
+    validator = jsonschema.Draft7Validator(schema())
+    errors = [e.message for e in validator.iter_errors(merged(values(), good))]
+    assert not errors, f"refused {good}: {errors}"
+    for override in bad:
+        assert list(validator.iter_errors(merged(values(), override))), f"accepted {override}"
+
+
+def test_new_knobs_have_their_documented_defaults() -> None:
+    """The defaults operators rely on: each knob off unless asked for, the critical priority class, and a
+    certificate from a Secret by default (selfSigned scrapes unverified, so it is asked for, not assumed)."""
+    v = values()
+    assert v["serving"]["selfSigned"] is False and v["serving"]["certManager"] is False
+    assert v["priorityClassName"] == "system-cluster-critical"
+    assert v["logLevel"] == "info"
+    for knob in ("extraArgs", "env", "extraVolumes", "extraVolumeMounts", "topologySpreadConstraints"):
+        assert v[knob] == [], knob
+    assert v["podAnnotations"] == {}
+    assert v["serviceMonitor"]["tokenSecret"] == {"name": "", "key": "token"}
+    assert v["dashboards"]["namespace"] == "" and v["dashboards"]["labels"] == {"grafana_dashboard": "1"}
+    assert v["networkPolicy"]["apiServer"] == {"cidrs": [], "ports": [443, 6443]}
+    assert v["networkPolicy"]["cmdb"]["cidrs"] == [] and v["networkPolicy"]["extraEgress"] == []
+    # Every top-level value is in the schema (which refuses unknown keys) and described there or in values.yaml.
+    assert set(v) <= set(schema()["properties"])
+
+
+def test_self_signed_ci_values_take_no_certificate_from_elsewhere() -> None:
+    """ci/self-signed-values.yaml, which tests/e2e/test_helm.py starts on the dev cluster."""
+    ci = yaml.safe_load((CHART / "ci" / "self-signed-values.yaml").read_text())
+    serving = merged(values(), ci)["serving"]
+    assert serving["selfSigned"] is True
+    assert not (serving["certManager"] or serving["certSecret"] or serving["localhostSAN"])

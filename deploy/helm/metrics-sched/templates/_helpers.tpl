@@ -61,6 +61,38 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{- define "metrics-sched.cmdbTokenDir" -}}/var/run/secrets/metrics-sched/cmdb{{- end -}}
 {{- define "metrics-sched.tlsDir" -}}/etc/metrics-sched/tls{{- end -}}
+{{/* serving.selfSigned: where the scheduler writes its own pair (server.certDir), an in-memory emptyDir. */}}
+{{- define "metrics-sched.selfSignedDir" -}}/var/run/metrics-sched/serving{{- end -}}
+
+{{/* serving.selfSigned excludes a certificate from elsewhere: say so rather than silently pick one. */}}
+{{- define "metrics-sched.selfSigned" -}}
+{{- with .Values.serving -}}
+{{- if .selfSigned -}}
+{{- if or .certManager .certSecret .localhostSAN -}}
+{{- fail "serving.selfSigned: the scheduler signs its own pair; unset serving.certManager, serving.certSecret and serving.localhostSAN (they are for a certificate from a Secret)" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The API server's addresses for the NetworkPolicy: the values', else the kubernetes EndpointSlice's (lookup: at
+install and upgrade; empty under `helm template`, which then must be given them). */}}
+{{- define "metrics-sched.apiServerCidrs" -}}
+{{- $cidrs := .Values.networkPolicy.apiServer.cidrs -}}
+{{- if not $cidrs -}}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" -}}
+{{- range ($slice.endpoints | default list) -}}
+{{- range .addresses -}}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $cidrs -}}
+{{- fail "networkPolicy.apiServer.cidrs: name the API server's addresses (kubectl get endpointslice -n default kubernetes -o jsonpath='{.endpoints[*].addresses[*]}'), or set networkPolicy.enabled=false; the chart reads them from the cluster at install, but `helm template` has no cluster to ask" -}}
+{{- end -}}
+{{- toJson $cidrs -}}
+{{- end -}}
 
 {{/* The scheduler's configuration file (metrics_sched/config/loader.py), from .Values.config and .Values.sources. */}}
 {{- define "metrics-sched.config" -}}
@@ -76,6 +108,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $_ := set $c "leaderElection" (merge $lease (deepCopy $v.config.leaderElection)) -}}
 {{- $tls := include "metrics-sched.tlsDir" . -}}
 {{- $server := dict "bindAddress" "0.0.0.0" "port" ($v.service.port | int) "tlsCertFile" (printf "%s/tls.crt" $tls) "tlsPrivateKeyFile" (printf "%s/tls.key" $tls) -}}
+{{- if include "metrics-sched.selfSigned" . -}}
+{{- $server = dict "bindAddress" "0.0.0.0" "port" ($v.service.port | int) "certDir" (include "metrics-sched.selfSignedDir" .) -}}
+{{- end -}}
 {{- $_ := set $c "server" (merge $server (deepCopy $v.config.server)) -}}
 {{- with $v.config.audit }}{{ $_ := set $c "audit" . }}{{ end -}}
 {{- with $v.config.metrics }}{{ $_ := set $c "metrics" . }}{{ end -}}
