@@ -242,7 +242,9 @@ def test_kubectl_metrics_sched_explain_through_the_api_server_with_the_reader_ro
     pair = generate(tmp_path / "tls", ["127.0.0.1"])
     name = f"ms-{secrets.token_hex(3)}"
     # The Service, its leader's Lease and the reader Role's names as deploy/ ships them, in the test's namespace.
-    server = {"bindAddress": "0.0.0.0", "tlsCertFile": str(pair.cert_file), "tlsPrivateKeyFile": str(pair.key_file)}
+    # An allowing answer is cached 1 s (10 s by default), so that the unbinding at the end is seen soon.
+    server = {"bindAddress": "0.0.0.0", "tlsCertFile": str(pair.cert_file), "tlsPrivateKeyFile": str(pair.key_file),
+              "authorizationCacheAuthorizedTTL": "1s"}
     election = {"leaderElect": True, "resourceName": "metrics-sched", "resourceNamespace": namespace}
     config = write_config(cluster, name, {"server": server, "leaderElection": election})
     proc = start_scheduler(cluster, name, config, ca_file=pair.ca_file)
