@@ -105,9 +105,10 @@ _PLUGIN_CONFIG = _obj({
              "description": "The plugin's args; upstream's apiVersion/kind wrapper is accepted and stripped. Args of "
                             "upstream plugins metrics-sched lacks are ignored with a warning."},
 }, required=("name",), nullable=False)
-_PERCENTAGE = _int("Share of feasible nodes to score. Accepted; metrics-sched scores every feasible node (100) "
-                   "because sampling loses telemetry-driven quality: values below 100 are warned as having no "
-                   "effect yet. 0 means the default.", 0, minimum=0, maximum=100)
+_PERCENTAGE = _int("Share of feasible nodes to score. 0 (upstream's adaptive default) and 100 score every feasible "
+                   "node; below 100 only that share (at least 100 nodes) is scored, round-robin as kube-scheduler "
+                   "does, with a warning: a cooler or cheaper node outside the sample is never seen.", 0, minimum=0,
+                   maximum=100)
 _PROFILE = _obj({
     "schedulerName": _str("Pods with this spec.schedulerName are scheduled by this profile.", "metrics-sched"),
     "percentageOfNodesToScore": _PERCENTAGE,
