@@ -289,6 +289,14 @@ class LeaseStore(Protocol):
         ...
 
 
+class RequestObserver(Protocol):
+    """Told of every API request the Kubernetes client makes (client-go's rest_client_* metrics): the HTTP method,
+    the API server's host:port, the status code ("<error>" when no reply came) and the seconds the request took
+    (None for a watch, whose duration is its lifetime). Called on the requesting thread: must be cheap."""
+
+    def observe_request(self, method: str, host: str, code: str, seconds: float | None) -> None: ...
+
+
 # -- telemetry ---------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,9 @@ client of its own (`lease_client`): a renewal must never wait behind binds and r
 A client built with a WriteFence sends a write (any method but GET) only while the fence is open: checked
 after the rate limiter's wait and again once a connection is in hand, just before the first byte goes
 out; once out, the write's whole exchange is bounded by the fence's timeout.
+
+Every exchange with the API server (each retry its own, as client-go counts them) is told to the client's
+request_observer (metrics_sched.ports.RequestObserver: the core's rest_client_* metrics), if it has one.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import orjson
 from adapters.kubernetes.config import KubeConfig
 from adapters.kubernetes.rate_limit import TokenBucket
 from adapters.kubernetes.write_lane import LaneError, LaneReply, WriteLane, shutdown_socket
-from metrics_sched.ports import ApiError
+from metrics_sched.ports import ApiError, RequestObserver
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,7 @@ class KubeClient:
         max_write_retries: int = MAX_WRITE_RETRIES,
         sleep: Callable[[float], None] = time.sleep,
         write_lane: bool = True,
+        request_observer: RequestObserver | None = None,
     ) -> None:
         """max_connections: the request pool (set it to the bind concurrency). qps/burst: client-side
         limit on that pool, unlimited when qps is None (burst defaults to 2 x qps). write_fence: see the
@@ -105,6 +109,8 @@ class KubeClient:
         self.max_write_retries = max_write_retries
         self._sleep = sleep
         self.retried_after_429 = 0
+        self._observer = request_observer
+        self._host = httpx.URL(config.server).netloc.decode("ascii")
         # Only built for real connections: a test transport needs no CA on disk.
         tls = config.ssl_context() if transport is None else None
         headers = {"Accept": JSON, "User-Agent": user_agent}
@@ -192,7 +198,9 @@ class KubeClient:
             try:
                 stream = self._lane.open_stream(path, {**params, "watch": "true"}, read_timeout=read)
             except LaneError as exc:
+                self._observe("GET", None, None)
                 raise ApiError(None, self._scrub(f"WATCH {path}: {exc.kind}: {exc}"), reason=exc.kind) from exc
+            self._observe("GET", stream.status, None)
             try:
                 if stream.status >= 400:
                     try:
@@ -210,7 +218,9 @@ class KubeClient:
         try:
             response = self._watch_http.send(request, stream=True)
         except httpx.HTTPError as exc:
+            self._observe("GET", None, None)
             raise self._transport_error("WATCH", path, exc) from exc
+        self._observe("GET", response.status_code, None)
         try:
             if response.status_code >= 400:
                 try:
@@ -270,12 +280,16 @@ class KubeClient:
             extensions["trace"] = _fence_trace(fence, method, path)
             half = fence.timeout / 2
             timeout = httpx.Timeout(half, connect=self.connect_timeout, pool=self.request_timeout)
+        started = time.monotonic()
         try:
-            return http.request(method, path, content=content, params=params, headers=headers,
-                                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                                extensions=extensions or None)
+            response = http.request(method, path, content=content, params=params, headers=headers,
+                                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                                    extensions=extensions or None)
         except httpx.HTTPError as exc:
+            self._observe(method, None, time.monotonic() - started)
             raise self._transport_error(method, path, exc) from exc
+        self._observe(method, response.status_code, time.monotonic() - started)
+        return response
 
     def _lane_call(self, lane: WriteLane, method: str, path: str, body: Any, params: Mapping[str, str] | None,
                    content_type: str, *, limited: bool, retry_429: bool, keep_body: bool) -> LaneReply:
@@ -308,11 +322,21 @@ class KubeClient:
                 if not fence.may_start():
                     raise Fenced(None, f"{method} {path}: not sent (write fence closed)", reason="Fenced")
 
+        started = time.monotonic()
         try:
-            return lane.send(method, path, content, content_type, params, timeout=timeout, before_send=last_look,
-                             keep_body=keep_body)
+            reply = lane.send(method, path, content, content_type, params, timeout=timeout, before_send=last_look,
+                              keep_body=keep_body)
         except LaneError as exc:
+            self._observe(method, None, time.monotonic() - started)
             raise ApiError(None, self._scrub(f"{method} {path}: {exc.kind}: {exc}"), reason=exc.kind) from exc
+        self._observe(method, reply.status_code, time.monotonic() - started)
+        return reply
+
+    def _observe(self, method: str, status: int | None, seconds: float | None) -> None:
+        """One exchange to the observer: status None when no reply came (client-go's "<error>")."""
+        if self._observer is not None:
+            self._observer.observe_request(method, self._host, "<error>" if status is None else str(status),
+                                           seconds)
 
     def _status_error(self, method: str, path: str, response: httpx.Response) -> ApiError:
         return self._error(method, path, response.status_code, response.content, response.reason_phrase)
@@ -416,12 +440,12 @@ def _shutdown(response: httpx.Response) -> None:
 
 
 def lease_client(config: KubeConfig, *, request_timeout: float, transport: httpx.BaseTransport | None = None,
-                 ) -> KubeClient:
+                 request_observer: RequestObserver | None = None) -> KubeClient:
     """The client for leader election alone: its own small pool, no rate limit, timeouts within the renew
     deadline (kube-scheduler builds its leader-election client the same way)."""
     return KubeClient(config, max_connections=2, max_watch_connections=1, request_timeout=request_timeout,
                       connect_timeout=min(request_timeout, 5.0), user_agent=f"{USER_AGENT} leader-election",
-                      transport=transport)
+                      transport=transport, request_observer=request_observer)
 
 
 def _fence_trace(fence: WriteFence, method: str, path: str) -> Callable[[str, dict[str, Any]], None]:

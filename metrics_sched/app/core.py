@@ -12,7 +12,7 @@ import logging
 import socket
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from metrics_sched.config import SchedulerConfig
 from metrics_sched.framework.registry import Registry
 from metrics_sched.leader import LeaderElector, bind_timeout
 from metrics_sched.observability.metrics import RebalanceMetrics
+from metrics_sched.observability.rest_client import RestClientMetrics
 from metrics_sched.ports import ClusterLister, ClusterSource, Evictor, PodWriter
 from metrics_sched.rebalance.runner import RebalanceRunner
 from metrics_sched.scheduler import Scheduler
@@ -54,6 +55,8 @@ class Core:
     elector: LeaderElector | None
     identity: str
     kube: KubeConfig | None = None  # the API server's address and credentials (the HTTPS endpoint's reviews)
+    # What the API clients report of their requests (rest_client_*): /metrics registers it.
+    rest_metrics: RestClientMetrics = field(default_factory=RestClientMetrics)
 
 
 def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, *, identity: str | None = None,
@@ -90,18 +93,21 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     except (KubeConfigError, TokenError) as exc:  # their messages name the file and field, never a credential
         raise UserError(str(exc)) from None
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    rest_metrics = RestClientMetrics()
     elector = None
     fence = None
     if leader_election and config.leader_election.leader_elect:
         # Its own client: a renewal never waits behind binds and reports; GET and PUT fit in renewDeadline.
         le = resolve_lease_namespace(config.leader_election)
         margin = bind_timeout(le)
-        elector = LeaderElector(KubeLeaseStore(lease_client(kube, request_timeout=le.renew_deadline / 2)), le,
+        elector = LeaderElector(KubeLeaseStore(lease_client(kube, request_timeout=le.renew_deadline / 2,
+                                                            request_observer=rest_metrics)), le,
                                 identity, fence_margin=margin)
         # Every write (binds and evictions first) starts only while the fence is open, and ends within its margin.
         fence = WriteFence(elector.may_bind, margin)
     client = KubeClient(kube, qps=config.client_connection.qps or None, burst=config.client_connection.burst or None,
-                        max_connections=2 * config.bind_workers + 8, write_fence=fence)  # binds, reports, the rest
+                        max_connections=2 * config.bind_workers + 8,  # binds, reports, the rest
+                        write_fence=fence, request_observer=rest_metrics)
     writer = KubePodWriter(client)
     scheduler = Scheduler(config, registry.plugins, writer, instance=identity,
                           is_leader=elector.may_bind if elector else (lambda: True),
@@ -125,7 +131,7 @@ def build_core(config: SchedulerConfig, registry: Registry, kubeconfig: Path | N
     return Core(scheduler=scheduler, source=KubeClusterSource(client, resources=(*CORE_RESOURCES, *resources),
                                                               options=options), writer=writer,
                 evictor=KubeEvictor(client), lister=KubeClusterLister(client), elector=elector, identity=identity,
-                kube=kube)
+                kube=kube, rest_metrics=rest_metrics)
 
 
 def start_caches(scheduler: Scheduler, source: ClusterSource, stop: threading.Event, *,

@@ -32,6 +32,7 @@ class LeaderTarget:
     server_name: str  # the name the serving certificate is checked against (and SNI)
     pod: str
     holder: str
+    port: int = 0  # the pod's port (PORT of the url): the API server's pod proxy names it
 
 
 def service_of_host(host: str) -> tuple[str, str] | None:
@@ -92,7 +93,7 @@ def find_leader(client: KubeClient, namespace: str, name: str, lease_namespace: 
                 address = str(endpoint["addresses"][0])
                 host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
                 return LeaderTarget(url=f"https://{host}:{ports[0]['port']}", server_name=f"{name}.{namespace}.svc",
-                                    pod=str(ref["name"]), holder=holder)
+                                    pod=str(ref["name"]), holder=holder, port=int(ports[0]["port"]))
     pods = ", ".join(sorted(seen)) or "none"
     raise UserError(f"the leader {holder!r} ({lease_what}) is not an endpoint of {service_what} "
                     f"(pods: {pods}; is it ready, and is the Lease the Service's scheduler's? see --lease)")

@@ -71,7 +71,9 @@ def build(config: SchedulerConfig, registry: Registry, kubeconfig: Path | None, 
                       shadow_profiles=frozenset(p.scheduler_name for p in config.profiles if p.shadow))
     scheduler.cycle_observers.append(auditor.on_cycle)
     scheduler.bind_observers.append(auditor.on_bind)
-    metrics = SchedulerMetrics(scheduler, is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
+    metrics = SchedulerMetrics(scheduler, is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
+                               lease_name=config.leader_election.resource_name if elector else None,
+                               extra=[core.rest_metrics])
     auditor.record_observers.append(metrics.on_record)
     auditor.bind_observers.append(metrics.on_bind)
     if config.audit.file is not None:

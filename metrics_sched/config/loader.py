@@ -57,6 +57,7 @@ from metrics_sched.config.reader import (
 from metrics_sched.config.schema import keys
 from metrics_sched.config.server import parse_server
 from metrics_sched.config.upstream_fields import (
+    ALWAYS_ON,
     JSON_CONTENT_TYPE,
     NO_EFFECT_POINTS,
     PROTOBUF_CONTENT_TYPE,
@@ -156,6 +157,11 @@ def _plugin_list(value: Any, field: str, catalog: PluginCatalog, point: str, war
         name = read_str(item, "name", where, non_empty=True)
         if name != "*":
             spec = catalog.get(name)
+            if spec is None and name in ALWAYS_ON:
+                if not field.endswith(".enabled"):
+                    warnings.warn(f"{where}.name", f"kube-scheduler's plugin {name!r} cannot be disabled in "
+                                                   f"metrics-sched: {ALWAYS_ON[name]}")
+                continue
             if spec is None and name in UPSTREAM_PLUGINS:
                 counterpart = UPSTREAM_COUNTERPARTS.get(name)
                 if counterpart is not None:

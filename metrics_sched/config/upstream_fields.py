@@ -11,8 +11,8 @@ from dataclasses import dataclass
 NO_EFFECT_POINTS = ("placementGenerate", "placementScore")
 
 # kube-scheduler's in-tree plugins (k8s.io/kubernetes pkg/scheduler/framework/plugins/names, v1.36). Those of
-# them metrics-sched lacks (SchedulingGates, DynamicResources, ...) are ignored with a warning where a file
-# names them; any other unknown name is still an error (a typo must not pass).
+# them metrics-sched lacks (NodeDeclaredFeatures, ...) are ignored with a warning where a file enables them; any
+# other unknown name is still an error (a typo must not pass).
 UPSTREAM_PLUGINS = frozenset({
     "PrioritySort", "DefaultBinder", "DefaultPreemption", "DynamicResources", "GangScheduling", "ImageLocality",
     "InterPodAffinity", "NodeAffinity", "NodeDeclaredFeatures", "NodeName", "NodePorts",
@@ -25,6 +25,14 @@ UPSTREAM_PLUGINS = frozenset({
 # enables or disables them, since the entry changes nothing here).
 UPSTREAM_COUNTERPARTS = {
     "GangScheduling": "Coscheduling (gangs of the Workload API and of scheduler-plugins' PodGroup)",
+}
+
+# Upstream plugins whose behaviour metrics-sched has built in, always on: enabling one is silent (it is what happens
+# anyway), disabling one is warned (it cannot be switched off here). SchedulingGates is upstream's PreEnqueue
+# plugin; here the queue itself keeps a pod with spec.schedulingGates out until they are removed
+# (scheduler/queue.py), and the API server refuses to bind a gated pod anyway.
+ALWAYS_ON = {
+    "SchedulingGates": "the queue always holds back pods with spec.schedulingGates until they are removed",
 }
 
 # The only wire format the API client speaks; upstream's protobuf is accepted and JSON used instead.

@@ -15,7 +15,15 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -43,10 +51,20 @@ DECISION_VALUE_BUCKETS = tuple(sorted({
 
 
 class SchedulerMetrics:
-    def __init__(self, scheduler: Scheduler, *, is_leader: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, scheduler: Scheduler, *, is_leader: Callable[[], bool] = lambda: True,
+                 lease_name: str | None = None, extra: Iterable[Collector] = ()) -> None:
+        """lease_name: the leader-election Lease's name, the `name` label of leader_election_master_status (None:
+        no leader election, and no such series, as client-go's). extra: further collectors (the API client's
+        rest_client_* metrics)."""
         self.scheduler = scheduler
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # What operators look for on any process: process_* (CPU, RSS, fds, start time; Linux /proc) and
+        # python_info, as kube-scheduler has process_* and go_*.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        for collector in extra:
+            r.register(collector)
         self.attempts = Counter("scheduler_schedule_attempts", "Number of attempts to schedule pods, by the result.",
                                 ["result", "profile"], registry=r)
         self.attempt_duration = Histogram(
@@ -99,7 +117,7 @@ class SchedulerMetrics:
         self.plugin_metrics = PluginMetrics(r, _buses(scheduler))
         # Present in every scheduler (0 while the rebalancer is off), so the dashboard's panel reads "none".
         self.rebalance = RebalanceMetrics(r)
-        r.register(_StateCollector(scheduler, is_leader))
+        r.register(_StateCollector(scheduler, is_leader, lease_name))
         self._random = random.Random()
         self._decisions = 0
         # The per-pod observers' children (see Children).
@@ -214,9 +232,10 @@ class _StorageCounts(Protocol):
 class _StateCollector(Collector):
     """Gauges and cumulative counters read from the scheduler's state at scrape time."""
 
-    def __init__(self, scheduler: Scheduler, is_leader: Callable[[], bool]) -> None:
+    def __init__(self, scheduler: Scheduler, is_leader: Callable[[], bool], lease_name: str | None) -> None:
         self.scheduler = scheduler
         self.is_leader = is_leader
+        self.lease_name = lease_name
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -227,6 +246,14 @@ class _StateCollector(Collector):
         for queue, count in s.queue.lengths().items():
             pending.add_metric([queue], count)
         yield pending
+        # kube-scheduler's: a parked pod counts once under each plugin that turned it down in its last attempt.
+        unschedulable = GaugeMetricFamily(
+            "scheduler_unschedulable_pods", "The number of unschedulable pods broken down by plugin name. A pod will "
+            "increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only "
+            "when broken down by plugin.", labels=["plugin", "profile"])
+        for (plugin, profile), count in sorted(s.queue.unschedulable_by_plugin().items()):
+            unschedulable.add_metric([plugin, profile], count)
+        yield unschedulable
         yield GaugeMetricFamily("metrics_sched_gang_groups_pending",
                                 "Gangs with members to place and fewer than minMember bound.",
                                 value=sum(i.pending_gangs() for i in s.indexes.instances
@@ -286,9 +313,17 @@ class _StateCollector(Collector):
                                          "Nodes with at least one uncovered placement.")
         ledger_nodes.add_metric([], len(s.ledger.by_node()))
         yield ledger_nodes
+        leading = 1.0 if self.is_leader() else 0.0
         leader = GaugeMetricFamily("metrics_sched_leader", "1 on the replica that holds the lease.")
-        leader.add_metric([], 1.0 if self.is_leader() else 0.0)
+        leader.add_metric([], leading)
         yield leader
+        if self.lease_name is not None:  # client-go's name and label, for the dashboards written for it
+            master = GaugeMetricFamily(
+                "leader_election_master_status", "Gauge of if the reporting system is master of the relevant lease, 0 "
+                "indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make "
+                "sure to group by name.", labels=["name"])
+            master.add_metric([self.lease_name], leading)
+            yield master
         in_flight = GaugeMetricFamily("metrics_sched_binds_in_flight", "Bind calls under way.")
         in_flight.add_metric([], s.binder.in_flight())
         yield in_flight

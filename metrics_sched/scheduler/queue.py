@@ -320,6 +320,17 @@ class SchedulingQueue:
             return {"active": len(self._active), "backoff": len(self._backoff),
                     "unschedulable": len(self._unschedulable), "gated": len(self._gated)}
 
+    def unschedulable_by_plugin(self) -> dict[tuple[str, str], int]:
+        """(plugin, profile) -> pods parked as unschedulable that the plugin turned down (kube-scheduler's
+        scheduler_unschedulable_pods); the profile is the pod's schedulerName. Read at scrape time."""
+        counts: dict[tuple[str, str], int] = {}
+        with self._cond:
+            for qp in self._unschedulable.values():
+                for plugin in qp.rejected_by or ():
+                    key = (plugin, qp.info.scheduler_name)
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

@@ -1,7 +1,15 @@
 """The check every request passes before its handler runs: an always-allowed path (the probes) goes through
 as is; any other needs a bearer token the API server authenticates (else 401) and a SubjectAccessReview that
 allows `get` on its path (else 403). A review the API server cannot answer fails closed (503), counted, never
-open."""
+open.
+
+Through the API server's proxy (`kubectl metrics-sched explain`: /api/v1/namespaces/NS/pods/https:POD:PORT/proxy/...)
+the caller's Authorization header never arrives: the API server authenticates it, removes it (apiserver
+filters/authentication.go: `req.Header.Del("Authorization")`) and connects to the pod as itself, with no client
+certificate and no user identity on the request. So the client sends the same bearer token a second time in
+X-Metrics-Sched-Authorization, which the API server passes on as any other header; it is used only when there is
+no Authorization header and goes through the same TokenReview and SubjectAccessReview, so it opens nothing a direct
+request with that token would not (docs/observability.md, "Through the API server")."""
 
 from __future__ import annotations
 
@@ -14,6 +22,8 @@ from metrics_sched.serving.authn import CachedAuthenticator, ReviewUnavailable
 from metrics_sched.serving.authz import CachedAuthorizer
 
 log = logging.getLogger(__name__)
+
+PROXIED_AUTHORIZATION_HEADER = "X-Metrics-Sched-Authorization"
 
 # kube-scheduler's --authorization-always-allow-paths default: the kubelet's probes carry no token.
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
@@ -40,6 +50,12 @@ def path_allowed(path: str, patterns: Collection[str]) -> bool:
         elif path == pattern:
             return True
     return False
+
+
+def credentials(authorization: str | None, proxied: str | None) -> str | None:
+    """The header to authenticate with: Authorization, else (a request through the API server's proxy, which
+    consumed it) X-Metrics-Sched-Authorization."""
+    return authorization if authorization else proxied
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -35,7 +35,12 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from metrics_sched.serving.connections import MAX_CONNECTIONS, MAX_PER_CLIENT, ConnectionLimits, Ticket
-from metrics_sched.serving.gate import DEFAULT_ALWAYS_ALLOW_PATHS, Refusal
+from metrics_sched.serving.gate import (
+    DEFAULT_ALWAYS_ALLOW_PATHS,
+    PROXIED_AUTHORIZATION_HEADER,
+    Refusal,
+    credentials,
+)
 from metrics_sched.serving.route import BadRequest, Body, Route, text
 
 log = logging.getLogger(__name__)
@@ -192,7 +197,9 @@ class HTTPServer:
 
             def _answer(self, path: str, query: str, deadline: float) -> None:
                 route = routes.get(path)
-                refusal = guard.check("get", path, self.headers.get("Authorization")) if guard is not None else None
+                authorization = credentials(self.headers.get("Authorization"),
+                                            self.headers.get(PROXIED_AUTHORIZATION_HEADER))
+                refusal = guard.check("get", path, authorization) if guard is not None else None
                 if refusal is not None:
                     status, content_type, body = text(refusal.status, f"{refusal.message}\n")
                 elif route is None:

@@ -467,7 +467,14 @@ def test_scheduler_runs_as_its_service_account(cluster: DevCluster, api: KubeAPI
                   ("metrics_sched_metric_coverage_ratio", {"metric": "gpu_temperature"}),
                   ("scheduler_pending_pods", {"queue": "unschedulable"}),
                   ("metrics_sched_bind_results_total", {"result": "bound"}),
-                  ("metrics_sched_leader", {})]
+                  ("metrics_sched_leader", {}),
+                  # What operators look for on any component (issue 46): process_*, the API client's requests as
+                  # client-go counts them (the binds), the Lease's leader gauge, unschedulable pods by plugin.
+                  ("process_resident_memory_bytes", {}), ("process_start_time_seconds", {}),
+                  ("rest_client_requests_total", {"method": "POST", "code": "201"}),
+                  ("rest_client_request_duration_seconds_bucket", {"verb": "POST"}),
+                  ("leader_election_master_status", {"name": LEASE}),
+                  ("scheduler_unschedulable_pods", {"plugin": "NodeResourcesFit", "profile": scheduler_name})]
         missing: list[str] = []
 
         def all_exported() -> bool:

@@ -7,7 +7,10 @@ asks the replica that holds the Lease, found through the Service's EndpointSlice
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
@@ -183,8 +186,9 @@ def test_explain_asks_the_leader_behind_the_service(cluster: DevCluster, api: Ku
             return bool(body["decisions"])
 
         kube.poll(recorded, 30, "the leader's decision on too-big")
+        # --direct: to the pod's address, as from inside the cluster (through the API server is the next test's).
         command = [sys.executable, "-m", "metrics_sched.app.cli", "explain", f"{namespace}/too-big",
-                   "--kubeconfig", str(cluster.kubeconfig), "--ca-file", str(pair.ca_file)]
+                   "--kubeconfig", str(cluster.kubeconfig), "--ca-file", str(pair.ca_file), "--direct"]
         for where in (["--service", f"{namespace}/{SERVICE}"], ["--url", f"https://{SERVICE}.{namespace}.svc:10259"]):
             out = subprocess.run([*command, *where, "--lease", f"default/{name}"], capture_output=True, text=True,
                                  timeout=60)
@@ -205,3 +209,117 @@ def cluster_token(cluster: DevCluster) -> str:
     doc = yaml.safe_load(cluster.kubeconfig.read_text())
     token: str = doc["users"][0]["user"]["token"]
     return token
+
+
+def reader_kubeconfig(cluster: DevCluster, token: str, path: Path) -> Path:
+    """The cluster's kubeconfig with another user: only this token (a reader's), nothing of the admin."""
+    doc = yaml.safe_load(cluster.kubeconfig.read_text())
+    doc["users"] = [{"name": "reader", "user": {"token": token}}]
+    doc["contexts"][0]["context"]["user"] = "reader"
+    path.write_text(yaml.safe_dump(doc))
+    path.chmod(0o600)
+    return path
+
+
+def kubectl_plugin(directory: Path) -> Path:
+    """The `kubectl-metrics_sched` console script as pyproject installs it, for this checkout's interpreter."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "kubectl-metrics_sched"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom metrics_sched.app.cli import kubectl_main\n"
+                      "sys.exit(kubectl_main())\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_kubectl_metrics_sched_explain_through_the_api_server_with_the_reader_roles_only(
+        cluster: DevCluster, api: KubeAPI, namespace: str, reader_binding: str, tmp_path: Path) -> None:
+    """`kubectl metrics-sched explain NS/POD` from a "laptop": a kubeconfig whose user has only the reader
+    ClusterRole and the shipped find-leader Role; the scheduler is reached through the API server's pod proxy
+    (its pod's address is this host's non-loopback one: the API server refuses to proxy to loopback). The CLI
+    cannot connect to the scheduler itself: its certificate's CA is nowhere in the kubeconfig, which `--direct`
+    shows by failing; through the API server (which never verifies a pod's certificate) the same call works."""
+    address = host_address()
+    pair = generate(tmp_path / "tls", ["127.0.0.1"])
+    name = f"ms-{secrets.token_hex(3)}"
+    # The Service, its leader's Lease and the reader Role's names as deploy/ ships them, in the test's namespace.
+    # An allowing answer is cached 1 s (10 s by default), so that the unbinding at the end is seen soon.
+    server = {"bindAddress": "0.0.0.0", "tlsCertFile": str(pair.cert_file), "tlsPrivateKeyFile": str(pair.key_file),
+              "authorizationCacheAuthorizedTTL": "1s"}
+    election = {"leaderElect": True, "resourceName": "metrics-sched", "resourceNamespace": namespace}
+    config = write_config(cluster, name, {"server": server, "leaderElection": election})
+    proc = start_scheduler(cluster, name, config, ca_file=pair.ca_file)
+    try:
+        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/metrics-sched"
+        kube.poll(lambda: (api.request("GET", lease_path, ok=(404,)).get("spec") or {}).get("holderIdentity")
+                  == proc.identity, 30, "the scheduler holding the Lease")
+        # The scheduler as its Deployment's pod would be: a Pod named as the Lease holder, with this host's address
+        # (bound to a node nothing runs, so nothing rewrites its status), behind the Service.
+        api.post(f"/api/v1/namespaces/{namespace}/pods",
+                 kube.pod_manifest(proc.identity, nodeName=f"{namespace}-host"))
+        api.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{proc.identity}/status",
+                        {"status": {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}]}})
+        api.post(f"/api/v1/namespaces/{namespace}/services", {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "metrics-sched"},
+            "spec": {"ports": [{"name": "https", "port": 10259, "targetPort": "https"}]}})
+        api.post(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices", {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "metrics-sched-1", "labels": {"kubernetes.io/service-name": "metrics-sched"}},
+            "addressType": "IPv4", "ports": [{"name": "https", "port": proc.port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True},
+                           "targetRef": {"kind": "Pod", "namespace": namespace, "name": proc.identity}}]})
+        finder = next(d for d in yaml.safe_load_all((DEPLOY / "clusterrole-reader.yaml").read_text())
+                      if d and d["kind"] == "Role")
+        finder["metadata"]["namespace"] = namespace
+        api.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles", finder)
+        api.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": finder["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+        # A pod that fits nowhere: the scheduler records why.
+        api.post(f"/api/v1/namespaces/{namespace}/pods", kube.pod_manifest("too-big", scheduler=name, cpu="100000"))
+
+        def recorded() -> bool:
+            body = httpx.get(f"{proc.url}/decisions", params={"pod": f"{namespace}/too-big"},
+                             headers={"Authorization": f"Bearer {reader_binding}"}, verify=proc.verify,
+                             timeout=5).json()
+            return bool(body["decisions"])
+
+        kube.poll(recorded, 30, "the decision on too-big")
+        plugin = kubectl_plugin(tmp_path / "bin")
+        env = {**os.environ, "KUBECONFIG": str(reader_kubeconfig(cluster, reader_binding, tmp_path / "reader")),
+               "METRICS_SCHED_SERVICE": f"{namespace}/metrics-sched",
+               "PATH": f"{plugin.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env.pop("METRICS_SCHED_URL", None)
+
+        def run(*argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env=env)
+
+        # Through kubectl's plugin mechanism where a kubectl is installed, and the entry point itself always.
+        commands = [[str(plugin)]] + ([["kubectl", "metrics-sched"]] if shutil.which("kubectl", path=env["PATH"])
+                                      else [])
+        for command in commands:
+            out = run(*command, "explain", f"{namespace}/too-big")
+            assert out.returncode == 0, (command, out.stderr)
+            assert f"asking the leader {proc.identity} through the API server" in out.stderr, out.stderr
+            assert f"pod {namespace}/too-big" in out.stdout and "result: unschedulable" in out.stdout, out.stdout
+        as_json = run(str(plugin), "explain", f"{namespace}/too-big", "-o", "json")
+        assert as_json.returncode == 0, as_json.stderr
+        [decision] = json.loads(as_json.stdout)["decisions"]
+        assert (decision["pod"], decision["result"]) == (f"{namespace}/too-big", "unschedulable")
+        listing = run(str(plugin), "decisions", "--pod", f"{namespace}/too-big", "-o", "yaml")
+        assert listing.returncode == 0, listing.stderr
+        assert {d["result"] for d in yaml.safe_load(listing.stdout)["decisions"]} == {"unschedulable"}
+        table = run(str(plugin), "decisions", "--pod", f"{namespace}/too-big")
+        assert table.returncode == 0 and f"{namespace}/too-big" in table.stdout, table.stderr
+        sources = run(str(plugin), "sources", "-o", "json")
+        assert sources.returncode == 0 and isinstance(json.loads(sources.stdout), dict), sources.stderr
+        # The scheduler's port itself is out of the CLI's reach (here: it cannot verify the certificate).
+        direct = run(str(plugin), "explain", f"{namespace}/too-big", "--direct")
+        assert direct.returncode == 2 and "CERTIFICATE_VERIFY_FAILED" in direct.stderr, direct.stderr
+        # Without the reader ClusterRole the scheduler refuses the path (its own SubjectAccessReview), through the
+        # API server as directly.
+        api.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{namespace}-reader")
+        kube.poll(lambda: "403" in run(str(plugin), "sources").stderr, 20,
+                  "the scheduler's 403 once the reader ClusterRoleBinding is gone")
+    finally:
+        cluster.group.stop(proc.name)

@@ -19,7 +19,7 @@ from metrics_sched.app import cli
 
 pytestmark = pytest.mark.unit
 
-BUILT_IN = {"run", "check-config", "explain"}
+BUILT_IN = {"run", "check-config", "explain", "sources", "decisions", "config"}
 HERE = __name__
 
 

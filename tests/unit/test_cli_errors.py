@@ -95,8 +95,8 @@ def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[st
 @pytest.mark.parametrize(("argv", "expected"), [
     ([], "the following arguments are required: COMMAND"),
     (["nonsense"], "invalid choice: 'nonsense'"),
-    (["run", "--config", "c.yaml", "--port", "abc"], "argument --port: 'abc' is not a port number"),
-    (["run", "--config", "c.yaml", "--port", "70000"], "argument --port: must be 0..65535, got 70000"),
+    (["run", "--config", "c.yaml", "--port", "abc"], "argument --port/--secure-port: 'abc' is not a port number"),
+    (["run", "--config", "c.yaml", "--port", "70000"], "argument --port/--secure-port: must be 0..65535, got 70000"),
     (["run", "--config", "c.yaml", "--log-level", "loud"], "argument --log-level: 'loud' is not one of"),
     (["run", "--config", "c.yaml", "--startup-timeout", "-1"], "argument --startup-timeout: must be a finite"),
     (["run"], "the following arguments are required: --config"),

@@ -212,9 +212,8 @@ def test_an_upstream_dump_loads_honours_what_applies_and_warns_once_per_field(tm
     assert profile.enabled("filter") == defaults.enabled("filter")
     assert profile.enabled("score") == defaults.enabled("score")
     assert profile.enabled("bind") == (PluginRef("DefaultBinder"),)
+    # SchedulingGates is enabled there: the queue honours gates always, so nothing to warn about.
     assert {w.field: w.message for w in config.warnings} == {
-        "profiles[0].plugins.multiPoint.enabled[0].name":
-            "kube-scheduler's plugin 'SchedulingGates' is not implemented by metrics-sched; ignored",
         "clientConnection.contentType": "only application/json is spoken; JSON is used",
         "enableContentionProfiling": "accepted but has no effect (no lock contention profile here)",
     }
@@ -330,6 +329,7 @@ def test_accepted_fields_without_effect_warn_once_each_by_name() -> None:
     assert [w.field for w in config.warnings] == [
         "percentageOfNodesToScore",
         "profiles[0].plugins.placementScore.enabled[0].name",
+        "profiles[0].plugins.preEnqueue.disabled[0].name",
         "profiles[0].percentageOfNodesToScore",
         "clientConnection.acceptContentTypes",
         "enableContentionProfiling",
@@ -361,5 +361,21 @@ def test_check_config_prints_each_warning_and_the_run_path_logs_them(
 
 def test_the_upstream_dump_is_valid_for_check_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", str(write(tmp_path, UPSTREAM_DUMP))]) == 0
-    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ")]) == 3
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if line.startswith("warning: ")]) == 2
+    assert "SchedulingGates" not in out  # the dump enables it; the queue honours gates
     assert yaml.safe_load(UPSTREAM_DUMP)["kind"] == "KubeSchedulerConfiguration"
+
+
+def test_scheduling_gates_is_built_in_enabling_it_is_silent_disabling_it_is_warned() -> None:
+    """The queue honours spec.schedulingGates (scheduler/queue.py): check-config must not call it ignored."""
+    enabled = parse_config({"profiles": [{"plugins": {"preEnqueue": {"enabled": [{"name": "SchedulingGates"}]},
+                                                      "multiPoint": {"enabled": [{"name": "SchedulingGates"}]}}}]},
+                           CATALOG)
+    assert enabled.warnings == ()
+    disabled = parse_config({"profiles": [{"plugins": {"multiPoint": {"disabled": [{"name": "SchedulingGates"}]}}}]},
+                            CATALOG)
+    assert [(w.field, w.message) for w in disabled.warnings] == [
+        ("profiles[0].plugins.multiPoint.disabled[0].name",
+         "kube-scheduler's plugin 'SchedulingGates' cannot be disabled in metrics-sched: the queue always holds "
+         "back pods with spec.schedulingGates until they are removed")]

@@ -424,7 +424,8 @@ def test_readers_get_non_resource_urls_only_and_prometheus_only_metrics() -> Non
     assert finder["metadata"]["namespace"] == NAMESPACE
     assert normalised_rules(finder["rules"]) == {("", "services", "get", "metrics-sched"),
                                                  ("coordination.k8s.io", "leases", "get", LEASE),
-                                                 ("discovery.k8s.io", "endpointslices", "list", None)}
+                                                 ("discovery.k8s.io", "endpointslices", "list", None),
+                                                 ("", "pods/proxy", "get", None)}
 
 
 def test_the_prometheus_rule_has_the_four_alerts() -> None:

@@ -161,3 +161,51 @@ def test_writes_go_through_the_rate_limiter_and_lists_do_not() -> None:
         assert slept == [pytest.approx(1.0)]
     with make_client(lambda r: httpx.Response(200, json={})) as unlimited:
         assert unlimited.limiter is None
+
+
+def test_every_exchange_is_told_to_the_request_observer_as_client_go_counts_it() -> None:
+    """rest_client_* (metrics_sched.ports.RequestObserver): method, host, code ("<error>" without a reply) and the
+    seconds it took; each 429 retry is its own exchange; a watch is counted without a duration."""
+    from metrics_sched.observability.rest_client import RestClientMetrics
+
+    seen: list[tuple[str, str, str, float | None]] = []
+
+    class Observer:
+        def observe_request(self, method: str, host: str, code: str, seconds: float | None) -> None:
+            seen.append((method, host, code, seconds))
+
+    replies = iter([httpx.Response(200, json={"kind": "Node"}),
+                    httpx.Response(429, headers={"Retry-After": "0"}, json={}),
+                    httpx.Response(201, json={}),
+                    httpx.Response(404, json={"kind": "Status", "message": "nope"}),
+                    httpx.Response(200, content=b"")])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/boom":
+            raise httpx.ConnectError("refused", request=request)
+        return next(replies)
+
+    client = make_client(handler, request_observer=Observer(), sleep=lambda _: None)
+    client.request("GET", "/api/v1/nodes/a")
+    client.send("POST", "/api/v1/namespaces/d/pods/p/binding", {"kind": "Binding"})
+    with pytest.raises(ApiError):
+        client.request("GET", "/api/v1/nodes/missing")
+    with pytest.raises(ApiError):
+        client.request("GET", "/api/v1/boom")
+    with client.watch("/api/v1/pods", {}):
+        pass
+    assert [(m, h, c) for m, h, c, _ in seen] == [
+        ("GET", "kube.test", "200"), ("POST", "kube.test", "429"), ("POST", "kube.test", "201"),
+        ("GET", "kube.test", "404"), ("GET", "kube.test", "<error>"), ("GET", "kube.test", "200")]
+    assert all(s is not None and s >= 0 for *_, s in seen[:-1]) and seen[-1][3] is None
+
+    metrics = RestClientMetrics()
+    for method, host, code, seconds in seen:
+        metrics.observe_request(method, host, code, seconds)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in metrics.collect() for s in f.samples}
+    assert samples[("rest_client_requests_total", (("code", "201"), ("host", "kube.test"), ("method", "POST")))] == 1
+    assert samples[("rest_client_requests_total", (("code", "<error>"), ("host", "kube.test"),
+                                                   ("method", "GET")))] == 1
+    # Five exchanges with a duration: the watch has none.
+    assert samples[("rest_client_request_duration_seconds_count", (("host", "kube.test"), ("verb", "GET")))] == 3
+    assert samples[("rest_client_request_duration_seconds_count", (("host", "kube.test"), ("verb", "POST")))] == 2

@@ -22,6 +22,7 @@ EXPECTED = {
     "scheduler_scheduling_attempt_duration_seconds": {"result", "profile"},
     "scheduler_scheduling_algorithm_duration_seconds": set(),
     "scheduler_pending_pods": {"queue"},
+    "scheduler_unschedulable_pods": {"plugin", "profile"},
     "scheduler_plugin_execution_duration_seconds": {"plugin", "extension_point", "status"},
     "scheduler_pod_scheduling_attempts": set(),
     "scheduler_pod_scheduling_sli_duration_seconds": {"attempts"},
@@ -138,3 +139,37 @@ def test_batching_shows_how_many_cycles_reused_a_batch_and_why_the_others_did_no
                 if s.name.endswith("_total")}
     assert refusals == {"template not seen recently": 1.0}
     assert {s.labels["profile"] for s in families["metrics_sched_scheduling_cycles"].samples} == {"metrics-sched"}
+
+
+def test_operators_metrics_process_leader_election_rest_client_and_unschedulable_by_plugin() -> None:
+    """The series operators look for on any Kubernetes component: process_*, leader_election_master_status{name},
+    rest_client_* (from the API client, through ports.RequestObserver), scheduler_unschedulable_pods by plugin."""
+    from metrics_sched.observability.rest_client import RestClientMetrics
+
+    scheduler, api, _cache = make()
+    rest = RestClientMetrics()
+    leading = [False]
+    metrics = SchedulerMetrics(scheduler, is_leader=lambda: leading[0], lease_name="metrics-sched", extra=[rest])
+    scheduler.handlers.on_node_event("ADDED", node("g1", gpus=1))
+    api.add_pod(pod("too-big", gpus=4))
+    drain(scheduler, api)
+    rest.observe_request("POST", "10.0.0.1:6443", "201", 0.004)
+
+    def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = metrics.exposition().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}
+
+    got = samples()
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",
+                 "process_start_time_seconds"):
+        assert (name, ()) in got, name
+    assert got[("leader_election_master_status", (("name", "metrics-sched"),))] == 0
+    leading[0] = True
+    assert samples()[("leader_election_master_status", (("name", "metrics-sched"),))] == 1
+    assert got[("rest_client_requests_total", (("code", "201"), ("host", "10.0.0.1:6443"), ("method", "POST")))] == 1
+    assert got[("rest_client_request_duration_seconds_count", (("host", "10.0.0.1:6443"), ("verb", "POST")))] == 1
+    parked = {labels: value for (name, labels), value in got.items() if name == "scheduler_unschedulable_pods"}
+    assert parked == {(("plugin", "NodeResourcesFit"), ("profile", "metrics-sched")): 1}, parked
+    # Without leader election, no leader_election_master_status (as client-go registers it only with an elector).
+    assert "leader_election_master_status" not in SchedulerMetrics(scheduler).exposition().decode()

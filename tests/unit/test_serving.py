@@ -198,6 +198,22 @@ def test_https_with_a_generated_pair_authenticates_and_authorizes(
         assert http.get(f"{url}/healthz").status_code == 200
 
 
+def test_through_the_api_server_proxy_the_token_comes_in_its_own_header(
+        served: tuple[HTTPServer, Path, ServingCertificate]) -> None:
+    """The API server consumes Authorization before proxying: X-Metrics-Sched-Authorization carries the token to
+    the same reviews (no token there is still 401, a token without the permission still 403)."""
+    server, ca, _ = served
+    url = f"https://127.0.0.1:{server.port}/metrics"
+    with httpx.Client(verify=trust(ca), timeout=5) as http:
+        ok = http.get(url, headers={"X-Metrics-Sched-Authorization": "Bearer reader"})
+        assert (ok.status_code, ok.text) == (200, "metrics\n")
+        assert http.get(url, headers={"X-Metrics-Sched-Authorization": "Bearer nobody"}).status_code == 403
+        assert http.get(url, headers={"X-Metrics-Sched-Authorization": "reader"}).status_code == 401
+        # Authorization, when there, is what counts: the other header cannot lift a refusal.
+        assert http.get(url, headers={"Authorization": "Bearer nobody",
+                                      "X-Metrics-Sched-Authorization": "Bearer reader"}).status_code == 403
+
+
 def test_a_rotated_pair_is_served_to_new_connections_without_a_restart(
         served: tuple[HTTPServer, Path, ServingCertificate], tmp_path: Path) -> None:
     server, old_ca, certificate = served

@@ -66,6 +66,8 @@ def test_entry_points_name_modules_the_wheel_has_except_the_dev_commands(wheel: 
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     parser.read_string(dist_info(wheel, "entry_points.txt"))
     assert parser.has_section("console_scripts")
+    # kubectl's plugin lookup runs `kubectl-metrics_sched` for `kubectl metrics-sched`.
+    assert dict(parser.items("console_scripts"))["kubectl-metrics_sched"] == "metrics_sched.app.cli:kubectl_main"
     for group in ("console_scripts", "metrics_sched.plugins", "metrics_sched.sources"):
         if not parser.has_section(group):
             continue

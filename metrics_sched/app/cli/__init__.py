@@ -1,11 +1,15 @@
 """The `metrics-sched` command.
 
-Built-in commands (`run`, `check-config`, `explain`, `rebalance`, ...) are registered here; further commands
-come from the entry-point group `metrics_sched.cli` (the dev tooling's `demo` and `devcluster` verbs, which a
+Built-in commands (`run`, `check-config`, `explain`, `decisions`, `rebalance`, ...) are registered here; further
+commands come from the entry-point group `metrics_sched.cli` (the dev tooling's `demo` and `devcluster` verbs, which a
 product install does not have). Each entry point names a callable `register(subparsers)`.
 
 The commands parse flags and print; what they build and run is the wiring of the app around them
 (metrics_sched/app/, the composition root).
+
+Installed as `kubectl-metrics_sched` too (kubectl_main): kubectl runs an executable of that name on PATH for
+`kubectl metrics-sched ...`, and then explain, sources and decisions ask the leader behind the Service
+metrics-sched/metrics-sched ($METRICS_SCHED_SERVICE to name another) through the API server unless told otherwise.
 
 Every user error (a bad flag value, a missing or invalid kubeconfig, an unreachable API server) ends as one
 line on stderr and exit 2 (app/errors.py), never a traceback.
@@ -15,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NoReturn
 
 from metrics_sched import __version__
-from metrics_sched.app.cli import config_cmd, explain_cmd, rebalance_cmd, replay_cmd, run_cmd
+from metrics_sched.app.cli import config_cmd, decisions_cmd, explain_cmd, rebalance_cmd, replay_cmd, run_cmd
 from metrics_sched.app.errors import EXIT_USER_ERROR, UserError
 
 CLI_GROUP = "metrics_sched.cli"
@@ -37,14 +42,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def build_parser(commands: Iterable[EntryPoint] | None = None) -> argparse.ArgumentParser:
-    """`commands` defaults to the installed entry points of the group `metrics_sched.cli`."""
-    parser = Parser(prog="metrics-sched", description=__doc__.splitlines()[0])
+KUBECTL_PROG = "kubectl metrics-sched"
+DEFAULT_SERVICE = "metrics-sched/metrics-sched"  # deploy/service.yaml
+
+
+def build_parser(commands: Iterable[EntryPoint] | None = None, *, prog: str = "metrics-sched",
+                 default_service: str | None = None) -> argparse.ArgumentParser:
+    """`commands` defaults to the installed entry points of the group `metrics_sched.cli`. `default_service`: the
+    Service whose leader explain, sources and decisions ask when no --url or --service is given."""
+    parser = Parser(prog=prog, description=__doc__.splitlines()[0])
+    parser.set_defaults(default_service=default_service)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_cmd.register(sub)
     config_cmd.register(sub)
     explain_cmd.register(sub)
+    decisions_cmd.register(sub)
     rebalance_cmd.register(sub)
     replay_cmd.register(sub)
     load_commands(sub, entry_points(group=CLI_GROUP) if commands is None else commands)
@@ -89,15 +102,21 @@ def load_commands(sub: Any, commands: Iterable[EntryPoint]) -> list[str]:
     return registered
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, *, prog: str = "metrics-sched", default_service: str | None = None,
+         ) -> int:
+    parser = build_parser(prog=prog, default_service=default_service)
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
     except UserError as exc:
-        print(f"metrics-sched {args.command}: error: {exc.one_line()}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {exc.one_line()}", file=sys.stderr)
         return EXIT_USER_ERROR
     return code
+
+
+def kubectl_main() -> int:
+    """The `kubectl-metrics_sched` executable: `kubectl metrics-sched explain NAMESPACE/POD` from a laptop."""
+    return main(prog=KUBECTL_PROG, default_service=os.environ.get("METRICS_SCHED_SERVICE", DEFAULT_SERVICE))
 
 
 if __name__ == "__main__":

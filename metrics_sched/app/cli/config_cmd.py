@@ -1,5 +1,6 @@
 """`metrics-sched check-config FILE`: exit 0 when valid, 2 with one line naming the field when not; fields
-accepted without effect are listed as warnings. `metrics-sched config schema`: the config's JSON Schema."""
+accepted without effect are listed as warnings. `metrics-sched config schema`: the config's JSON Schema;
+`metrics-sched config defaults`: the effective default configuration as a config file."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import yaml
 
 from metrics_sched.config import ConfigError, SchedulerConfig, load_config
+from metrics_sched.config.defaults import render_defaults
 from metrics_sched.config.schema import render, schema_errors
 from metrics_sched.framework.registry import Registry
 from metrics_sched.plugins import in_tree_registry
@@ -29,6 +31,9 @@ def register(sub: Any) -> None:
     verbs = config.add_subparsers(dest="config_command", required=True, metavar="VERB")
     schema = verbs.add_parser("schema", help="print the config's JSON Schema (for editors and values schemas)")
     schema.set_defaults(handler=_schema)
+    defaults = verbs.add_parser("defaults", help="print the effective default configuration as YAML (a config file "
+                                                 "that loads back to the defaults)")
+    defaults.set_defaults(handler=_defaults)
 
 
 def load_or_exit(path: Path, registry: Registry, *, log_warnings: bool = True) -> SchedulerConfig:
@@ -64,4 +69,9 @@ def _check(args: argparse.Namespace) -> int:
 
 def _schema(args: argparse.Namespace) -> int:
     sys.stdout.write(render())
+    return 0
+
+
+def _defaults(args: argparse.Namespace) -> int:
+    sys.stdout.write(render_defaults())
     return 0

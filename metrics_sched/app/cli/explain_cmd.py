@@ -1,12 +1,12 @@
 """`metrics-sched explain NAMESPACE/POD` and `metrics-sched sources`: read a running scheduler's
-/decisions and /sources endpoints and print them for humans.
+/decisions and /sources endpoints and print them for humans (or, with -o json|yaml, for programs).
 
 Over HTTPS (the default) they send the kubeconfig's bearer token (the scheduler reviews it with the API server:
 the user needs `get` on the path, e.g. the metrics-sched-reader ClusterRole) and verify the serving certificate
 with --ca-file, else the kubeconfig cluster's CA. A plain http:// URL (a scheduler run with `server.insecure` on
 loopback) gets no credentials. Given the Service (--service, or --url https://NAME.NAMESPACE.svc:PORT) they ask
-the replica holding the leader Lease, never a standby. The client that does so is the app's
-(app/scheduler_client.py); here are the flags and the rendering.
+the replica holding the leader Lease, never a standby, through the API server's pod proxy unless --direct. The
+client that does so is the app's (app/scheduler_client.py); here are the flags and the rendering.
 
 For a pod the rebalancer evicted, explain shows why it was moved and where the scheduler then put its
 replacement: the first placement, after the eviction, of a pod with the same owner (its controller)."""
@@ -21,39 +21,49 @@ from typing import Any
 
 import httpx
 
+from metrics_sched.app.cli.output import output_flag, print_as
 from metrics_sched.app.cli.sources import render_series_matching
 from metrics_sched.app.errors import UserError
 from metrics_sched.app.scheduler_client import DEFAULT_LEASE_NAME, DEFAULT_URL, Endpoint, connect
 
 
-def _target_flags(parser: argparse.ArgumentParser) -> None:
+def target_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that say which scheduler to ask and how (explain, sources, decisions)."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--url", default=None,
                        help=f"the scheduler's endpoint (default $METRICS_SCHED_URL or {DEFAULT_URL}); "
                             "https://NAME.NAMESPACE.svc:PORT means --service NAMESPACE/NAME")
     where.add_argument("--service", metavar="NAMESPACE/NAME", default=None,
-                       help="ask the leader behind this Service (the pod holding the Lease)")
+                       help="ask the leader behind this Service (the pod holding the Lease); as `kubectl "
+                            "metrics-sched` the default is $METRICS_SCHED_SERVICE or metrics-sched/metrics-sched")
     parser.add_argument("--lease", metavar="NAMESPACE/NAME", default=None,
                         help=f"the leader-election Lease (default: the Service's namespace/{DEFAULT_LEASE_NAME})")
+    parser.add_argument("--direct", action="store_true",
+                        help="with --service: connect to the leader pod's address (from inside the cluster) instead "
+                             "of through the API server's pod proxy (the default: needs pods/proxy get)")
     parser.add_argument("--kubeconfig", type=Path, default=None,
                         help="whose credentials to send (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     parser.add_argument("--ca-file", type=Path, default=None,
                         help="CA of the scheduler's serving certificate (default: the kubeconfig cluster's CA); "
-                             "for a self-signed pair, ca.crt in its server.certDir")
+                             "for a self-signed pair, ca.crt in its server.certDir. Not used through the API server "
+                             "(which checks nothing of the pod's certificate: its proxy never does)")
 
 
 def register(sub: Any) -> None:
     explain = sub.add_parser("explain", help="why a pod went where it went (from a running scheduler)")
     explain.add_argument("pod", help="NAMESPACE/POD")
-    _target_flags(explain)
+    target_flags(explain)
     explain.add_argument("--all", action="store_true", help="every recorded attempt, not only the latest")
+    output_flag(explain)
     explain.set_defaults(handler=_explain)
     sources = sub.add_parser("sources", help="health, coverage and freshness of every telemetry source")
-    _target_flags(sources)
+    target_flags(sources)
+    output_flag(sources)
     sources.set_defaults(handler=_sources)
 
 
-def _get(endpoint: Endpoint, path: str, **params: str) -> Any:
+def get(endpoint: Endpoint, path: str, **params: str) -> Any:
+    """GET a path of the scheduler as JSON; every failure is a UserError naming it."""
     url = endpoint.url
     extensions = {"sni_hostname": endpoint.server_name} if endpoint.server_name else None
     try:
@@ -64,8 +74,8 @@ def _get(endpoint: Endpoint, path: str, **params: str) -> Any:
             time.sleep(0.2 * (attempt + 1))  # /decisions renders one answer at a time: another client's is under way
         if resp.status_code in (401, 403):
             hint = ("the credentials were not accepted" if resp.status_code == 401 else
-                    "the user may not read it: bind the metrics-sched-reader ClusterRole, "
-                    "deploy/clusterrole-reader.yaml")
+                    "the user may not read it: bind the metrics-sched-reader ClusterRole, and through the API server "
+                    "the metrics-sched-find-leader Role (pods/proxy), deploy/clusterrole-reader.yaml")
             raise UserError(f"cannot read {path} from {url}: {resp.status_code} ({hint}): "
                             f"{resp.text.strip()[:200]}")
         resp.raise_for_status()
@@ -167,7 +177,7 @@ def _replacement(url: Endpoint, eviction: dict[str, Any]) -> dict[str, Any] | No
     """The first placement after the eviction of a pod with the evicted pod's owner, or None."""
     if not eviction.get("owner") or eviction["verdict"] != "evicted":
         return None
-    body = _get(url, "/decisions", kind="placement", owner=eviction["owner"], since=repr(eviction["time"]),
+    body = get(url, "/decisions", kind="placement", owner=eviction["owner"], since=repr(eviction["time"]),
                 limit="1000")
     # By time, not id: the record is stamped before the eviction call, but its id is taken after it returns, and
     # the replacement may be placed (its id taken) meanwhile.
@@ -187,7 +197,7 @@ def _explain(args: argparse.Namespace) -> int:
         print("error: give the pod as NAMESPACE/POD", file=sys.stderr)
         return 2
     endpoint = connect(args)
-    body = _get(endpoint, "/decisions", pod=args.pod, limit="50")
+    body = get(endpoint, "/decisions", pod=args.pod, limit="50")
     decisions = body["decisions"]
     if not decisions:
         print(f"no decision recorded for {args.pod} (the ring keeps the last {body['ring_size']})", file=sys.stderr)
@@ -198,6 +208,12 @@ def _explain(args: argparse.Namespace) -> int:
         # The rebalancer looked at the pod and left it: where it is still comes from its placement.
         placement = next((d for d in decisions if d.get("kind", "placement") == "placement"), None)
         shown = [latest] + ([placement] if placement else [])
+    if args.output != "text":
+        # The records as the API gives them; an eviction's record carries where its replacement went.
+        records = [{**d, "replacement": _replacement(endpoint, d)} if d.get("kind") == "eviction" else d
+                   for d in shown]
+        print_as(args.output, {"pod": args.pod, "decisions": records})
+        return 0
     for d in shown:
         print(_render(endpoint, d))
         print()
@@ -205,7 +221,10 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _sources(args: argparse.Namespace) -> int:
-    body = _get(connect(args), "/sources")
+    body = get(connect(args), "/sources")
+    if args.output != "text":
+        print_as(args.output, body)
+        return 0
     rows = []
     for name, h in sorted(body.items()):
         coverage = ", ".join(f"{m} {v:.0%}" for m, v in sorted(h["coverage"].items())) or "-"

@@ -53,11 +53,12 @@ def _lines(source: str, args: argparse.Namespace) -> list[str]:
 
         from metrics_sched.app.scheduler_client import connect
 
-        # The same client as explain's: plain HTTP on loopback as is, HTTPS with the token and verified TLS.
-        endpoint = connect(argparse.Namespace(url=source, service=None, lease=None,
+        # The same client as explain's: plain HTTP on loopback as is, HTTPS with the token and verified TLS, a
+        # Service's URL through the API server's proxy to its leader.
+        endpoint = connect(argparse.Namespace(url=source, service=None, lease=None, direct=False,
                                               kubeconfig=args.kubeconfig, ca_file=args.ca_file))
         wanted = urlsplit(export_url(source))
-        # A Service's URL was resolved to its leader's address (checked against the Service's name by SNI).
+        # A Service's URL was resolved to its leader (the API server's proxy to it; SNI only for a pod's address).
         base = endpoint.url if endpoint.url != source else f"{wanted.scheme}://{wanted.netloc}"
         extensions = {"sni_hostname": endpoint.server_name} if endpoint.server_name else None
         try:

@@ -1,9 +1,14 @@
-"""`metrics-sched run --config FILE [--kubeconfig FILE]`: the scheduler itself."""
+"""`metrics-sched run --config FILE [--kubeconfig FILE]`: the scheduler itself.
+
+kube-scheduler's flags that users type from habit work here too: `--secure-port` (= --port), `-v`/`--v N`
+(klog verbosity: 4 and above is debug, below is info), `--leader-elect[=true|false]` (overrides
+leaderElection.leaderElect) and `--kubeconfig`."""
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import gc
 import logging
 import math
@@ -14,6 +19,7 @@ from typing import Any
 
 from metrics_sched.app.cli.config_cmd import load_or_exit
 from metrics_sched.app.cli.logging_setup import LEVELS, log_level, setup_logging
+from metrics_sched.config import SchedulerConfig
 from metrics_sched.plugins import in_tree_registry
 
 
@@ -23,14 +29,61 @@ def register(sub: Any) -> None:
     parser.add_argument("--kubeconfig", type=Path, default=None,
                         help="kubeconfig file; without it (and clientConnection.kubeconfig): the in-cluster service "
                              "account inside a pod, else $KUBECONFIG, else ~/.kube/config")
-    parser.add_argument("--port", type=port, default=None, help="override server.port (0 = any free port)")
+    parser.add_argument("--port", "--secure-port", type=port, default=None,
+                        help="override server.port (0 = any free port)")
+    parser.add_argument("--leader-elect", type=boolean, nargs="?", const=True, default=None, metavar="true|false",
+                        help="override leaderElection.leaderElect")
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host + random)")
     parser.add_argument("--startup-timeout", type=seconds, default=None, metavar="SECONDS",
                         help="how long an unreachable API server is retried at start before exiting 2 "
                              "(default 30)")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
-    parser.add_argument("--log-level", type=log_level, default="info", help=f"one of {', '.join(LEVELS)}")
+    level = parser.add_mutually_exclusive_group()
+    level.add_argument("--log-level", type=log_level, default=None, help=f"one of {', '.join(LEVELS)} (default info)")
+    level.add_argument("-v", "--v", dest="verbosity", type=verbosity, default=None, metavar="N",
+                       help=f"kube-style verbosity: {DEBUG_VERBOSITY} or more is --log-level debug, less is info")
     parser.set_defaults(handler=_run)
+
+
+# klog's convention (kube-scheduler runs at --v=2; 4 is "debug-level verbosity").
+DEBUG_VERBOSITY = 4
+
+
+def verbosity(value: str) -> int:
+    """argparse type of -v/--v: a klog level, an integer >= 0."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a verbosity level (an integer >= 0)") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {number}")
+    return number
+
+
+def effective_log_level(args: argparse.Namespace) -> str:
+    if args.log_level is not None:
+        return str(args.log_level)
+    if args.verbosity is not None and args.verbosity >= DEBUG_VERBOSITY:
+        return "debug"
+    return "info"
+
+
+def with_flag_overrides(config: SchedulerConfig, args: argparse.Namespace) -> SchedulerConfig:
+    """The config with what the flags override (--port is passed on to the app as is)."""
+    if args.leader_elect is None:
+        return config
+    return dataclasses.replace(config, leader_election=dataclasses.replace(config.leader_election,
+                                                                           leader_elect=args.leader_elect))
+
+
+def boolean(value: str) -> bool:
+    """argparse type of a Go-style bool flag value (`--leader-elect=false`)."""
+    lowered = value.lower()
+    if lowered in ("true", "1", "t", "yes"):
+        return True
+    if lowered in ("false", "0", "f", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
 
 
 def port(value: str) -> int:
@@ -57,9 +110,9 @@ def seconds(value: str) -> float:
 
 def _run(args: argparse.Namespace) -> int:
     limit_malloc_arenas()  # before any thread allocates
-    setup_logging(args.log_format, args.log_level)
+    setup_logging(args.log_format, effective_log_level(args))
     registry = in_tree_registry()
-    config = load_or_exit(args.config, registry)
+    config = with_flag_overrides(load_or_exit(args.config, registry), args)
     if config.cpu_affinity == "one":  # before any thread starts: threads take their creator's CPUs
         cpu = keep_to_one_cpu()
         if cpu is not None:
