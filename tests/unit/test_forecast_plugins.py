@@ -21,6 +21,7 @@ import pytest
 
 from metrics_sched.app.cli.explain_cmd import render_decision
 from metrics_sched.config import ConfigError
+from metrics_sched.plugins.hot_value import HotValue
 from metrics_sched.plugins.load_risk_balancing.plugin import risk_scores
 from metrics_sched.plugins.target_load_packing.plugin import packing_scores, predicted_millicores
 from tests.unit.fakes import node, pod
@@ -154,7 +155,7 @@ def test_target_load_packing_args() -> None:
 
 
 # -- GPUThermalForecast ------------------------------------------------------------------------------------
-RISING_VS_STEADY = {"gpu_temperature": {"rising": 70, "steady": 74},
+RISING_VS_STEADY: dict[str, dict[str, float]] = {"gpu_temperature": {"rising": 70, "steady": 74},
                     # predict_linear 30m ahead: +1 °C/min for the rising node, flat for the steady one
                     "gpu_temperature_forecast": {"rising": 100, "steady": 74.5}}
 
@@ -215,6 +216,7 @@ def test_hot_value_spreads_a_burst_until_telemetry_shows_the_pods() -> None:
     drain(scheduler, api)
     assert sorted(node_name for _, node_name in api.binds) == ["a", "b", "c"]  # one each: each placement is hot
     plugin = scheduler.frameworks["metrics-sched"].instances["HotValue"]
+    assert isinstance(plugin, HotValue)
     table = scheduler.state.table
     # One pod in the last 5m (1/5) and in the last 1m (1/2): 0.7 each.
     assert plugin.hot_values(table)[[table.index[n] for n in "abc"]].tolist() == pytest.approx([0.7] * 3)
