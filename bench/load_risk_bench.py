@@ -1,5 +1,5 @@
 """Load variance (issue 48): nodes whose CPU load swings are worse homes than steady ones with the same mean; with
-LoadRiskBalancing (Trimaran's risk = mean + margin·σ), fewer pods land on nodes whose load peaks above 90 %. In
+LoadRiskBalancing (Trimaran's risk = mean + margin x stddev), fewer pods land on nodes whose load peaks above 90 %. In
 memory on the real core.
 
 Nodes are bench/scenario.py's quality-scenario nodes (32-96 cores); each has a background CPU utilisation: a mean of
@@ -154,7 +154,8 @@ def run(quick: bool, *, nodes: int | None = None, seed: int = 0, fill: float = F
 def markdown(result: Mapping[str, Any]) -> str:
     s = result["scenario"]
     lines = [f"**Load variance** ({s['nodes']} nodes, {s['swinging_nodes']} of them swinging ±20-40 points every "
-             f"{s['period_min']} min; {s['pods']} 2-core pods asking {s['fill']:.0%} of the cores; risk from the last {s['window_min']} min)", "",
+             f"{s['period_min']} min; {s['pods']} 2-core pods asking {s['fill']:.0%} of the cores; "
+             f"risk from the last {s['window_min']} min)", "",
              "| profile | pods judged | on a node peaking > 90 % within 60 min | node-minutes > 90 % | max util |",
              "|---|---|---|---|---|"]
     for name, r in result["contenders"].items():
