@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from metrics_sched.app.cli import history_cmd
 from metrics_sched.app.cli.sources import render_series_matching
 from metrics_sched.app.errors import UserError
 from metrics_sched.app.scheduler_client import DEFAULT_LEASE_NAME, DEFAULT_URL, Endpoint, connect
@@ -48,8 +49,10 @@ def register(sub: Any) -> None:
     _target_flags(explain)
     explain.add_argument("--all", action="store_true", help="every recorded attempt, not only the latest")
     explain.set_defaults(handler=_explain)
-    sources = sub.add_parser("sources", help="health, coverage and freshness of every telemetry source")
+    sources = sub.add_parser("sources", help="health, coverage and freshness of every telemetry source; with "
+                                             "--history NODE, that node's recent series")
     _target_flags(sources)
+    history_cmd.add_flags(sources)
     sources.set_defaults(handler=_sources)
 
 
@@ -205,6 +208,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _sources(args: argparse.Namespace) -> int:
+    if args.history is not None:
+        return history_cmd.history(args)
     body = _get(connect(args), "/sources")
     rows = []
     for name, h in sorted(body.items()):
