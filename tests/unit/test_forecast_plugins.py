@@ -21,6 +21,7 @@ import pytest
 
 from metrics_sched.app.cli.explain_cmd import render_decision
 from metrics_sched.config import ConfigError
+from metrics_sched.plugins.gpu_thermal_forecast import GPUThermalForecast
 from metrics_sched.plugins.hot_value import HotValue
 from metrics_sched.plugins.load_risk_balancing.plugin import risk_scores
 from metrics_sched.plugins.target_load_packing.plugin import packing_scores, predicted_millicores
@@ -224,3 +225,27 @@ def test_hot_value_spreads_a_burst_until_telemetry_shows_the_pods() -> None:
     assert plugin.hot_values(table)[table.index["a"]] == pytest.approx(0.2)
     feed(cache, {"node_cpu_utilisation": {"a": 0.2}}, observed=NOW + 80, fetched=NOW + 90)  # a's sample shows it
     assert plugin.hot_values(table)[[table.index[n] for n in "abc"]].tolist() == pytest.approx([0.0, 0.2, 0.2])
+
+
+def test_pods_placed_within_the_window_add_their_heat_to_the_forecast_until_it_passes() -> None:
+    """A trend shows a pod's heat minutes later: the plugin adds recentHeat x the pod's share of the node's GPUs
+    for `window` after it placed the pod (at Reserve), so a burst does not herd onto the coolest forecast."""
+    clock = Clock()
+    config = only("GPUThermalForecast")
+    config["profiles"][0]["plugins"]["reserve"] = {"enabled": [{"name": "GPUThermalForecast"}]}
+    scheduler, api, cache = make(config, clock=clock)
+    gpu_nodes(scheduler, ["a", "b"])  # 8 GPUs each
+    feed(cache, {"gpu_temperature_forecast": {"a": 60, "b": 62}})
+    api.add_pod(pod("p1", gpus=4))
+    drain(scheduler, api)
+    api.add_pod(pod("p2", gpus=4))
+    result = scheduler.schedule_one(timeout=1)
+    assert result is not None and result.node == "b"  # a: 60 + 15 x 4/8 = 67.5 > 62
+    term = next(t for t in result.terms if t.plugin == "GPUThermalForecast")
+    [evidence] = term.evidence
+    table = scheduler.state.table
+    assert evidence.in_flight is not None and evidence.in_flight.take(np.array([table.index["a"]]))[0] == 7.5
+    plugin = scheduler.frameworks["metrics-sched"].instances["GPUThermalForecast"]
+    assert isinstance(plugin, GPUThermalForecast)
+    clock.now = NOW + 601  # the 10m window has passed: the trend shows the pod by now
+    assert plugin._heat(table) is None  # pruned: nothing placed within the window
