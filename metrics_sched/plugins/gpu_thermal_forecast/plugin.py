@@ -181,6 +181,8 @@ class GPUThermalForecast(MetricScorePlugin, ReservePlugin):
             return None
         since = self._clock() - self._window
         self._recent.prune(since)
+        if not self._recent.nodes:
+            return None
         heat = self._recent.per_row(table, since)
         heat *= self.args.recent_heat
         return heat
