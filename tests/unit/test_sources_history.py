@@ -1,11 +1,12 @@
 """`metrics-sched sources --history NODE`: a node's recent series of the Prometheus source's metrics, by range queries
-through prometheus-api-client (adapters/prometheus/history.py), plotted in the terminal or as a PNG."""
+through prometheus-api-client (adapters/prometheus/history.py), plotted in the terminal or as an SVG chart."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -65,9 +66,12 @@ def test_the_command_plots_sparklines_from_the_schedulers_config(prom: FakeProme
     assert "n1, the last 30m:" in out
     assert "gpu_temperature           ▁▅█  min 70  max 74  last 74" in out
     assert "last 110  [predict_linear over 10m, 30m ahead]" in out
-    png = tmp_path / "n1.png"
-    assert main(["sources", "--history", "n1", "--config", str(config), "--png", str(png)]) == 0
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    chart = tmp_path / "n1.svg"
+    assert main(["sources", "--history", "n1", "--config", str(config), "--svg", str(chart)]) == 0
+    root = ElementTree.fromstring(chart.read_text())
+    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 2 and len(lines[0].attrib["points"].split()) == 3
+    assert "gpu_temperature_forecast (predict_linear over 10m, 30m ahead)" in chart.read_text()
 
 
 def test_sparklines_resample_to_the_width() -> None:

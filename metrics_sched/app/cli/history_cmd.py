@@ -1,5 +1,6 @@
 """`metrics-sched sources --history NODE --config FILE`: a node's recent values of the Prometheus source's metrics,
-plotted in the terminal (one sparkline per metric) or, with --png, as a PNG (matplotlib, when installed).
+plotted in the terminal (one sparkline per metric) or, with --svg, as a chart file (SVG, written here: no plotting
+library among the product's dependencies).
 
 It reads the scheduler's config file for the Prometheus source (URL, auth, TLS, the metrics and their queries) and
 asks that Prometheus itself (range queries, adapters.prometheus.history): no running scheduler is needed. A
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from adapters.prometheus.windows import duration_seconds
 from metrics_sched.app.errors import UserError
 from metrics_sched.config import ConfigError
 
-__all__ = ["add_flags", "history", "sparkline"]
+__all__ = ["add_flags", "history", "sparkline", "svg"]
 
 _BARS = "▁▂▃▄▅▆▇█"
 WIDTH = 60
@@ -37,7 +39,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", default=None, help="which prometheus source (default: the first)")
     parser.add_argument("--metric", action="append", default=[], help="only this metric (repeatable)")
     parser.add_argument("--since", default="1h", help="how far back, a duration like 30m or 2h (default 1h)")
-    parser.add_argument("--png", type=Path, default=None, help="write a PNG there instead of printing sparklines")
+    parser.add_argument("--svg", type=Path, default=None, help="write a chart there (SVG) instead of printing "
+                                                               "sparklines")
 
 
 def sparkline(values: Sequence[float], width: int = WIDTH) -> str:
@@ -76,25 +79,30 @@ def render(node: str, series: Sequence[Series], since: str) -> str:
     return "\n".join(lines)
 
 
-def _png(path: Path, node: str, series: Sequence[Series]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UserError("--png needs matplotlib (pip install matplotlib), or leave it out for the terminal") from None
+def svg(node: str, series: Sequence[Series]) -> str:
+    """One line chart per metric, stacked, as a standalone SVG: no plotting library in the product's dependencies
+    (matplotlib stays a bench extra), and any browser shows it."""
+    width, height, pad = 720, 140, 36
     shown = [s for s in series if s.points]
-    figure, axes = plt.subplots(max(1, len(shown)), 1, figsize=(9, 2.2 * max(1, len(shown))), squeeze=False)
-    for ax, s in zip(axes[:, 0], shown, strict=False):
-        start = s.points[0][0]
-        ax.plot([(t - start) / 60 for t, _ in s.points], [v for _, v in s.points])
-        ax.set_title(f"{s.metric}" + (f" ({s.window})" if s.window else ""), fontsize=9)
-        ax.set_xlabel("minutes")
-    figure.suptitle(node)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * max(1, len(shown)) + 30}" '
+             f'font-family="sans-serif" font-size="11">',
+             f'<text x="{pad}" y="18" font-size="14">{escape(node)}</text>']
+    for i, s in enumerate(shown):
+        top = 30 + i * height
+        times, values = [t for t, _ in s.points], [v for _, v in s.points]
+        t0, t1 = times[0], max(times[-1], times[0] + 1)
+        low, high = min(values), max(values)
+        span = high - low or 1.0
+        points = " ".join(f"{pad + (t - t0) / (t1 - t0) * (width - 2 * pad):.1f},"
+                          f"{top + 20 + (1 - (v - low) / span) * (height - 50):.1f}" for t, v in s.points)
+        title = s.metric + (f" ({s.window})" if s.window else "")
+        parts += [f'<text x="{pad}" y="{top + 12}">{escape(title)}: min {low:.4g}, max {high:.4g}, '
+                  f'last {values[-1]:.4g}, over {(t1 - t0) / 60:.0f} min</text>',
+                  f'<rect x="{pad}" y="{top + 20}" width="{width - 2 * pad}" height="{height - 50}" fill="none" '
+                  f'stroke="#ccc"/>',
+                  f'<polyline points="{points}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>']
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
 
 
 def history(args: argparse.Namespace) -> int:
@@ -113,9 +121,9 @@ def history(args: argparse.Namespace) -> int:
         raise UserError(f"no metric {sorted(unknown)} in that source; it has {[m.name for m in config.metrics]}")
     end = time.time()
     series = node_history(config, args.history, end - since, end, max(1.0, since / 240), args.metric)
-    if args.png is not None:
-        _png(args.png, args.history, series)
-        print(f"wrote {args.png}")
+    if args.svg is not None:
+        args.svg.write_text(svg(args.history, series))
+        print(f"wrote {args.svg}")
     else:
         print(render(args.history, series, args.since))
     return 0
