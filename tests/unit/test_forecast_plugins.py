@@ -249,3 +249,26 @@ def test_pods_placed_within_the_window_add_their_heat_to_the_forecast_until_it_p
     assert isinstance(plugin, GPUThermalForecast)
     clock.now = NOW + 601  # the 10m window has passed: the trend shows the pod by now
     assert plugin._heat(table) is None  # pruned: nothing placed within the window
+
+
+def test_the_recent_placements_sums_follow_additions_removals_and_the_window() -> None:
+    from metrics_sched.plugins.gpu_thermal_forecast.plugin import _Recent
+
+    scheduler, _, _ = make(only("GPUThermalForecast"))
+    gpu_nodes(scheduler, ["a", "b"])
+    table = scheduler.state.table
+    a, b = table.index["a"], table.index["b"]
+    recent = _Recent()
+    for i in range(200):  # past the buffers' first size: they grow
+        recent.add(f"u{i}", "a" if i % 2 else "b", table, float(i), 0.125)
+    recent.remove("u1")
+    recent.add("u3", "b", table, 200.0, 0.5)  # a uid placed again: its old entry goes
+    assert recent.sums[[a, b]].tolist() == pytest.approx([98 * 0.125, 100 * 0.125 + 0.5])
+    recent.expire(150.0)  # entries before t=150 leave (and the buffers compact)
+    assert len(recent) == 51 and recent.head == 0
+    assert recent.sums[[a, b]].tolist() == pytest.approx([25 * 0.125, 25 * 0.125 + 0.5])
+    scheduler.handlers.on_node_event("ADDED", node("c", gpus=8))  # rows may move: rebuilt from the names
+    recent.sync(scheduler.state.table)
+    assert recent.sums[[a, b]].tolist() == pytest.approx([25 * 0.125, 25 * 0.125 + 0.5])
+    recent.expire(1000.0)
+    assert len(recent) == 0 and not recent.sums.any()

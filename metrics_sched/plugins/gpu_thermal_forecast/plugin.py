@@ -74,47 +74,82 @@ def _seconds(text: str) -> float:
 
 
 class _Recent:
-    """Placements within the window: their node, time and share of the node's GPUs, in append-only arrays (a sum
-    per row is one bincount, whatever their number)."""
+    """The placements of the last window, oldest first: each one's node, time and share of the node's GPUs, and their
+    sum per table row kept up to date (a placement adds to its row, one leaving the window or unreserved subtracts):
+    a cycle reads the sums, whatever the number of placements. Appending and expiring are amortised O(1) (buffers
+    that double, a head past the expired ones, compacted once it is half of them)."""
 
     def __init__(self) -> None:
         self.nodes: list[str] = []
-        self.rows = np.zeros(0, dtype=np.int64)
-        self.times = np.zeros(0)
-        self.shares = np.zeros(0)
+        self.rows = np.zeros(64, dtype=np.int64)
+        self.times = np.zeros(64)
+        self.shares = np.zeros(64)
+        self.head = 0  # entries before it have left the window
+        self.size = 0
         self.by_uid: dict[str, int] = {}
+        self.sums: FloatArray = np.zeros(0)
         self.rows_generation = -1
 
-    def add(self, uid: str, node: str, row: int, at: float, share: float) -> None:
+    def __len__(self) -> int:
+        return self.size - self.head
+
+    def sync(self, table: NodeTable) -> None:
+        """The rows and sums for `table`'s rows (rebuilt when nodes moved rows: rare)."""
+        if self.rows_generation == table.rows_generation and self.sums.shape[0] == table.capacity:
+            return
+        live = slice(self.head, self.size)
+        self.rows[live] = [table.index.get(n, -1) for n in self.nodes[live]]
+        known = self.rows[live] >= 0
+        self.sums = np.bincount(self.rows[live][known], weights=self.shares[live][known],
+                                minlength=table.capacity)[: table.capacity].astype(np.float64)
+        self.rows_generation = table.rows_generation
+
+    def add(self, uid: str, node: str, table: NodeTable, at: float, share: float) -> None:
+        self.sync(table)
         self.remove(uid)
-        self.by_uid[uid] = len(self.nodes)
+        if self.size == self.rows.shape[0]:
+            self.rows, self.times, self.shares = (np.concatenate([a, np.zeros_like(a)])
+                                                  for a in (self.rows, self.times, self.shares))
+        row = table.index.get(node, -1)
+        index = self.size
+        self.rows[index], self.times[index], self.shares[index] = row, at, share
         self.nodes.append(node)
-        self.rows = np.append(self.rows, row)
-        self.times = np.append(self.times, at)
-        self.shares = np.append(self.shares, share)
+        self.by_uid[uid] = index
+        self.size += 1
+        if row >= 0:
+            self.sums[row] += share
 
     def remove(self, uid: str) -> None:
-        at = self.by_uid.pop(uid, None)
-        if at is not None:
-            self.shares[at] = 0.0
-
-    def prune(self, since: float) -> None:
-        keep = np.flatnonzero(self.times >= since)
-        if keep.size == self.times.size:
+        index = self.by_uid.pop(uid, None)
+        if index is None or index < self.head:
             return
-        self.nodes = [self.nodes[i] for i in keep.tolist()]
-        self.rows, self.times, self.shares = self.rows[keep], self.times[keep], self.shares[keep]
-        position = {int(old): new for new, old in enumerate(keep.tolist())}
-        self.by_uid = {uid: position[i] for uid, i in self.by_uid.items() if i in position}
+        row = int(self.rows[index])
+        if row >= 0 and row < self.sums.shape[0]:
+            self.sums[row] -= self.shares[index]
+        self.shares[index] = 0.0
 
-    def per_row(self, table: NodeTable, since: float) -> FloatArray:
-        if self.rows_generation != table.rows_generation:
-            self.rows = np.array([table.index.get(n, -1) for n in self.nodes], dtype=np.int64)
-            self.rows_generation = table.rows_generation
-        live = (self.times >= since) & (self.rows >= 0)
-        summed: FloatArray = np.bincount(self.rows[live], weights=self.shares[live], minlength=table.capacity)[
-            : table.capacity].astype(np.float64)
-        return summed
+    def expire(self, since: float) -> None:
+        """Placements older than `since` leave the window (and their rows' sums)."""
+        end = self.head + int(np.searchsorted(self.times[self.head:self.size], since, side="left"))
+        if end == self.head:
+            return
+        gone = slice(self.head, end)
+        known = self.rows[gone] >= 0
+        np.subtract.at(self.sums, self.rows[gone][known], self.shares[gone][known])
+        self.head = end
+        if self.head == self.size or self.head * 2 > self.size:
+            self._compact()
+
+    def _compact(self) -> None:
+        keep = slice(self.head, self.size)
+        count = self.size - self.head
+        self.rows[:count], self.times[:count], self.shares[:count] = (self.rows[keep].copy(), self.times[keep].copy(),
+                                                                      self.shares[keep].copy())
+        self.nodes = self.nodes[self.head:]
+        self.by_uid = {uid: i - self.head for uid, i in self.by_uid.items() if i >= self.head}
+        self.head, self.size = 0, count
+        if count == 0:
+            self.sums[:] = 0.0  # no drift left from the additions and subtractions
 
 
 class GPUThermalForecast(MetricScorePlugin, ReservePlugin):
@@ -177,14 +212,13 @@ class GPUThermalForecast(MetricScorePlugin, ReservePlugin):
 
     def _heat(self, table: NodeTable) -> FloatArray | None:
         """Per row: the heat of the pods placed on it within the window (None: none, or recentHeat 0)."""
-        if not self.args.recent_heat or not self._recent.nodes:
+        if not self.args.recent_heat or not len(self._recent):
             return None
-        since = self._clock() - self._window
-        self._recent.prune(since)
-        if not self._recent.nodes:
+        self._recent.expire(self._clock() - self._window)
+        if not len(self._recent):
             return None
-        heat = self._recent.per_row(table, since)
-        heat *= self.args.recent_heat
+        self._recent.sync(table)
+        heat: FloatArray = self._recent.sums * self.args.recent_heat
         return heat
 
     def _forecast(self, table: NodeTable) -> tuple[FloatArray, FloatArray | None, MetricEvidence, bool]:
@@ -229,9 +263,7 @@ class GPUThermalForecast(MetricScorePlugin, ReservePlugin):
         gpus = float(table.allocatable[row, col])
         requested = pod.requests.get(self.args.gpu_resource, 0)
         if gpus > 0 and requested:
-            self._recent.rows_generation = table.rows_generation if not self._recent.nodes \
-                else self._recent.rows_generation
-            self._recent.add(pod.uid, node, row, self._clock(), requested / gpus)
+            self._recent.add(pod.uid, node, table, self._clock(), requested / gpus)
         return SUCCESS
 
     def unreserve(self, cycle: CycleState, pod: PodInfo, node: str) -> None:
