@@ -33,12 +33,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
 import orjson
 import requests
 from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.auth import AuthBase
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
@@ -279,6 +281,22 @@ class PrometheusClient:
     def query_answer(self, promql: str) -> Answer:
         """An instant query's answer, for the reduce plan or the general way (see Answer)."""
         return self._request(promql, Answer)
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """A range query's `data.result` (a matrix: per series its labels and [time, "value"] pairs), through
+        prometheus-api-client's custom_query_range on the configured session (TLS, auth, headers, proxy). For the
+        operator's `sources --history`, never the hot path: its answer is read whole, without the instant queries'
+        size cap."""
+        try:
+            result: list[dict[str, Any]] = self._prom.custom_query_range(
+                query=promql, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
+                step=f"{step:g}s")
+        except PrometheusApiClientException as exc:  # a status its own code checks (the hook raises first)
+            raise QueryError(clean_message(str(exc), self.secrets())) from None
+        except Exception as exc:
+            self._raise_typed(exc)
+            raise
+        return result
 
     def _request(self, promql: str, decode: Callable[[bytes], T]) -> T:
         cutter = Cutter(self.timeout)

@@ -43,7 +43,9 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
 - `metrics` (required, non-empty list), each:
   - `name` (required, unique): the metric name the scheduler uses.
   - `preset` or `query` (exactly one). Presets: see `presets.PRESETS` (dcgm_gpu_temp, dcgm_gpu_util,
-    dcgm_gpu_engine_active, dcgm_gpu_power, node_load_per_cpu, node_cpu_utilisation, opencost_node_hourly_cost).
+    dcgm_gpu_engine_active, dcgm_gpu_power, node_load_per_cpu, node_cpu_utilisation, opencost_node_hourly_cost; and
+    the windowed ones of docs/forecasting.md: dcgm_gpu_temp_forecast, node_cpu_utilisation_mean,
+    node_cpu_utilisation_stddev, node_cpu_utilisation_peak).
   - `timestampQuery` (custom `query` only): PromQL giving each series' sample time with the same labels
     as `query`. Default `timestamp(<query>)`, allowed only when `query` is a plain series selector;
     any other query needs it, because Prometheus stamps computed results with the evaluation time.
@@ -54,6 +56,12 @@ Fields (paths relative to the source spec; `name` and `type` belong to the calle
   - `sentinelAbove` (default 1e15; 1e14 for DCGM presets): raw values above it are "blank" sentinels,
     dropped and counted.
   - `nodeLabels` (default: the source's): the labels tried first for this metric, instead of the source's.
+  - `window` (default none): a history-aware metric (windows.py, docs/forecasting.md): `{function, range, horizon,
+    quantile, step}` with `function` one of avg_over_time, max_over_time, min_over_time, stddev_over_time,
+    quantile_over_time (needs `quantile`, 0-1), predict_linear (needs `horizon`), deriv; `range` the window (e.g. 15m),
+    `step` a subquery's resolution. The value is the function of the query over the window; the sample time stays
+    the query's. Presets that are windowed already (dcgm_gpu_temp_forecast, node_cpu_utilisation_mean/_stddev/_peak)
+    refuse it. With `recordingRules`, a recorded preset is windowed over its recorded series.
   - `deviceLabels` (default none): keep the metric per device too, the device named by the first of these
     labels a series carries (e.g. `[UUID, gpu]` for DCGM: the GPU's UUID, else its index). The node value stays
     what it is (the `aggregation` over the node's devices); each device's own value is kept beside it, for
@@ -84,7 +92,8 @@ from adapters.http_common import (
     resolve_path,
 )
 from adapters.prometheus.presets import AGGREGATIONS, DEFAULT_SENTINEL, PRESETS, Aggregation
-from adapters.prometheus.recording_rules import recorded_series
+from adapters.prometheus.recording_rules import recorded_series, timestamp_record, value_record
+from adapters.prometheus.windows import Window, read_window
 from metrics_sched.config import ConfigError
 from metrics_sched.config.reader import (
     field_name,
@@ -112,7 +121,7 @@ _HEADER_VALUE = re.compile(r"^[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?$")
 _RESERVED_HEADERS = frozenset({"authorization", "proxy-authorization", "host", "content-length", "content-type",
                                "transfer-encoding", "connection"})
 _METRIC_KEYS = {"name", "preset", "query", "timestampQuery", "aggregation", "scale", "allowNegative",
-                "sentinelAbove", "nodeLabels", "deviceLabels"}
+                "sentinelAbove", "nodeLabels", "deviceLabels", "window"}
 # A Prometheus label name: device labels are written into the presets' `by (...)` lists.
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A metric name and/or a {...} of matchers (quoted values may hold braces), nothing else.
@@ -135,6 +144,8 @@ class MetricSpec:
     recorded: tuple[str, str] | None = None
     # Labels naming a series' device, first present wins; empty: the metric is kept per node only.
     device_labels: tuple[str, ...] = ()
+    # A history-aware metric (windows.py): the window its value is evaluated over (a windowed preset's or `window`).
+    window: Window | None = None
 
 
 @dataclass(frozen=True)
@@ -330,6 +341,18 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
             )
         aggregation, sentinel = "max", DEFAULT_SENTINEL
         recorded = None
+    window = PRESETS[preset_name].window if preset_name is not None else None
+    if "window" in spec:
+        if window is not None:
+            raise ConfigError(field_name(where, "window"), f"preset {preset_name!r} is windowed already "
+                                                           f"({window.describe()})")
+        window = read_window(spec["window"], field_name(where, "window"))
+        if recorded is not None and preset_name is not None:
+            # Over the preset's recorded series: a range vector, no subquery; its recorded sample time.
+            query, timestamp_query = window.apply(value_record(preset_name)), timestamp_record(preset_name)
+            recorded = None
+        else:
+            query = window.apply(query)
     if "aggregation" in spec:
         aggregation = read_choice(spec, "aggregation", where, AGGREGATIONS)
     return MetricSpec(
@@ -345,6 +368,7 @@ def _metric(raw: object, where: str, source_labels: tuple[str, ...], recording_r
         preset=preset_name,
         recorded=recorded,
         device_labels=device_labels,
+        window=window,
     )
 
 

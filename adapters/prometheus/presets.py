@@ -24,10 +24,11 @@ same queries, evaluated once per rule evaluation inside Prometheus instead of at
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from adapters.prometheus.node_names import BUILT_IN_LABELS
+from adapters.prometheus.windows import Window
 
 Aggregation = Literal["max", "min", "avg", "sum", "last"]
 AGGREGATIONS: tuple[Aggregation, ...] = ("max", "min", "avg", "sum", "last")
@@ -56,6 +57,7 @@ class Preset:
     unit: str
     sentinel_above: float = DEFAULT_SENTINEL
     per_device: bool = False  # its raw series are per device (a GPU): `deviceLabels` may keep them so
+    window: Window | None = None  # a history-aware preset: the window its query is evaluated over
 
     def render(self, node_labels: Sequence[str] = (), device_labels: Sequence[str] = ()) -> tuple[str, str]:
         """(value query, timestamp query) aggregating by the configured node labels and the built-in ones, and
@@ -107,3 +109,36 @@ PRESETS: dict[str, Preset] = {
     ),
     "opencost_node_hourly_cost": _selector("node_total_hourly_cost", "max", "$/h"),
 }
+
+# History-aware presets (docs/forecasting.md): a window over a node's recent values, evaluated by Prometheus. Each is
+# a base preset's query under adapters.prometheus.windows' Window, and keeps the base's timestamp query (a window is
+# as old as its newest input). Their recording rules window the base's recorded series instead (no subquery).
+WINDOWED: dict[str, tuple[str, Window]] = {
+    # What GPUThermalForecast reads: each GPU's trend over 10 minutes, 30 minutes ahead, the hottest per node. Per GPU
+    # and then the max (not the trend of the node's max, which jumps when the hottest GPU changes); blank sentinels
+    # are dropped inside the window, so one cannot bend a slope.
+    "dcgm_gpu_temp_forecast": ("dcgm_gpu_temp", Window("predict_linear", "10m", horizon="30m", step="30s")),
+    # What LoadRiskBalancing reads (Trimaran's mean and standard deviation of the utilisation, over 15 minutes).
+    "node_cpu_utilisation_mean": ("node_cpu_utilisation", Window("avg_over_time", "15m", step="1m")),
+    "node_cpu_utilisation_stddev": ("node_cpu_utilisation", Window("stddev_over_time", "15m", step="1m")),
+    # Crane's peak utilisation over the last hour.
+    "node_cpu_utilisation_peak": ("node_cpu_utilisation", Window("max_over_time", "1h", step="1m")),
+}
+
+
+def _forecast(name: str, window: Window) -> Preset:
+    """A DCGM field's per-GPU window (predict_linear on each GPU's own series), the highest per node."""
+    inner = window.apply(f"{name} < {DCGM_SENTINEL:g}")
+    return Preset(f"max by ({NODE_LABELS}) ({inner})", f"min by ({NODE_LABELS}) (timestamp({name}))", "max", "°C",
+                  DCGM_SENTINEL, per_device=True, window=window)
+
+
+def _windowed(base: str, window: Window) -> Preset:
+    preset = PRESETS[base]
+    return replace(preset, query=window.apply(preset.query), window=window)
+
+
+PRESETS.update({
+    "dcgm_gpu_temp_forecast": _forecast("DCGM_FI_DEV_GPU_TEMP", WINDOWED["dcgm_gpu_temp_forecast"][1]),
+    **{name: _windowed(base, window) for name, (base, window) in WINDOWED.items() if base == "node_cpu_utilisation"},
+})

@@ -43,7 +43,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.prometheus.presets import CORES_EXPRESSION, PRESETS
+from adapters.prometheus.presets import CORES_EXPRESSION, PRESETS, WINDOWED
 
 # The fast group follows the evaluation interval of the Prometheus that loads it unless given: match it to
 # the exporters' scrape interval (a rule evaluated less often than its inputs are scraped adds up to one
@@ -55,7 +55,11 @@ CPUS_RECORD = "instance:node_cpus_online:rate5m"
 
 # Presets whose value and timestamp queries are recorded as they are (see the module docstring).
 _RECORDED_AS_IS = ("dcgm_gpu_temp", "dcgm_gpu_util", "dcgm_gpu_engine_active", "dcgm_gpu_power",
-                   "node_cpu_utilisation", "opencost_node_hourly_cost")
+                   "node_cpu_utilisation", "opencost_node_hourly_cost", "dcgm_gpu_temp_forecast")
+# History-aware presets over a recorded base (docs/forecasting.md): their window runs over the base's recorded
+# series (a range vector, no subquery: the base's rule has already done the rate and the division); the base's
+# rules come with them. The GPU forecast is recorded as it is (above): its window is over each GPU's own series.
+_RECORDED_OVER_BASE = {name: base for name, (base, _) in WINDOWED.items() if name not in _RECORDED_AS_IS}
 # node_load1 is one series per node already; only its divisor (the CPU count) is costly and recorded slowly.
 LOAD_PER_CPU = "node_load_per_cpu"
 LOAD_PER_CPU_VALUE = f"node_load1 / {CPUS_RECORD}"
@@ -81,17 +85,19 @@ def timestamp_record(preset: str) -> str:
 def recorded_series(preset: str) -> tuple[str, str] | None:
     """(value record, timestamp record) the preset is read from with recording rules, or None when the
     preset has no rule (it is queried raw). The recorded series carry the node labels of the rules' `by`."""
-    if preset in _RECORDED_AS_IS or preset == LOAD_PER_CPU:
+    if preset in _RECORDED_AS_IS or preset == LOAD_PER_CPU or preset in _RECORDED_OVER_BASE:
         return value_record(preset), timestamp_record(preset)
     return None
 
 
 def recorded_presets() -> tuple[str, ...]:
-    return (*_RECORDED_AS_IS, LOAD_PER_CPU)
+    return (*_RECORDED_AS_IS, LOAD_PER_CPU, *_RECORDED_OVER_BASE)
 
 
 def fast_rules(presets: Collection[str] | None = None) -> list[RecordingRule]:
     rules: list[RecordingRule] = []
+    if presets is not None:  # a windowed preset reads its base's recorded series
+        presets = {*presets, *(_RECORDED_OVER_BASE[p] for p in presets if p in _RECORDED_OVER_BASE)}
     for preset in _RECORDED_AS_IS:
         if presets is None or preset in presets:
             query, timestamp_query = PRESETS[preset].render()
@@ -100,6 +106,13 @@ def fast_rules(presets: Collection[str] | None = None) -> list[RecordingRule]:
     if presets is None or LOAD_PER_CPU in presets:
         rules += [RecordingRule(value_record(LOAD_PER_CPU), LOAD_PER_CPU_VALUE),
                   RecordingRule(timestamp_record(LOAD_PER_CPU), PRESETS[LOAD_PER_CPU].render()[1])]
+    # After their bases: a group evaluates its rules in order, so a window sees its base's value of this evaluation.
+    for preset, base in _RECORDED_OVER_BASE.items():
+        if presets is None or preset in presets:
+            window = PRESETS[preset].window
+            assert window is not None
+            rules += [RecordingRule(value_record(preset), window.apply(value_record(base))),
+                      RecordingRule(timestamp_record(preset), PRESETS[preset].render()[1])]
     return rules
 
 

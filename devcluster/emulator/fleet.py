@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from devcluster.emulator.overrides import OverrideValue
+from devcluster.emulator.overrides import RAMP_CEILING_C, OverrideValue
 from devcluster.emulator.profiles import GIB, NodeProfile, NodeRegistration
 from devcluster.emulator.values import GPU_FIELDS, NODE_FIELDS, NodeValues
 
@@ -135,6 +135,11 @@ def compute(fleet: Fleet, overrides: Overrides, t: float) -> FleetValues:
     # Inputs first, so derived values follow overridden inputs...
     for i, fields in _overridden(f, overrides):
         _put_gpu(gpu, f, i, fields, ("gpu_temp", "gpu_util"))
+        ramp = fields.get("gpu_temp_ramp")
+        if isinstance(ramp, tuple):  # (°C per minute, since): on top of the drift or the exact override
+            rate, since = ramp
+            section = gpu["gpu_temp"][f.gpu_start[i]:f.gpu_start[i + 1]]
+            section[:] = np.round(np.minimum(RAMP_CEILING_C, section + rate * max(0.0, t - since) / 60.0), 1)
         if "load1" in fields:
             node["load5"][i] = node["load15"][i] = _scalar(fields["load1"])
         _put_node(node, i, fields, ("load1", "load5", "load15", "cpu_util", "memory_used_bytes",

@@ -1,6 +1,7 @@
 """Test overrides: validation of `PATCH /control/nodes/{name}/values` bodies.
 
-An override replaces the drifting value exactly (no drift, no noise) until a JSON null clears it. A per-GPU field
+An override replaces the drifting value exactly (no drift, no noise) until a JSON null clears it; `gpu_temp_ramp`
+(°C per minute) instead adds a steady climb to every GPU's temperature from the moment it is set. A per-GPU field
 takes a number (every GPU), a list (one value per GPU) or an object {"<gpu index>": number or null} that sets (or
 clears) those GPUs only, the others keeping their value or drift. A per-GPU override is stored as one value per
 GPU, NaN where the GPU is not overridden.
@@ -15,7 +16,8 @@ from typing import Any
 
 from devcluster.emulator.errors import RequestError
 
-__all__ = ["FIELDS", "PER_GPU_FIELDS", "GpuPatch", "OverrideValue", "ParsedOverride", "parse_overrides"]
+__all__ = ["FIELDS", "PER_GPU_FIELDS", "RAMP_CEILING_C", "RAMP_FIELDS", "GpuPatch", "OverrideValue", "ParsedOverride",
+           "parse_overrides"]
 
 OverrideValue = float | tuple[float, ...] | bool | str
 
@@ -44,7 +46,11 @@ NUMBER_FIELDS = frozenset({
 })
 BOOL_FIELDS = frozenset({"maintenance", "spot"})
 TEXT_FIELDS = frozenset({"rack"})
-FIELDS = PER_GPU_FIELDS | NUMBER_FIELDS | BOOL_FIELDS | TEXT_FIELDS
+# A trend (°C per minute, every GPU of the node) added to gpu_temp from the moment it is set: a node heating up, for
+# the forecasts of docs/forecasting.md. Stored with that moment (Scenario.apply_overrides), up to RAMP_CEILING_C.
+RAMP_FIELDS = frozenset({"gpu_temp_ramp"})
+RAMP_CEILING_C = 110.0
+FIELDS = PER_GPU_FIELDS | NUMBER_FIELDS | BOOL_FIELDS | TEXT_FIELDS | RAMP_FIELDS
 
 
 def parse_overrides(node: str, gpus: int, body: Mapping[str, Any]) -> dict[str, ParsedOverride | None]:

@@ -15,7 +15,7 @@ from typing import Any
 from devcluster.emulator.cpu_counters import CpuCounters, CpuSample
 from devcluster.emulator.errors import RequestError
 from devcluster.emulator.fleet import Fleet, FleetValues, compute
-from devcluster.emulator.overrides import GpuPatch, OverrideValue, ParsedOverride, parse_overrides
+from devcluster.emulator.overrides import RAMP_FIELDS, GpuPatch, OverrideValue, ParsedOverride, parse_overrides
 from devcluster.emulator.profiles import NodeProfile, NodeRegistration, build_profile
 from devcluster.emulator.values import NodeValues, NodeView
 
@@ -152,6 +152,8 @@ class Scenario:
             for key, value in fields.items():
                 stored = value.merged(overrides.get(key), record.registration.gpus) if isinstance(
                     value, GpuPatch) else value
+                if key in RAMP_FIELDS and isinstance(stored, float):
+                    stored = (stored, float(t))  # the rate and when it started
                 if stored is None:
                     overrides.pop(key, None)
                 else:

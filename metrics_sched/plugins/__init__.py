@@ -11,9 +11,12 @@ from metrics_sched.plugins.default_binder import DefaultBinder
 from metrics_sched.plugins.default_preemption import DefaultPreemption
 from metrics_sched.plugins.dynamic_resources import DynamicResources
 from metrics_sched.plugins.gpu_temperature import GPUTemperature
+from metrics_sched.plugins.gpu_thermal_forecast import GPUThermalForecast
+from metrics_sched.plugins.hot_value import HotValue
 from metrics_sched.plugins.image_locality import ImageLocality
 from metrics_sched.plugins.in_flight_ledger import InFlightLedger
 from metrics_sched.plugins.inter_pod_affinity import InterPodAffinity
+from metrics_sched.plugins.load_risk_balancing import LoadRiskBalancing
 from metrics_sched.plugins.node_affinity import NodeAffinity
 from metrics_sched.plugins.node_label_filter import NodeLabelFilter
 from metrics_sched.plugins.node_label_score import NodeLabelScore
@@ -28,11 +31,16 @@ from metrics_sched.plugins.node_volume_limits import NodeVolumeLimits
 from metrics_sched.plugins.pod_topology_spread import PodTopologySpread
 from metrics_sched.plugins.priority_sort import PrioritySort
 from metrics_sched.plugins.taint_toleration import TaintToleration
+from metrics_sched.plugins.target_load_packing import TargetLoadPacking
 from metrics_sched.plugins.unsupported_fields import UnsupportedFields
 from metrics_sched.plugins.volume_binding import VolumeBinding
 from metrics_sched.plugins.volume_restrictions import VolumeRestrictions
 from metrics_sched.plugins.volume_zone import VolumeZone
 from metrics_sched.plugins.zone_spread import ZoneSpread
+
+# Opt-in, history-aware (docs/forecasting.md): in no default profile, nor in the core bench's all-plugins profile
+# (issue 48: the core's figures stay those of the profiles without them).
+HISTORY_AWARE = frozenset({GPUThermalForecast.name, LoadRiskBalancing.name, TargetLoadPacking.name, HotValue.name})
 
 BUILTIN: dict[str, type[Plugin]] = {
     cls.name: cls
@@ -44,6 +52,7 @@ BUILTIN: dict[str, type[Plugin]] = {
         Coscheduling,
         DefaultPreemption,
         DynamicResources,
+        GPUThermalForecast, LoadRiskBalancing, TargetLoadPacking, HotValue,
     )
 }
 
@@ -55,4 +64,4 @@ def in_tree_registry(*, third_party: bool = True) -> Registry:
     return Registry.of(BUILTIN.values(), third_party=third_party)
 
 
-__all__ = ["BUILTIN", "in_tree_registry"]
+__all__ = ["BUILTIN", "HISTORY_AWARE", "in_tree_registry"]

@@ -316,6 +316,23 @@ class InFlightLedgerStore:
                 counts[placement.node] = counts.get(placement.node, 0) + 1
             return counts
 
+    def recent_counts(self, metric: str, table: NodeTable, observed_at: FloatArray, window: float) -> IntArray:
+        """Per row: how many live placements of `metric`'s column were made in the last `window` seconds and are not
+        covered yet by the row's sample (made at or after `observed_at`): the pods a node received that its
+        telemetry cannot show yet (HotValue). A pass over the column's arrays, no loop over placements or nodes."""
+        since = self._clock() - window
+        with self._lock:
+            column = self._column(metric, table)
+            rows = column.rows[: column.size]
+            times = column.times[: column.size]
+            live = column.alive[: column.size] & (rows >= 0) & (times >= since)
+            rows, times = rows[live], times[live]
+            if rows.size == 0:
+                return np.zeros(table.capacity, dtype=np.int64)
+            uncovered = times >= observed_at[rows]
+            counts: IntArray = np.bincount(rows[uncovered], minlength=table.capacity)[: table.capacity]
+            return counts
+
     def last_step(self, metric: str) -> tuple[FloatArray, FloatArray, tuple[int, ...]] | None:
         """The metric's last step as (the adjustment after it, the adjustment before it, the rows it changed,
         ascending): the

@@ -8,7 +8,7 @@ import pytest
 
 from bench.core_bench import CORE_CONFIG, cycle_kinds, make_cluster, run
 from bench.scenario import build_scheduler
-from metrics_sched.plugins import BUILTIN
+from metrics_sched.plugins import BUILTIN, HISTORY_AWARE
 
 pytestmark = pytest.mark.unit
 
@@ -16,8 +16,9 @@ pytestmark = pytest.mark.unit
 def test_every_builtin_plugin_is_on() -> None:
     harness = build_scheduler(CORE_CONFIG)
     try:
-        # One queueSort only: the default, Coscheduling, sorts as PrioritySort does for pods in no group.
-        assert set(harness.framework.instances) == set(BUILTIN) - {"PrioritySort"}
+        # One queueSort only: the default, Coscheduling, sorts as PrioritySort does for pods in no group. The opt-in
+        # history-aware plugins are left out: the core's figures are those of the profiles without them (issue 48).
+        assert set(harness.framework.instances) == set(BUILTIN) - {"PrioritySort"} - HISTORY_AWARE
     finally:
         harness.stop()
 

@@ -261,6 +261,20 @@ def test_overrides_are_exact_and_null_clears(server: EmulatorServer, ctl: Emulat
     assert ctl.clear_values("gpu-1") == before
 
 
+def test_a_temperature_ramp_climbs_from_when_it_is_set_and_stops_at_the_ceiling(
+        server: EmulatorServer, ctl: EmulatorControl, clock: Clock) -> None:
+    """gpu_temp_ramp (°C per minute) on top of an exact gpu_temp: what a node heating up looks like to DCGM."""
+    clock.t = T0
+    ctl.set_values("gpu-1", gpu_temp=70, gpu_temp_ramp=2)
+    for seconds, expected in ((0, 70.0), (30, 71.0), (90, 73.0), (3600, 110.0)):
+        clock.t = T0 + seconds
+        assert by_gpu(scrape(server, "dcgm")["DCGM_FI_DEV_GPU_TEMP"], "gpu-1") == [expected] * 8
+    clock.t = T0 + 60
+    assert ctl.set_values("gpu-1", gpu_temp_ramp=None)["gpu_temp"] == [70] * 8  # cleared: steady again
+    with pytest.raises(EmulatorError, match="gpu_temp_ramp"):
+        ctl.set_values("gpu-1", gpu_temp_ramp="fast")
+
+
 def test_set_many_and_override_validation(ctl: EmulatorControl) -> None:
     ctl.set_many({"gpu-1": {"gpu_util": 50, "spot": True}, "cpu-1": {"memory_used_bytes": 1e9}})
     assert ctl.values("gpu-1")["gpu_util"] == [50] * 8 and ctl.values("gpu-1")["spot"] is True

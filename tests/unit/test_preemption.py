@@ -506,7 +506,8 @@ def test_the_filters_declare_upstreams_codes_and_which_of_them_are_node_local() 
     }
     assert {cls.name for cls in filters if cls.node_local} == {
         "NodeUnschedulable", "NodeReady", "NodeName", "NodePorts", "TaintToleration", "NodeAffinity",
-        "NodeResourcesFit", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "GPUTemperature", "NodeLabelFilter"}
+        "NodeResourcesFit", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "GPUTemperature", "NodeLabelFilter",
+        "GPUThermalForecast"}
     assert not FilterPlugin.node_local and not FilterPlugin.resolvable("Insufficient cpu")
 
 

@@ -83,7 +83,8 @@ def _handler(fake: FakePrometheus) -> type[QuietHandler]:
             parts = urlsplit(self.path)
             query = parse_qs(parts.query).get("query", [""])[0]
             fake.seen.append(Seen(query, dict(self.headers.items())))
-            status, body = fake.answer(query) if parts.path == "/api/v1/query" else (404, b"not found")
+            status, body = (fake.answer(query) if parts.path in ("/api/v1/query", "/api/v1/query_range")
+                            else (404, b"not found"))
             self.reply(status, body if isinstance(body, bytes) else json.dumps(body).encode())
 
     return Handler

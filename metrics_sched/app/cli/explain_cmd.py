@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from metrics_sched.app.cli import history_cmd
 from metrics_sched.app.cli.output import output_flag, print_as
 from metrics_sched.app.cli.sources import render_series_matching
 from metrics_sched.app.errors import UserError
@@ -56,9 +57,11 @@ def register(sub: Any) -> None:
     explain.add_argument("--all", action="store_true", help="every recorded attempt, not only the latest")
     output_flag(explain)
     explain.set_defaults(handler=_explain)
-    sources = sub.add_parser("sources", help="health, coverage and freshness of every telemetry source")
+    sources = sub.add_parser("sources", help="health, coverage and freshness of every telemetry source; with "
+                                             "--history NODE, that node's recent series")
     target_flags(sources)
     output_flag(sources)
+    history_cmd.add_flags(sources)
     sources.set_defaults(handler=_sources)
 
 
@@ -221,6 +224,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _sources(args: argparse.Namespace) -> int:
+    if args.history is not None:
+        return history_cmd.history(args)
     body = get(connect(args), "/sources")
     if args.output != "text":
         print_as(args.output, body)
