@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,15 @@ def delete_namespace(api: KubeAPI, name: str) -> None:
     nodes free), then the namespace; the namespace controller finalizes it in the background, unwaited for."""
     api.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": "0"}, ok=(404,))
     api.delete(f"/api/v1/namespaces/{name}")
+
+
+def concurrently(calls: list[Callable[[], Any]]) -> None:
+    """Runs clean-up calls at once (each one is a wait on the API server: a collection deleted, a namespace's pods);
+    the first failure is raised once all are done."""
+    if calls:
+        with ThreadPoolExecutor(min(len(calls), 32)) as pool:
+            for future in [pool.submit(call) for call in calls]:
+                future.result()
 
 
 def token_kubeconfig(endpoints: Endpoints, token: str, namespace: str, directory: Path, *, user: str) -> Path:
