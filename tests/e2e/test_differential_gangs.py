@@ -87,6 +87,7 @@ def gang_cases(cluster: DevCluster, api: KubeAPI) -> Iterator[tuple[str, list[di
     finally:
         kube.concurrently([lambda: delete_nodes(api, [s.name for s in specs], concurrency=32),
                            *(lambda ns=copy.namespace: kube.delete_namespace(api, ns) for copy in copies)])
+        kube.release_pod_groups(api, cluster.versions.workload_api.group_version, [c.namespace for c in copies])
 
 
 def decided(pod: dict[str, Any]) -> bool:
