@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# `make test`'s pytest workers (pytest-xdist): tests/conftest.py keeps the e2e tier on one worker, against one dev
-# cluster, while the other takes the unit tier. 0: one process, no xdist.
+# `make test`'s pytest workers (pytest-xdist): tests/conftest.py hands each e2e module whole to a free worker, each
+# worker with a dev cluster of its own, and the unit tests fill in at the end. 0: one process, no xdist.
 TEST_WORKERS ?= 2
 
 .PHONY: deps deps-system deps-python control-plane test test-unit test-e2e test-matrix lint demo bench bench-quick image clean

@@ -315,6 +315,9 @@ class DevCluster:
             # A single-tenant loopback cluster: no flow control between our own clients.
             "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false",
+            # A collection (a namespace's pods, a test run's nodes by label) is deleted one object after the other
+            # by default (1 worker): a differential test's clean-up of ~1,400 pods and nodes took 9-14 s.
+            "--delete-collection-workers=8",
             f"--cert-dir={self.run_dir / 'apiserver-certs'}",
             "--profiling=false",
             # Workload and PodGroup (gang scheduling): off by default, and served under a different

@@ -1,11 +1,13 @@
 """Marks every test by its tier: tests/unit -> unit (no processes), tests/e2e -> e2e (real cluster); under
-pytest-xdist keeps the whole e2e tier on one worker; lists the slowest tests at the end of each run.
+pytest-xdist spreads the e2e modules over the workers, each worker with a dev cluster of its own; lists the slowest
+tests at the end of each run.
 
-Under `make test` (`-n 2`) one worker runs the e2e tier against one session dev cluster while the other takes the
-unit tests, so the unit tier overlaps the e2e tier's waits. The e2e modules that mostly wait (WAITING_FILES) are a
-unit of work of their own, run by the other worker against a second cluster once its unit tests are done: their
-waits then overlap the first cluster's CPU-bound tests. Only those: the suite is about half CPU-bound on 2 cores,
-and two differential runs at once would cost more than the overlap gains."""
+Under `make test` (`-n 2`) each e2e module is a unit of work that one worker runs whole against its session's dev
+cluster (module fixtures and the module's own order hold), handed to whichever worker is free: the two clusters
+share the e2e tier between them, and the unit tests (units of one test each) come last and fill in wherever a
+worker is done, so both workers end together. One exception to one-module-one-unit: the modules named
+`test_differential*` (two real schedulers over thousands of objects, CPU-bound) are one unit together, so two of
+them never run at once on 2 cores (they would only slow each other down); it goes first, being the longest."""
 
 from __future__ import annotations
 
@@ -17,15 +19,9 @@ import pytest
 
 HERE = Path(__file__).parent
 E2E_SCOPE = "tests/e2e/"  # the node ids' prefix, relative to the rootdir
-# e2e modules that mostly wait (rebalancer intervals and `for:` windows, lease expiry):
-# a second unit of work, which xdist hands to the other worker with a dev cluster of its own, so these waits overlap
-# the first cluster's CPU-bound tests instead of adding to them (the unit tier takes that worker a few minutes only).
-WAITING_SCOPE = "tests/e2e/#waiting"
-WAITING_FILES = frozenset(f"{E2E_SCOPE}{name}" for name in (
-    "test_rebalance.py", "test_split_brain.py", "test_serving_auth.py", "test_scheduler_core.py"))
-# Not the recording rules' module: on the second cluster, run first thing after its start, its comparison failed once
-# (node_load_per_cpu recorded 1.39x the raw value on every node for the test's 180 s; not explained yet). On the
-# first cluster, later in the run, it passes.
+# The CPU-bound e2e modules, by name: one unit of work, run first (see the module's docstring).
+CPU_BOUND_PREFIX = f"{E2E_SCOPE}test_differential"
+CPU_BOUND_SCOPE = f"{E2E_SCOPE}#cpu-bound"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,20 +42,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist, never called
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """For `-n N` (xdist's default `--dist load`): the e2e tier is one unit of work, which xdist hands out first
-    (its biggest), each unit test one of its own. Not xdist_group markers with `--dist loadgroup`: xdist 3.8 tags
-    a grouped test by rewriting `item._nodeid`, which pytest 9 no longer reads, so the groups silently split."""
+    """For `-n N` (xdist's default `--dist load`): an e2e module is one unit of work (the CPU-bound ones one
+    together), each other test one of its own. xdist hands units out biggest first (by test count; ties in
+    collection order, where tests/e2e comes before tests/unit), so the e2e modules go before the unit tests; the
+    CPU-bound unit is put at the head. Not xdist_group markers with `--dist loadgroup`: xdist 3.8 tags a grouped
+    test by rewriting `item._nodeid`, which pytest 9 no longer reads, so the groups silently split."""
     if config.getvalue("dist") != "load":
         return None  # an explicit --dist choice stands
+    from collections import OrderedDict
+
     from xdist.scheduler import LoadScopeScheduling
 
-    class E2ETierOnOneWorker(LoadScopeScheduling):
+    class CpuBoundFirst(OrderedDict[str, Any]):
+        """xdist's work queue (it pops from the front), with the CPU-bound unit moved to the front as it comes."""
+
+        def __setitem__(self, scope: str, tests: Any) -> None:
+            super().__setitem__(scope, tests)
+            if scope == CPU_BOUND_SCOPE:
+                self.move_to_end(scope, last=False)
+
+    class E2EModulesPerWorker(LoadScopeScheduling):
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            self.workqueue = CpuBoundFirst()
+
         def _split_scope(self, nodeid: str) -> str:
             if not nodeid.startswith(E2E_SCOPE):
                 return nodeid
-            return WAITING_SCOPE if nodeid.split("::", 1)[0] in WAITING_FILES else E2E_SCOPE
+            module = nodeid.split("::", 1)[0]
+            return CPU_BOUND_SCOPE if module.startswith(CPU_BOUND_PREFIX) else module
 
-    return E2ETierOnOneWorker(config, log)
+    return E2EModulesPerWorker(config, log)
 
 
 class SlowestTests:

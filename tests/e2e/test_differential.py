@@ -880,9 +880,8 @@ def diff_nodes(cluster: DevCluster, api: KubeAPI) -> Iterator[list[dict[str, Cop
         create_nodes(api, specs, concurrency=32)
         yield copies
     finally:
-        delete_nodes(api, [s.name for s in specs], concurrency=32)
-        for ns in namespaces:
-            kube.delete_namespace(api, ns["metadata"]["name"])
+        kube.concurrently([lambda: delete_nodes(api, [s.name for s in specs], concurrency=32),
+                           *(lambda ns=ns: kube.delete_namespace(api, ns["metadata"]["name"]) for ns in namespaces)])
 
 
 def _post_all(api: KubeAPI, bodies: list[dict[str, Any]]) -> None:

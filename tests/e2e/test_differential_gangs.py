@@ -85,9 +85,9 @@ def gang_cases(cluster: DevCluster, api: KubeAPI) -> Iterator[tuple[str, list[di
         create_nodes(api, specs, concurrency=32)
         yield run, pairs
     finally:
-        delete_nodes(api, [s.name for s in specs], concurrency=32)
-        for copy in copies:
-            kube.delete_namespace(api, copy.namespace)
+        kube.concurrently([lambda: delete_nodes(api, [s.name for s in specs], concurrency=32),
+                           *(lambda ns=copy.namespace: kube.delete_namespace(api, ns) for copy in copies)])
+        kube.release_pod_groups(api, cluster.versions.workload_api.group_version, [c.namespace for c in copies])
 
 
 def decided(pod: dict[str, Any]) -> bool:

@@ -190,9 +190,8 @@ def preemption_cases(cluster: DevCluster, api: KubeAPI) -> Iterator[tuple[str, l
         create_nodes(api, specs, concurrency=32)
         yield run, pairs
     finally:
-        delete_nodes(api, [s.name for s in specs], concurrency=32)
-        for ns in namespaces:
-            kube.delete_namespace(api, ns)
+        kube.concurrently([lambda: delete_nodes(api, [s.name for s in specs], concurrency=32),
+                           *(lambda ns=ns: kube.delete_namespace(api, ns) for ns in namespaces)])
         for name in classes:
             api.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", ok=(404,))
 

@@ -136,8 +136,12 @@ def test_a_workload_api_gang_binds_nothing_until_all_fit_then_all_at_once(cluste
     version = cluster.versions.workload_api.group_version
     group = {"apiVersion": version, "kind": "PodGroup", "metadata": {"name": "train", "namespace": namespace},
              "spec": {"schedulingPolicy": {"gang": {"minCount": 8}}}}
-    run_partial_then_whole(cluster, api, namespace, group_path=f"/apis/{version}", group=group,
-                           join={"schedulingGroup": {"podGroupName": "train"}}, labels={}, status_of=workload_status)
+    try:
+        run_partial_then_whole(cluster, api, namespace, group_path=f"/apis/{version}", group=group,
+                               join={"schedulingGroup": {"podGroupName": "train"}}, labels={},
+                               status_of=workload_status)
+    finally:
+        kube.release_pod_groups(api, version, [namespace])
 
 
 def test_a_gang_lands_entirely_in_the_cold_zone(cluster: DevCluster, api: KubeAPI, namespace: str) -> None:

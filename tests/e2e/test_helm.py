@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import secrets
 import ssl
 import subprocess
@@ -506,7 +507,9 @@ def test_helm_install_schedules_the_example_gpu_pod(release: Release, cluster: D
 
         kube.poll(scheduled_event, 20, "the Scheduled event of the GPU pod")
         log = managed.log.read_text(errors="replace").lower()
-        assert "forbidden" not in log and " 403" not in log, f"the scheduler was refused something:\n{log[-3000:]}"
+        # 403 as a number of its own: the log also names the scheduler's port, which may be 403xx.
+        assert "forbidden" not in log and not re.search(r"\b403\b", log), \
+            f"the scheduler was refused something:\n{log[-3000:]}"
     finally:
         cluster.group.stop(name)
     # SIGTERM released the Lease (update on its own Lease, as the chart's Role allows).
