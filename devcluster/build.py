@@ -95,7 +95,7 @@ class ControlPlaneBinaries:
     versions: Versions
 
 
-def _go_env(versions: Versions) -> dict[str, str]:
+def go_env(versions: Versions) -> dict[str, str]:
     env = dict(os.environ)
     env["GOTOOLCHAIN"] = versions.go_toolchain or "local"
     env.setdefault("GOFLAGS", "-buildvcs=false")
@@ -103,14 +103,14 @@ def _go_env(versions: Versions) -> dict[str, str]:
     return env
 
 
-def _go() -> str:
+def go_command() -> str:
     go = shutil.which("go")
     if not go:
         raise BuildError("the `go` command is not on PATH; install Go >= 1.26 to build the control plane")
     return go
 
 
-def _run(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> str:
+def run_go(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> str:
     proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
@@ -119,10 +119,10 @@ def _run(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> str:
 
 def staging_modules(versions: Versions) -> list[str]:
     """The k8s.io staging modules that k8s.io/kubernetes' go.mod points at ./staging."""
-    out = _run(
-        [_go(), "mod", "download", "-json", f"k8s.io/kubernetes@v{versions.kubernetes}"],
+    out = run_go(
+        [go_command(), "mod", "download", "-json", f"k8s.io/kubernetes@v{versions.kubernetes}"],
         cwd=Path.cwd(),
-        env=_go_env(versions),
+        env=go_env(versions),
         what="downloading k8s.io/kubernetes' go.mod",
     )
     gomod = Path(json.loads(out)["GoMod"]).read_text()
@@ -208,7 +208,7 @@ def _helm(versions: Versions) -> list[Component]:
 def _helm_kube_ldflags(component: Component, build_dir: Path, env: dict[str, str]) -> tuple[str, ...]:
     """The Kubernetes version helm assumes without a cluster (`helm template`, lint), set as helm's Makefile
     does from the k8s.io/client-go it was built with; unset, helm falls back to an old built-in default."""
-    out = _run([_go(), "list", "-m", "-json", "k8s.io/client-go"], cwd=build_dir, env=env,
+    out = run_go([go_command(), "list", "-m", "-json", "k8s.io/client-go"], cwd=build_dir, env=env,
                what="locating helm's k8s.io/client-go")
     _, minor, _ = str(json.loads(out)["Version"]).lstrip("v").split(".", 2)
     major = "1"  # client-go v0.<minor> is Kubernetes 1.<minor>
@@ -218,7 +218,7 @@ def _helm_kube_ldflags(component: Component, build_dir: Path, env: dict[str, str
 
 
 def _build_component(component: Component, versions: Versions, progress: Callable[[str], None]) -> None:
-    env = _go_env(versions)
+    env = go_env(versions)
     build_dir = component.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
     gomod = build_dir / "go.mod"
@@ -226,7 +226,7 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
     if not gomod.exists() or not (build_dir / ".tidy").exists() or (build_dir / ".tidy").read_text() != text:
         gomod.write_text(text)
         progress(f"{component.name} v{component.version}: resolving modules (go mod tidy)")
-        _run([_go(), "mod", "tidy"], cwd=build_dir, env=env, what=f"go mod tidy for {component.name}")
+        run_go([go_command(), "mod", "tidy"], cwd=build_dir, env=env, what=f"go mod tidy for {component.name}")
         (build_dir / ".tidy").write_text(text)
 
     out_dir = component.bin_dir.with_name(component.bin_dir.name + ".partial")
@@ -239,7 +239,7 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
         ldflags += _helm_kube_ldflags(component, build_dir, env)
     for package, binary in component.tools:
         # One binary at a time, named explicitly: go would call go.etcd.io/etcd/server/v3 "server".
-        cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *ldflags)),
+        cmd = [go_command(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *ldflags)),
                "-o", str(out_dir / binary), package]
         _stream_build(cmd, build_dir, env, component, progress)
 
@@ -275,7 +275,8 @@ def _stream_build(
 
 
 def _write_kwok_stages(build_dir: Path, env: dict[str, str], out_dir: Path) -> None:
-    out = _run([_go(), "list", "-m", "-json", "sigs.k8s.io/kwok"], cwd=build_dir, env=env, what="locating kwok")
+    out = run_go([go_command(), "list", "-m", "-json", "sigs.k8s.io/kwok"], cwd=build_dir, env=env,
+                 what="locating kwok")
     module_dir = Path(json.loads(out)["Dir"])
     docs = [(module_dir / stage).read_text().strip() for stage in KWOK_STAGES]
     (out_dir / "stages.yaml").write_text("\n---\n".join(docs) + "\n")
@@ -321,13 +322,13 @@ def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | 
         return binaries(versions)
     # Two builds at once (`make test` beside an e2e run of another checkout, both sharing this cache) would
     # rename each other's `.partial` dirs away: one builds, the other waits and then finds it all built.
-    with _build_lock(progress):
+    with build_lock(progress):
         _build_missing(versions, force, progress)
     return binaries(versions)
 
 
 @contextlib.contextmanager
-def _build_lock(progress: Callable[[str], None]) -> Iterator[None]:
+def build_lock(progress: Callable[[str], None]) -> Iterator[None]:
     path = cache_dir() / "build.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as lock:
@@ -346,7 +347,7 @@ def _build_missing(versions: Versions, force: bool, progress: Callable[[str], No
     missing = [c for c in components(versions, with_staging=False) if force or not c.is_built()]
     if not missing:
         return
-    _go()
+    go_command()
     needed = {c.name for c in missing}
     with_staging = any(c.upstream == "k8s.io/kubernetes" for c in missing)
     for component in components(versions, with_staging=with_staging):
@@ -355,4 +356,7 @@ def _build_missing(versions: Versions, force: bool, progress: Callable[[str], No
             progress(f"{component.name} v{component.version}: ready in {component.bin_dir}")
 
 
-__all__ = ["BuildError", "ControlPlaneBinaries", "binaries", "ensure_built", "helm_binary", "repo_root"]
+__all__ = [
+    "STAMP", "BuildError", "ControlPlaneBinaries", "binaries", "build_lock", "ensure_built", "go_command", "go_env",
+    "helm_binary", "repo_root", "run_go", "staging_modules",
+]

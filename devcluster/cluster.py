@@ -139,6 +139,8 @@ class DevCluster:
         node_heartbeats: NodeHeartbeats | None = None,
         recording_rules: bool = False,
         dra_driver: bool = True,
+        extra_controllers: tuple[str, ...] = (),
+        node_agent: bool = False,
     ) -> None:
         self.owns_run_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="metrics-sched-")).resolve()
@@ -165,6 +167,11 @@ class DevCluster:
         # The fake DRA driver (devcluster.dra): DeviceClasses at start, each GPU node's ResourceSlices when
         # add_nodes creates it.
         self.dra_driver = dra_driver
+        # Controllers beyond CONTROLLERS (upstream's e2e specs need e.g. the ReplicationController one).
+        self.extra_controllers = extra_controllers
+        # devcluster.node_agent: the part of a kubelet's node status work KWOK does not do (extended resources
+        # from capacity to allocatable).
+        self.node_agent = node_agent
         self.group = ProcessGroup(self.run_dir, detach=detach)
         self.endpoints: Endpoints | None = None
         self._etcd_dir: Path | None = None
@@ -240,6 +247,11 @@ class DevCluster:
         if self.with_controller_manager:
             self._start_controller_manager(kubeconfig, kcm_port)
             self._start_provisioner(kubeconfig)
+        if self.node_agent:
+            self.progress("starting the node agent")
+            self.group.start("node-agent", [sys.executable, "-m", "devcluster.node_agent",
+                                            "--kubeconfig", str(kubeconfig)])
+            self.group.check("node-agent")
         if self.with_emulator:
             self._start_emulator(kubeconfig)
         if self.with_prometheus:
@@ -388,7 +400,7 @@ class DevCluster:
         assert self.endpoints is not None and self._bins is not None and self._pki is not None
         argv = [
             str(self._bins.kube_controller_manager), f"--kubeconfig={kubeconfig}",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(CONTROLLERS + self.extra_controllers)}",
             # The admin token for every controller: no per-controller ServiceAccounts (nothing makes them).
             "--use-service-account-credentials=false",
             "--leader-elect=false",
