@@ -92,7 +92,7 @@ def read_report(report_dir: Path) -> RunReport:
     return parse_report((report_dir / "junit_01.xml").read_text())
 
 
-def format_table(report: RunReport, width: int = 120) -> str:
+def format_table(report: RunReport, width: int = 220) -> str:
     """One line per spec (status, seconds, name), failures' and skips' detail indented below, then the counts."""
     lines = [f"{'RESULT':<8} {'SECONDS':>8}  SPEC", f"{'-' * 8} {'-' * 8}  {'-' * 4}"]
     for result in sorted(report.results, key=lambda r: (r.status == PASSED, r.status == SKIPPED, r.name)):
