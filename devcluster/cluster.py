@@ -69,6 +69,13 @@ class DevClusterError(RuntimeError):
     pass
 
 
+def without_stage(stages: str, name: str) -> str:
+    """KWOK's stage documents (YAML separated by `---` lines) without the one called `name`."""
+    docs = stages.split("\n---\n")
+    kept = [doc for doc in docs if (yaml.safe_load(doc) or {}).get("metadata", {}).get("name") != name]
+    return "\n---\n".join(kept).rstrip("\n") + "\n"
+
+
 @dataclass
 class Endpoints:
     run_dir: str
@@ -169,8 +176,8 @@ class DevCluster:
         self.dra_driver = dra_driver
         # Controllers beyond CONTROLLERS (upstream's e2e specs need e.g. the ReplicationController one).
         self.extra_controllers = extra_controllers
-        # devcluster.node_agent: the part of a kubelet's node status work KWOK does not do (extended resources
-        # from capacity to allocatable).
+        # devcluster.node_agent: the parts of a kubelet KWOK does not do as a kubelet would (extended resources
+        # from capacity to allocatable; terminating pods deleted by uid, in place of KWOK's pod-delete stage).
         self.node_agent = node_agent
         self.group = ProcessGroup(self.run_dir, detach=detach)
         self.endpoints: Endpoints | None = None
@@ -385,7 +392,11 @@ class DevCluster:
             },
         }
         config = self.run_dir / "kwok.yaml"
-        stages = self._bins.kwok_stages.read_text() + (f"---\n{heartbeats.status_stage()}" if heartbeats else "")
+        stages = self._bins.kwok_stages.read_text()
+        if self.node_agent:
+            # The node agent deletes terminating pods itself, by uid (see devcluster.node_agent).
+            stages = without_stage(stages, "pod-delete")
+        stages += f"---\n{heartbeats.status_stage()}" if heartbeats else ""
         config.write_text(yaml.safe_dump(options) + "---\n" + stages)
         argv = [str(self._bins.kwok), f"--kubeconfig={kubeconfig}", f"--config={config}",
                 f"--server-address=127.0.0.1:{port}"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
-from devcluster.node_agent import allocatable_patch, is_extended_resource
+from devcluster.cluster import without_stage
+from devcluster.node_agent import allocatable_patch, is_extended_resource, pod_deletion
 from devcluster.nodes import NodeSpec
 
 pytestmark = pytest.mark.unit
@@ -59,3 +61,32 @@ def test_a_node_with_a_kubelet_is_not_touched() -> None:
     node = kwok_node({"example.com/foo": "5"}, {})
     del node["metadata"]["annotations"]["kwok.x-k8s.io/node"]
     assert allocatable_patch(node) is None
+
+
+def terminating_pod(node: str, uid: str = "uid-1") -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": "without-label", "uid": uid,
+                         "deletionTimestamp": "2026-12-07T23:11:53Z"},
+            "spec": {"nodeName": node}}
+
+
+def test_a_terminating_pod_on_a_kwok_node_is_deleted_with_its_uid_as_precondition() -> None:
+    # KWOK's own stage deletes by name: a pod created under the same name right after would be deleted instead.
+    path, body = pod_deletion(terminating_pod("node-000"), {"node-000"}) or ("", {})
+    assert path == "/api/v1/namespaces/ns/pods/without-label"
+    assert body["preconditions"] == {"uid": "uid-1"} and body["gracePeriodSeconds"] == 0
+
+
+def test_running_pods_and_pods_on_other_nodes_are_left_alone() -> None:
+    running = terminating_pod("node-000")
+    del running["metadata"]["deletionTimestamp"]
+    assert pod_deletion(running, {"node-000"}) is None
+    assert pod_deletion(terminating_pod("real-node"), {"node-000"}) is None
+    unscheduled = terminating_pod("")
+    assert pod_deletion(unscheduled, {"node-000"}) is None
+
+
+def test_the_kwok_config_can_leave_out_the_pod_delete_stage() -> None:
+    stages = ("kind: Stage\nmetadata:\n  name: pod-ready\n---\nkind: Stage\nmetadata:\n  name: pod-delete\n"
+              "spec: {}\n---\nkind: Stage\nmetadata:\n  name: pod-complete\n")
+    kept = without_stage(stages, "pod-delete")
+    assert [doc["metadata"]["name"] for doc in yaml.safe_load_all(kept)] == ["pod-ready", "pod-complete"]
