@@ -6,7 +6,7 @@ controller, the ServiceAccount and root-CA publisher controllers (the framework 
 (devcluster.node_agent: extended resources from capacity to allocatable, as a kubelet). No kube-scheduler runs;
 metrics-sched serves `default-scheduler` (`replacesDefaultScheduler: true`) with no telemetry sources, so its
 telemetry terms drop out and what is tested is the placement kube-scheduler's specs describe. The nodes are KWOK
-nodes without GPUs, in three zones.
+nodes without GPUs, in three zones, each with the kube-system pods a real node runs (see SYSTEM_DAEMONS).
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ FOCUS = r"\[sig-scheduling\]"
 SKIP = r"\[Feature:|\[Disruptive\]|\[Flaky\]"
 NODES = 4
 SCHEDULER = "metrics-sched"
+# The per-node kube-system pods upstream's e2enode.WaitForTotalHealthy looks for on every schedulable node (its
+# requiredPerNodePods: DaemonSet pods of a real cluster). Without them each SchedulerPriorities spec waits out the
+# full minute of its BeforeEach (it ignores the error): ~5 minutes of a run.
+SYSTEM_DAEMONS = ("kube-proxy", "fluentd-elasticsearch", "node-problem-detector")
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,19 @@ def scheduler_config(port: int) -> dict[str, Any]:
     }
 
 
+def system_pods(nodes: Sequence[str]) -> list[dict[str, Any]]:
+    """One pod of each SYSTEM_DAEMONS per node, bound to it (no scheduler involved), requesting nothing: KWOK runs
+    them, and no spec's arithmetic of a node's requests changes."""
+    return [
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": f"{daemon}-{node}", "namespace": "kube-system", "labels": {"k8s-app": daemon}},
+         "spec": {"nodeName": node, "priorityClassName": "system-node-critical",
+                  "tolerations": [{"operator": "Exists"}],
+                  "containers": [{"name": daemon, "image": PAUSE_IMAGE}]}}
+        for node in nodes for daemon in SYSTEM_DAEMONS
+    ]
+
+
 def _start_scheduler(cluster: DevCluster, progress: Callable[[str], None]) -> None:
     port = free_port()
     path = cluster.run_dir / "metrics-sched.yaml"
@@ -95,7 +113,11 @@ def run(selection: Selection, *, run_dir: Path | None = None, kubernetes: str | 
     cluster = DevCluster(run_dir / "cluster", with_prometheus=False, with_emulator=False, dra_driver=False,
                          extra_controllers=EXTRA_CONTROLLERS, node_agent=True, kubernetes=kubernetes)
     with cluster:
-        cluster.add_nodes(fleet(NODES, gpus_per_node=0, seed=1))
+        nodes = fleet(NODES, gpus_per_node=0, seed=1)
+        cluster.add_nodes(nodes)
+        with cluster.api() as api:
+            for pod in system_pods([node.name for node in nodes]):
+                api.post("/api/v1/namespaces/kube-system/pods", pod)
         _start_scheduler(cluster, progress)
         argv = [*e2e_argv(binary, cluster.kubeconfig, report_dir, selection), *extra_args]
         log = run_dir / "e2e.log"
@@ -119,4 +141,5 @@ def main(selection: Selection, *, run_dir: Path | None = None, kubernetes: str |
     return 0 if report.ok else 1
 
 
-__all__ = ["EXTRA_CONTROLLERS", "FOCUS", "SKIP", "Selection", "e2e_argv", "main", "run", "scheduler_config"]
+__all__ = ["EXTRA_CONTROLLERS", "FOCUS", "SKIP", "Selection", "e2e_argv", "main", "run", "scheduler_config",
+           "system_pods"]

@@ -8,7 +8,7 @@ import pytest
 
 from devcluster.conformance.build import go_mod, ldflags
 from devcluster.conformance.junit import format_table, parse_report
-from devcluster.conformance.runner import Selection, e2e_argv, scheduler_config
+from devcluster.conformance.runner import Selection, e2e_argv, scheduler_config, system_pods
 from devcluster.versions import Versions
 from metrics_sched.config import parse_config
 from metrics_sched.plugins import in_tree_registry
@@ -105,3 +105,15 @@ def test_metrics_sched_is_the_default_scheduler_and_the_config_loads() -> None:
     parsed = parse_config(config, in_tree_registry(third_party=False).catalog())
     assert [p.scheduler_name for p in parsed.profiles] == ["default-scheduler"]
     assert not parsed.sources  # no telemetry: the placement under test is kube-scheduler's
+
+
+def test_every_node_gets_the_system_pods_upstreams_node_health_wait_looks_for() -> None:
+    pods = system_pods(["node-000", "node-001"])
+    names = {p["metadata"]["name"] for p in pods}
+    # e2enode's requiredPerNodePods regexps: .*kube-proxy.*, .*fluentd-elasticsearch.*, .*node-problem-detector.*
+    for node in ("node-000", "node-001"):
+        for daemon in ("kube-proxy", "fluentd-elasticsearch", "node-problem-detector"):
+            assert f"{daemon}-{node}" in names
+    assert all(p["metadata"]["namespace"] == "kube-system" and p["spec"]["nodeName"] for p in pods)
+    # Bound already (no scheduler decides), requesting nothing (no spec's per-node arithmetic changes).
+    assert all("resources" not in c for p in pods for c in p["spec"]["containers"])
