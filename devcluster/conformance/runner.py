@@ -48,6 +48,7 @@ SCHEDULER = "metrics-sched"
 # full minute of its BeforeEach (it ignores the error): ~5 minutes of a run.
 SYSTEM_DAEMONS = ("kube-proxy", "fluentd-elasticsearch", "node-problem-detector")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
+SYSTEM_BINDER = "conformance-setup"
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,26 @@ def scheduler_config(port: int) -> dict[str, Any]:
     }
 
 
-def system_pods(nodes: Sequence[str]) -> list[dict[str, Any]]:
-    """One pod of each SYSTEM_DAEMONS per node, bound to it (no scheduler involved), requesting nothing: KWOK runs
-    them, and no spec's arithmetic of a node's requests changes."""
-    return [
-        {"apiVersion": "v1", "kind": "Pod",
-         "metadata": {"name": f"{daemon}-{node}", "namespace": "kube-system", "labels": {"k8s-app": daemon}},
-         "spec": {"nodeName": node, "priorityClassName": "system-node-critical",
-                  "tolerations": [{"operator": "Exists"}],
-                  "containers": [{"name": daemon, "image": PAUSE_IMAGE}]}}
-        for node in nodes for daemon in SYSTEM_DAEMONS
-    ]
+def system_pods(nodes: Sequence[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod, binding): one pod of each SYSTEM_DAEMONS per node, requesting nothing (no spec's arithmetic of a
+    node's requests changes), and the Binding that puts it on its node. Bound through the binding subresource, as
+    the DaemonSet's pods are by a scheduler: the API server then sets PodScheduled, which the specs'
+    WaitForStableCluster requires of every pod on a node (a pod created with spec.nodeName has no such condition).
+    Their schedulerName is served by no scheduler, so metrics-sched leaves them alone."""
+    out = []
+    for node in nodes:
+        for daemon in SYSTEM_DAEMONS:
+            name = f"{daemon}-{node}"
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "kube-system", "labels": {"k8s-app": daemon}},
+                   "spec": {"schedulerName": SYSTEM_BINDER, "priorityClassName": "system-node-critical",
+                            "tolerations": [{"operator": "Exists"}],
+                            "containers": [{"name": daemon, "image": PAUSE_IMAGE}]}}
+            binding = {"apiVersion": "v1", "kind": "Binding",
+                       "metadata": {"name": name, "namespace": "kube-system"},
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+            out.append((pod, binding))
+    return out
 
 
 def _start_scheduler(cluster: DevCluster, progress: Callable[[str], None]) -> None:
@@ -116,8 +126,9 @@ def run(selection: Selection, *, run_dir: Path | None = None, kubernetes: str | 
         nodes = fleet(NODES, gpus_per_node=0, seed=1)
         cluster.add_nodes(nodes)
         with cluster.api() as api:
-            for pod in system_pods([node.name for node in nodes]):
+            for pod, binding in system_pods([node.name for node in nodes]):
                 api.post("/api/v1/namespaces/kube-system/pods", pod)
+                api.post(f"/api/v1/namespaces/kube-system/pods/{pod['metadata']['name']}/binding", binding)
         _start_scheduler(cluster, progress)
         argv = [*e2e_argv(binary, cluster.kubeconfig, report_dir, selection), *extra_args]
         log = run_dir / "e2e.log"

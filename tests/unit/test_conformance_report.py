@@ -108,12 +108,16 @@ def test_metrics_sched_is_the_default_scheduler_and_the_config_loads() -> None:
 
 
 def test_every_node_gets_the_system_pods_upstreams_node_health_wait_looks_for() -> None:
-    pods = system_pods(["node-000", "node-001"])
-    names = {p["metadata"]["name"] for p in pods}
+    pairs = system_pods(["node-000", "node-001"])
+    bound = {(pod["metadata"]["name"], binding["target"]["name"]) for pod, binding in pairs}
     # e2enode's requiredPerNodePods regexps: .*kube-proxy.*, .*fluentd-elasticsearch.*, .*node-problem-detector.*
     for node in ("node-000", "node-001"):
         for daemon in ("kube-proxy", "fluentd-elasticsearch", "node-problem-detector"):
-            assert f"{daemon}-{node}" in names
-    assert all(p["metadata"]["namespace"] == "kube-system" and p["spec"]["nodeName"] for p in pods)
-    # Bound already (no scheduler decides), requesting nothing (no spec's per-node arithmetic changes).
-    assert all("resources" not in c for p in pods for c in p["spec"]["containers"])
+            assert (f"{daemon}-{node}", node) in bound
+    for pod, binding in pairs:
+        assert pod["metadata"]["namespace"] == binding["metadata"]["namespace"] == "kube-system"
+        # Bound through the Binding (the API server sets PodScheduled, which WaitForStableCluster requires), not
+        # created with spec.nodeName; for no scheduler that runs; requesting nothing.
+        assert "nodeName" not in pod["spec"] and pod["spec"]["schedulerName"] != "default-scheduler"
+        assert binding["metadata"]["name"] == pod["metadata"]["name"]
+        assert all("resources" not in c for c in pod["spec"]["containers"])
