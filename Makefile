@@ -54,7 +54,7 @@ test-matrix: deps
 	done
 
 # Upstream's [sig-scheduling] e2e specs (test/e2e/scheduling of the dev cluster's Kubernetes) against metrics-sched
-# as the only scheduler; prints a pass/fail table. ~25 min, not part of `make test`; see docs/conformance.md.
+# as the only scheduler; prints a pass/fail table. ~8 min, not part of `make test`; see docs/conformance.md.
 test-conformance: deps control-plane
 	@$(BIN)/metrics-sched devcluster conformance $(CONFORMANCE_ARGS)
 
