@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # worker with a dev cluster of its own, and the unit tests fill in at the end. 0: one process, no xdist.
 TEST_WORKERS ?= 2
 
-.PHONY: deps deps-system deps-python control-plane test test-unit test-e2e test-matrix lint demo bench bench-quick image clean
+.PHONY: deps deps-system deps-python control-plane test test-unit test-e2e test-matrix test-conformance lint demo bench bench-quick image clean
 
 deps: deps-system deps-python
 
@@ -52,6 +52,11 @@ test-matrix: deps
 	  $(BIN)/metrics-sched devcluster build --kubernetes $$v || exit 1; \
 	  METRICS_SCHED_KUBERNETES=$$v $(BIN)/pytest -m e2e $(PYTEST_ARGS) || exit 1; \
 	done
+
+# Upstream's [sig-scheduling] e2e specs (test/e2e/scheduling of the dev cluster's Kubernetes) against metrics-sched
+# as the only scheduler; prints a pass/fail table. ~8 min, not part of `make test`; see docs/conformance.md.
+test-conformance: deps control-plane
+	@$(BIN)/metrics-sched devcluster conformance $(CONFORMANCE_ARGS)
 
 lint: deps-python
 	@$(BIN)/ruff check metrics_sched adapters devcluster tests bench grafana

@@ -108,7 +108,7 @@ class ControlPlaneBinaries:
     versions: Versions
 
 
-def _go_env(versions: Versions) -> dict[str, str]:
+def go_env(versions: Versions) -> dict[str, str]:
     env = dict(os.environ)
     env["GOTOOLCHAIN"] = versions.go_toolchain or "local"
     env.setdefault("GOFLAGS", "-buildvcs=false")
@@ -116,14 +116,14 @@ def _go_env(versions: Versions) -> dict[str, str]:
     return env
 
 
-def _go() -> str:
+def go_command() -> str:
     go = shutil.which("go")
     if not go:
         raise BuildError("the `go` command is not on PATH; install Go >= 1.26 to build the control plane")
     return go
 
 
-def _run(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> str:
+def run_go(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> str:
     proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
@@ -132,10 +132,10 @@ def _run(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> str:
 
 def staging_modules(versions: Versions) -> list[str]:
     """The k8s.io staging modules that k8s.io/kubernetes' go.mod points at ./staging."""
-    out = _run(
-        [_go(), "mod", "download", "-json", f"k8s.io/kubernetes@v{versions.kubernetes}"],
+    out = run_go(
+        [go_command(), "mod", "download", "-json", f"k8s.io/kubernetes@v{versions.kubernetes}"],
         cwd=Path.cwd(),
-        env=_go_env(versions),
+        env=go_env(versions),
         what="downloading k8s.io/kubernetes' go.mod",
     )
     gomod = Path(json.loads(out)["GoMod"]).read_text()
@@ -221,7 +221,7 @@ def _helm(versions: Versions) -> list[Component]:
 def _helm_kube_ldflags(component: Component, build_dir: Path, env: dict[str, str]) -> tuple[str, ...]:
     """The Kubernetes version helm assumes without a cluster (`helm template`, lint), set as helm's Makefile
     does from the k8s.io/client-go it was built with; unset, helm falls back to an old built-in default."""
-    out = _run([_go(), "list", "-m", "-json", "k8s.io/client-go"], cwd=build_dir, env=env,
+    out = run_go([go_command(), "list", "-m", "-json", "k8s.io/client-go"], cwd=build_dir, env=env,
                what="locating helm's k8s.io/client-go")
     _, minor, _ = str(json.loads(out)["Version"]).lstrip("v").split(".", 2)
     major = "1"  # client-go v0.<minor> is Kubernetes 1.<minor>
@@ -234,7 +234,7 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
                      tools: Sequence[tuple[str, str]] | None = None) -> None:
     """Builds `tools` (default: all of the component's) into its bin dir, keeping the binaries already there."""
     tools = list(component.tools if tools is None else tools)
-    env = _go_env(versions)
+    env = go_env(versions)
     build_dir = component.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
     gomod = build_dir / "go.mod"
@@ -242,7 +242,7 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
     if not gomod.exists() or not (build_dir / ".tidy").exists() or (build_dir / ".tidy").read_text() != text:
         gomod.write_text(text)
         progress(f"{component.name} v{component.version}: resolving modules (go mod tidy)")
-        _run([_go(), "mod", "tidy"], cwd=build_dir, env=env, what=f"go mod tidy for {component.name}")
+        run_go([go_command(), "mod", "tidy"], cwd=build_dir, env=env, what=f"go mod tidy for {component.name}")
         (build_dir / ".tidy").write_text(text)
 
     out_dir = component.bin_dir.with_name(component.bin_dir.name + ".partial")
@@ -260,7 +260,7 @@ def _build_component(component: Component, versions: Versions, progress: Callabl
         ldflags += _helm_kube_ldflags(component, build_dir, env)
     for package, binary in tools:
         # One binary at a time, named explicitly: go would call go.etcd.io/etcd/server/v3 "server".
-        cmd = [_go(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *ldflags)),
+        cmd = [go_command(), "build", "-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *ldflags)),
                "-o", str(out_dir / binary), package]
         _stream_build(cmd, build_dir, env, binary, _stale(package, build_dir, env), progress)
 
@@ -275,7 +275,7 @@ def _stale(package: str, cwd: Path, env: dict[str, str]) -> int | None:
     """How many packages `go build` of `package` will compile (those the build cache does not hold), or None when
     go cannot say: the denominator of the progress lines."""
     # -trimpath as the build has it: the cache keys differ with it, and go list would call every package stale.
-    proc = subprocess.run([_go(), "list", "-trimpath", "-deps", "-f", "{{if .Stale}}{{.ImportPath}}{{end}}",
+    proc = subprocess.run([go_command(), "list", "-trimpath", "-deps", "-f", "{{if .Stale}}{{.ImportPath}}{{end}}",
                            package], cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         return None
@@ -318,7 +318,8 @@ def _stream_build(cmd: list[str], cwd: Path, env: dict[str, str], what: str, tot
 
 
 def _write_kwok_stages(build_dir: Path, env: dict[str, str], out_dir: Path) -> None:
-    out = _run([_go(), "list", "-m", "-json", "sigs.k8s.io/kwok"], cwd=build_dir, env=env, what="locating kwok")
+    out = run_go([go_command(), "list", "-m", "-json", "sigs.k8s.io/kwok"], cwd=build_dir, env=env,
+                 what="locating kwok")
     module_dir = Path(json.loads(out)["Dir"])
     docs = [(module_dir / stage).read_text().strip() for stage in KWOK_STAGES]
     (out_dir / "stages.yaml").write_text("\n---\n".join(docs) + "\n")
@@ -367,7 +368,7 @@ def ensure_built(*, quiet: bool = False, force: bool = False, kubernetes: str | 
         return binaries(versions)
     # Two builds at once (`make test` beside an e2e run of another checkout, both sharing this cache) would
     # rename each other's `.partial` dirs away: one builds, the other waits and then finds it all built.
-    with _build_lock(progress):
+    with build_lock(progress):
         _build_missing(versions, force, progress, need)
     return binaries(versions)
 
@@ -377,7 +378,7 @@ CLUSTER_BINARIES = frozenset({"etcd", "kube-apiserver", "kube-controller-manager
 
 
 @contextlib.contextmanager
-def _build_lock(progress: Callable[[str], None]) -> Iterator[None]:
+def build_lock(progress: Callable[[str], None]) -> Iterator[None]:
     path = cache_dir() / "build.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as lock:
@@ -398,7 +399,7 @@ def _build_missing(versions: Versions, force: bool, progress: Callable[[str], No
     needed = {c.name: tools for c, tools in plan if tools}
     if not needed:
         return
-    _go()
+    go_command()
     with_staging = any(c.upstream == "k8s.io/kubernetes" for c, tools in plan if tools)
     # Components sharing a wrapper module build one after the other (one go.mod, one tidy); modules in parallel.
     by_module: dict[Path, list[Component]] = {}
@@ -417,5 +418,7 @@ def _build_missing(versions: Versions, force: bool, progress: Callable[[str], No
             future.result()  # the first failure raises (the other build still finishes first)
 
 
-__all__ = ["CLUSTER_BINARIES", "BuildError", "ControlPlaneBinaries", "binaries", "ensure_built", "helm_binary",
-           "remaining", "repo_root"]
+__all__ = [
+    "CLUSTER_BINARIES", "STAMP", "BuildError", "ControlPlaneBinaries", "binaries", "build_lock", "ensure_built",
+    "go_command", "go_env", "helm_binary", "remaining", "repo_root", "run_go", "staging_modules",
+]

@@ -46,6 +46,19 @@ def register(sub: Any) -> None:
     down.add_argument("--dir", type=Path, required=True)
     down.set_defaults(handler=_down)
 
+    conformance = dsub.add_parser(
+        "conformance", help="run upstream's [sig-scheduling] e2e specs against metrics-sched as the only scheduler "
+                            "(`make test-conformance`; builds the e2e binary once)")
+    conformance.add_argument("--focus", default=None, help="ginkgo focus regex (default: [sig-scheduling])")
+    conformance.add_argument("--skip", default=None,
+                             help="ginkgo skip regex (default: [Feature:, [Disruptive], [Flaky])")
+    conformance.add_argument("--dir", type=Path, default=None,
+                             help="run directory: cluster logs, e2e.log, report/junit_01.xml (default: a temp dir)")
+    conformance.add_argument("--build-only", action="store_true", help="only build the e2e binary")
+    conformance.add_argument("--kubernetes", metavar="VERSION", default=None,
+                             help="one of the Kubernetes versions deploy/local/versions.toml lists")
+    conformance.set_defaults(handler=_conformance)
+
     versions = dsub.add_parser(
         "versions", help="print the Kubernetes versions the e2e suite is run against, one a line, default first")
     versions.add_argument("--matrix", action="store_true",
@@ -60,6 +73,23 @@ def _build(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    from devcluster.cluster import DevClusterError
+    from devcluster.conformance import runner
+    from devcluster.conformance.build import ensure_e2e_binary
+    from devcluster.progress import Progress
+
+    selection = runner.Selection(focus=args.focus or runner.FOCUS, skip=args.skip or runner.SKIP)
+    try:
+        if args.build_only:
+            ensure_e2e_binary(load_versions(kubernetes=args.kubernetes), Progress("conformance"))
+            return 0
+        return runner.main(selection, run_dir=args.dir, kubernetes=args.kubernetes)
+    except (BuildError, DevClusterError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _versions(args: argparse.Namespace) -> int:

@@ -69,6 +69,13 @@ class DevClusterError(RuntimeError):
     pass
 
 
+def without_stage(stages: str, name: str) -> str:
+    """KWOK's stage documents (YAML separated by `---` lines) without the one called `name`."""
+    docs = stages.split("\n---\n")
+    kept = [doc for doc in docs if (yaml.safe_load(doc) or {}).get("metadata", {}).get("name") != name]
+    return "\n---\n".join(kept).rstrip("\n") + "\n"
+
+
 @dataclass
 class Endpoints:
     run_dir: str
@@ -139,6 +146,8 @@ class DevCluster:
         node_heartbeats: NodeHeartbeats | None = None,
         recording_rules: bool = False,
         dra_driver: bool = True,
+        extra_controllers: tuple[str, ...] = (),
+        node_agent: bool = False,
     ) -> None:
         self.owns_run_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="metrics-sched-")).resolve()
@@ -165,6 +174,11 @@ class DevCluster:
         # The fake DRA driver (devcluster.dra): DeviceClasses at start, each GPU node's ResourceSlices when
         # add_nodes creates it.
         self.dra_driver = dra_driver
+        # Controllers beyond CONTROLLERS (upstream's e2e specs need e.g. the ReplicationController one).
+        self.extra_controllers = extra_controllers
+        # devcluster.node_agent: the parts of a kubelet KWOK does not do as a kubelet would (extended resources
+        # from capacity to allocatable; terminating pods deleted by uid, in place of KWOK's pod-delete stage).
+        self.node_agent = node_agent
         self.group = ProcessGroup(self.run_dir, detach=detach)
         self.endpoints: Endpoints | None = None
         self._etcd_dir: Path | None = None
@@ -245,6 +259,11 @@ class DevCluster:
         if self.with_controller_manager:
             self._start_controller_manager(kubeconfig, kcm_port)
             self._start_provisioner(kubeconfig)
+        if self.node_agent:
+            self.progress("starting the node agent")
+            self.group.start("node-agent", [sys.executable, "-m", "devcluster.node_agent",
+                                            "--kubeconfig", str(kubeconfig)])
+            self.group.check("node-agent")
         if self.with_emulator:
             self._start_emulator(kubeconfig)
         if self.with_prometheus:
@@ -381,7 +400,11 @@ class DevCluster:
             },
         }
         config = self.run_dir / "kwok.yaml"
-        stages = self._bins.kwok_stages.read_text() + (f"---\n{heartbeats.status_stage()}" if heartbeats else "")
+        stages = self._bins.kwok_stages.read_text()
+        if self.node_agent:
+            # The node agent deletes terminating pods itself, by uid (see devcluster.node_agent).
+            stages = without_stage(stages, "pod-delete")
+        stages += f"---\n{heartbeats.status_stage()}" if heartbeats else ""
         config.write_text(yaml.safe_dump(options) + "---\n" + stages)
         argv = [str(self._bins.kwok), f"--kubeconfig={kubeconfig}", f"--config={config}",
                 f"--server-address=127.0.0.1:{port}"]
@@ -396,7 +419,7 @@ class DevCluster:
         assert self.endpoints is not None and self._bins is not None and self._pki is not None
         argv = [
             str(self._bins.kube_controller_manager), f"--kubeconfig={kubeconfig}",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(CONTROLLERS + self.extra_controllers)}",
             # The admin token for every controller: no per-controller ServiceAccounts (nothing makes them).
             "--use-service-account-credentials=false",
             "--leader-elect=false",

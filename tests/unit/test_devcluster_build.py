@@ -56,7 +56,7 @@ def test_only_the_binaries_asked_for_are_built_one_module_after_the_other(tmp_pa
     """The demo's cluster needs neither kube-scheduler nor helm; kube-controller-manager and kube-apiserver share
     the kubernetes wrapper module, so they build in turn, while etcd and kwok build beside them."""
     monkeypatch.setenv("METRICS_SCHED_CACHE", str(tmp_path))
-    monkeypatch.setattr(build, "_go", lambda: "go")
+    monkeypatch.setattr(build, "go_command", lambda: "go")
     monkeypatch.setattr(build, "staging_modules", lambda versions: [])
     built: list[tuple[str, list[str]]] = []
     lock = threading.Lock()
