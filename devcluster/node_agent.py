@@ -17,19 +17,13 @@ does this agent.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
-import sys
-import threading
-from collections.abc import Mapping, Set
-from pathlib import Path
-from types import FrameType
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from devcluster.kubeapi import Credentials, KubeAPI
 from devcluster.nodes import KWOK_ANNOTATION
-from devcluster.provisioner import list_and_watch
+from devcluster.provisioner import serve
 
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
@@ -109,32 +103,13 @@ class NodeAgent:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devcluster.node_agent", description=__doc__.splitlines()[0])
-    parser.add_argument("--kubeconfig", type=Path, required=True)
-    args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    stop = threading.Event()
+    def watches(creds: Credentials) -> list[tuple[KubeAPI, str, Callable[[dict[str, Any]], None]]]:
+        nodes_api, pods_api = KubeAPI(creds), KubeAPI(creds)
+        agent = NodeAgent(nodes_api, pods_api)
+        return [(nodes_api, NODES, agent.on_node), (pods_api, PODS, agent.on_pod)]
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    creds = Credentials.from_kubeconfig(args.kubeconfig)
-    # One client per watch (a streaming watch holds its connection); daemon threads blocked in a read, which the
-    # process does not wait for.
-    nodes_api, pods_api = KubeAPI(creds), KubeAPI(creds)
-    agent = NodeAgent(nodes_api, pods_api)
-    threading.Thread(target=list_and_watch, args=(nodes_api, NODES, agent.on_node, stop), name="nodes",
-                     daemon=True).start()
-    threading.Thread(target=list_and_watch, args=(pods_api, PODS, agent.on_pod, stop), name="pods",
-                     daemon=True).start()
-    log.info("KWOK nodes: extended resources kept from capacity to allocatable; terminating pods deleted by uid")
-    stop.wait()
-    return 0
+    return serve(argv, "python -m devcluster.node_agent", __doc__.splitlines()[0], watches,
+                 "KWOK nodes: extended resources kept from capacity to allocatable; terminating pods deleted by uid")
 
 
 __all__ = ["NodeAgent", "allocatable_patch", "is_extended_resource", "is_kwok_node", "main", "pod_deletion"]

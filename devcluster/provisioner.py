@@ -178,8 +178,13 @@ def list_and_watch(api: KubeAPI, path: str, handle: Callable[[dict[str, Any]], N
             stop.wait(1.0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devcluster.provisioner", description=__doc__.splitlines()[0])
+def serve(argv: list[str] | None, prog: str, description: str,
+          watches: Callable[[Credentials], list[tuple[KubeAPI, str, Callable[[dict[str, Any]], None]]]],
+          started: str) -> int:
+    """A dev-cluster agent's process: `--kubeconfig`, logging, SIGTERM/SIGINT, one daemon thread per watch (each
+    with its own client: a streaming watch holds its connection for its whole length; the threads block in a read,
+    and the process ends without waiting for them), until a signal."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--kubeconfig", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -193,21 +198,22 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    creds = Credentials.from_kubeconfig(args.kubeconfig)
-    # One client per watch (a streaming watch holds its connection for its whole length), never closed: the
-    # watch threads are daemons blocked in a read, and the process ends without waiting for them.
-    claims_api, volumes_api = KubeAPI(creds), KubeAPI(creds)
-    threads = [
-        threading.Thread(target=list_and_watch, args=(claims_api, CLAIMS, Provisioner(claims_api).on_claim, stop),
-                         name="claims", daemon=True),
-        threading.Thread(target=list_and_watch, args=(volumes_api, VOLUMES, Provisioner(volumes_api).on_volume, stop),
-                         name="volumes", daemon=True),
-    ]
-    for thread in threads:
-        thread.start()
-    log.info("provisioning for class provisioner %s", PROVISIONER)
+    for api, path, handle in watches(Credentials.from_kubeconfig(args.kubeconfig)):
+        threading.Thread(target=list_and_watch, args=(api, path, handle, stop), name=path.rsplit("/", 1)[-1],
+                         daemon=True).start()
+    log.info("%s", started)
     stop.wait()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    def watches(creds: Credentials) -> list[tuple[KubeAPI, str, Callable[[dict[str, Any]], None]]]:
+        claims_api, volumes_api = KubeAPI(creds), KubeAPI(creds)
+        return [(claims_api, CLAIMS, Provisioner(claims_api).on_claim),
+                (volumes_api, VOLUMES, Provisioner(volumes_api).on_volume)]
+
+    return serve(argv, "python -m devcluster.provisioner", __doc__.splitlines()[0], watches,
+                 f"provisioning for class provisioner {PROVISIONER}")
 
 
 if __name__ == "__main__":

@@ -140,6 +140,14 @@ class Normalization:
             raise ArgsError("max", f"must be greater than min ({high:g} <= {low:g})")
         return Scale(method, low, high)
 
+    def check(self, default: Scale) -> None:
+        """For a plugin's Args.validate: `scale(default)`'s refusal, named as the plugin's `normalization.<field>`
+        (not `validate`: the args parser calls that on nested args without arguments)."""
+        try:
+            self.scale(default)
+        except ArgsError as exc:
+            raise ArgsError(f"normalization.{exc.field}", exc.message) from None
+
 
 @dataclass(frozen=True)
 class MetricTerm:

@@ -196,8 +196,14 @@ def test_a_gang_that_asked_for_no_topology_binds_whole_across_two_zones(cluster:
                        memory="100Mi", **in_pool(pool))
         placed = kube.poll(lambda: (b := bound(api, namespace)) and len(b) == 4 and b, 60, "the gang bound")
         assert sorted(placed.values()) == sorted(s.name for s in specs)
-        # One attempt placed them all, and the gang's decision says why it is not in one zone.
-        assert metric(procs[0], "metrics_sched_gang_wait_duration_seconds_count", 'outcome="scheduled"') == 1
-        notes = {n for d in decisions(procs[0], f"{namespace}/s0") for n in d.get("notes", ())
-                 if n.startswith(f"gang {namespace}/spread")}
+        # One attempt placed them all, and the gang's decision says why it is not in one zone (the record and the
+        # metric may land after the binds the API shows: waited for themselves).
+        def gang_notes() -> set[str]:
+            return {n for d in decisions(procs[0], f"{namespace}/s0") for n in d.get("notes", ())
+                    if n.startswith(f"gang {namespace}/spread")}
+
+        notes = kube.poll(gang_notes, 30, "s0's decision record with the gang's note")
         assert any("no topology.kubernetes.io/zone domain can hold the 4 members" in n for n in notes), notes
+        kube.poll(lambda: metric(procs[0], "metrics_sched_gang_wait_duration_seconds_count",
+                                 'outcome="scheduled"') >= 1, 30, "the gang's wait observed")
+        assert metric(procs[0], "metrics_sched_gang_wait_duration_seconds_count", 'outcome="scheduled"') == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from metrics_sched.framework import ArgsError, MetricScorePlugin, MetricTerm, Normalization, Scale
+from metrics_sched.framework import MetricScorePlugin, MetricTerm, Normalization, Scale
 
 
 class Cost(MetricScorePlugin):
@@ -23,10 +23,7 @@ class Cost(MetricScorePlugin):
         normalization: Normalization = field(default_factory=Normalization)
 
         def validate(self) -> None:
-            try:
-                self.normalization.scale(Scale())
-            except ArgsError as exc:
-                raise ArgsError(f"normalization.{exc.field}", exc.message) from None
+            self.normalization.check(Scale())
 
     args: Args
 

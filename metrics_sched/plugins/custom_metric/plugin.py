@@ -35,10 +35,7 @@ class CustomTerm:
     def validate(self) -> None:
         if self.weight <= 0:
             raise ArgsError("weight", "must be > 0")
-        try:
-            self.normalization.scale(Scale())
-        except ArgsError as exc:
-            raise ArgsError(f"normalization.{exc.field}", exc.message) from None
+        self.normalization.check(Scale())
 
     def term(self) -> MetricTerm:
         return MetricTerm(self.metric, self.direction, self.normalization.scale(Scale()), self.weight,

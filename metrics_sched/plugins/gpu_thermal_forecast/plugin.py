@@ -177,10 +177,7 @@ class GPUThermalForecast(MetricScorePlugin, ReservePlugin):
                 raise ArgsError("recentHeat", "must be >= 0")
             if not self.coolest < self.threshold:
                 raise ArgsError("coolest", f"must be below threshold ({self.coolest:g} >= {self.threshold:g})")
-            try:
-                self.scale()
-            except ArgsError as exc:
-                raise ArgsError(f"normalization.{exc.field}", exc.message) from None
+            self.normalization.check(Scale("range", self.coolest, self.threshold))
 
         def scale(self) -> Scale:
             return self.normalization.scale(Scale("range", self.coolest, self.threshold))
